@@ -1,0 +1,335 @@
+//! The fair-share rule of seed 000, and the attempt that applies it.
+//!
+//! ```text
+//! active(pool)  = tenants that held or asked for a permit in the last window
+//! share(t)      = max(FLOOR, POOL * w_t / sum of active weights)
+//! admit(t, u)   = in_use + u <= POOL          when t holds <  share(t)
+//!               = in_use + u <= POOL - FLOOR  when t holds >= share(t)
+//! ```
+//!
+//! [`decide`] is exact integer arithmetic (`held * W < POOL * w`), so no float tolerance
+//! enters the rule. The capacity bound depends only on `decide` running under the
+//! pool's serialization (`ops`); the active weight is a priority input, kept with
+//! Relaxed atomics: being a few ms stale moves a share, never the bound.
+
+use crate::error::Result;
+use crate::layout::{held_word, tenant_state};
+use crate::ops::{self, AcqOutcome, Desc};
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// The outcome of the rule for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Admit,
+    /// Under its share, but `short` more units would have to be free.
+    PoolFull {
+        short: u32,
+    },
+    /// At or past its share, and `short` units more would eat into the floor.
+    OverShare {
+        short: u32,
+    },
+}
+
+/// `true` when a tenant holding `held` is below its share.
+#[inline]
+pub fn under_share(held: u32, d: &Desc) -> bool {
+    let w = d.weight as u128;
+    let total = (d.active_weight as u128).max(w).max(1);
+    held < d.floor || (held as u128) * total < (d.cap as u128) * w
+}
+
+/// The rule, exactly. Pure: every helper of an op computes the same answer.
+#[inline]
+pub fn decide(in_use: u32, held: u32, d: &Desc) -> Decision {
+    let want = in_use as u64 + d.units as u64;
+    if under_share(held, d) {
+        match want.checked_sub(d.cap as u64) {
+            None | Some(0) => Decision::Admit,
+            Some(short) => Decision::PoolFull {
+                short: short as u32,
+            },
+        }
+    } else {
+        let limit = (d.cap as u64).saturating_sub(d.floor as u64);
+        match want.checked_sub(limit) {
+            None | Some(0) => Decision::Admit,
+            Some(short) => Decision::OverShare {
+                short: short as u32,
+            },
+        }
+    }
+}
+
+/// `share(t)` as a real number, for reports.
+pub fn share(cap: u32, floor: u32, weight: u32, active_weight: u64) -> f64 {
+    let total = active_weight.max(weight as u64).max(1) as f64;
+    (cap as f64 * weight as f64 / total).max(floor as f64)
+}
+
+/// Whether a tenant whose last activity was `last` is still in the window at `now`.
+#[inline]
+pub fn recent(last: u64, now: u64, window: u64) -> bool {
+    last != 0 && last.saturating_add(window) > now
+}
+
+/// Counts `(tenants, weight)` active in pool `p` at `now` by scanning the directory.
+pub fn scan_active<R: Region>(r: &R, p: usize, now: u64, window: u64) -> (usize, u64) {
+    let mut n = 0;
+    let mut sum = 0u64;
+    for t in 0..r.geometry().tenants {
+        let rec = r.tenant(t);
+        if tenant_state::status(rec.state.load(Acquire)) != tenant_state::READY {
+            continue;
+        }
+        let tp = r.tenant_pool(p, t);
+        let held = held_word::held(tp.held.load(Relaxed));
+        if held > 0 || recent(tp.last_active_ms.load(Relaxed), now, window) {
+            n += 1;
+            sum += rec.weight.load(Relaxed) as u64;
+        }
+    }
+    (n, sum)
+}
+
+/// Marks tenant `t` active in pool `p` (asking counts, granted or not) and returns the
+/// active weight to decide with, which includes `t`.
+///
+/// The pool keeps a running sum: a tenant that turns active adds its weight at once
+/// (the first `fetch_max` to see it idle does), and a full scan at most every quarter
+/// window replaces the sum, dropping tenants that left. The scan's result is CASed
+/// over the value read before it, so an arrival during the scan is never lost.
+pub fn touch<R: Region>(r: &R, p: usize, t: usize, weight: u32, now: u64, window: u64) -> u64 {
+    let pool = r.pool(p);
+    let tp = r.tenant_pool(p, t);
+    // Relaxed throughout: see the module docs (a priority input, not the bound).
+    let prev = tp.last_active_ms.fetch_max(now, Relaxed);
+    if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, now, window) {
+        pool.active_weight.fetch_add(weight as u64, Relaxed);
+    }
+    let at = pool.active_at_ms.load(Relaxed);
+    if now >= at.saturating_add((window / 4).max(1))
+        && pool
+            .active_at_ms
+            .compare_exchange(at, now, Relaxed, Relaxed)
+            .is_ok()
+    {
+        let before = pool.active_weight.load(Relaxed);
+        let (_, sum) = scan_active(r, p, now, window);
+        let _ = pool
+            .active_weight
+            .compare_exchange(before, sum, Relaxed, Relaxed);
+    }
+    pool.active_weight.load(Relaxed).max(weight as u64)
+}
+
+/// Default hold time assumed before any release was observed, in µs.
+pub const DEFAULT_HOLD_US: u64 = 10_000;
+
+/// Estimated ms until `short` units come free in a pool with `in_use` units held,
+/// assuming holds of the observed average length end evenly. Rounded up, at least 1.
+pub fn retry_after_ms(hold_ewma_us: u64, declared_hold_ms: u64, short: u32, in_use: u32) -> u64 {
+    let hold_us = if hold_ewma_us > 0 {
+        hold_ewma_us
+    } else if declared_hold_ms > 0 {
+        declared_hold_ms.saturating_mul(1000)
+    } else {
+        DEFAULT_HOLD_US
+    };
+    let us = hold_us.saturating_mul(short.max(1) as u64) / (in_use.max(1) as u64);
+    us.div_ceil(1000).max(1)
+}
+
+/// Folds one observed hold time into the pool's moving average (weight 1/8).
+pub fn observe_hold<R: Region>(r: &R, p: usize, hold_us: u64) {
+    let ewma = &r.pool(p).hold_ewma_us;
+    let sample = hold_us.max(1);
+    // Relaxed load/store: a lost update only skips one sample of an estimate.
+    let old = ewma.load(Relaxed);
+    let new = if old == 0 {
+        sample
+    } else {
+        old - old / 8 + sample / 8
+    };
+    ewma.store(new.max(1), Relaxed);
+}
+
+/// One acquire attempt, as the core sees it (indices already resolved and checked).
+#[derive(Clone, Copy, Debug)]
+pub struct Attempt {
+    pub pool: usize,
+    pub tenant: usize,
+    pub units: u32,
+    pub hold_ms: u64,
+    pub now: u64,
+    pub window_ms: u64,
+    pub weight: u32,
+    pub tid: u32,
+}
+
+/// The facts a refusal is explained by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusalFacts {
+    pub decision: Decision,
+    pub in_use: u32,
+    pub held: u32,
+    pub cap: u32,
+    pub floor: u32,
+    pub weight: u32,
+    pub active_weight: u64,
+    pub retry_after_ms: u64,
+}
+
+/// What [`try_acquire`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    Granted { lease: usize, generation: u32 },
+    Refused(RefusalFacts),
+}
+
+/// Marks activity, claims a lease of process slot `slot`, and runs the op.
+pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> Result<Admitted> {
+    let pool = r.pool(a.pool);
+    debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
+    let active_weight = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
+    // Relaxed: capacity and floor are inputs frozen into the descriptor; the decision
+    // made under serialization uses the frozen values.
+    let cap = pool.capacity.load(Relaxed);
+    let floor = pool.floor.load(Relaxed);
+    let (l, generation) = ops::claim_lease(r, slot, hint)?;
+    let d = Desc {
+        generation,
+        pool: a.pool as u32,
+        tenant: a.tenant as u32,
+        units: a.units,
+        cap,
+        floor,
+        weight: a.weight,
+        active_weight,
+    };
+    let lease = r.lease(l);
+    ops::publish_acquire(lease, &d, a.tid, a.now, a.hold_ms);
+    let tp = r.tenant_pool(a.pool, a.tenant);
+    let outcome = ops::acquire(r, l, &d);
+    if !matches!(outcome, Ok(AcqOutcome::Granted)) {
+        // Never installed (or corrupt): ours alone to free.
+        ops::free_lease(lease, generation, crate::layout::lease_state::PENDING_ACQ);
+    }
+    // Relaxed: statistics.
+    match outcome? {
+        AcqOutcome::Granted => {
+            tp.grants.fetch_add(1, Relaxed);
+            pool.grants.fetch_add(1, Relaxed);
+            Ok(Admitted::Granted {
+                lease: l,
+                generation,
+            })
+        }
+        AcqOutcome::Refused {
+            in_use,
+            held,
+            decision,
+        } => {
+            let (code, short) = match decision {
+                Decision::PoolFull { short } => (1, short),
+                Decision::OverShare { short } => (2, short),
+                Decision::Admit => unreachable!("a refusal carries a refusing decision"),
+            };
+            tp.refusals[code - 1].fetch_add(1, Relaxed);
+            pool.refusals.fetch_add(1, Relaxed);
+            let ewma = pool.hold_ewma_us.load(Relaxed);
+            Ok(Admitted::Refused(RefusalFacts {
+                decision,
+                in_use,
+                held,
+                cap,
+                floor,
+                weight: a.weight,
+                active_weight,
+                retry_after_ms: retry_after_ms(ewma, a.hold_ms, short, in_use),
+            }))
+        }
+    }
+}
+
+/// Releases lease `l` of generation `generation` at `now`; returns `(pool, tenant, units)`.
+pub fn release<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+    now: u64,
+) -> Result<(usize, usize, u32)> {
+    let (d, granted) = ops::release(r, l, generation)?;
+    let (p, t) = (d.pool as usize, d.tenant as usize);
+    // Relaxed: activity and the hold estimate are soft (module docs).
+    r.tenant_pool(p, t).last_active_ms.fetch_max(now, Relaxed);
+    observe_hold(r, p, now.saturating_sub(granted).saturating_mul(1000));
+    Ok((p, t, d.units))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(cap: u32, floor: u32, w: u32, total: u64, units: u32) -> Desc {
+        Desc {
+            generation: 1,
+            pool: 0,
+            tenant: 0,
+            units,
+            cap,
+            floor,
+            weight: w,
+            active_weight: total,
+        }
+    }
+
+    #[test]
+    fn room_refuses_nothing_and_alone_gets_all() {
+        let d = desc(8, 1, 1, 1, 1);
+        for held in 0..8 {
+            assert_eq!(decide(held, held, &d), Decision::Admit, "held {held}");
+        }
+        assert_eq!(decide(8, 8, &d), Decision::PoolFull { short: 1 });
+    }
+
+    #[test]
+    fn over_share_stops_one_floor_short() {
+        let d = desc(8, 1, 1, 2, 1); // share 4
+        assert_eq!(decide(6, 3, &d), Decision::Admit); // under share: up to POOL
+        assert_eq!(decide(6, 4, &d), Decision::Admit); // 7 <= 8 - 1
+        assert_eq!(decide(7, 4, &d), Decision::OverShare { short: 1 });
+        assert_eq!(decide(7, 3, &d), Decision::Admit); // under share takes the floor
+    }
+
+    #[test]
+    fn weights_and_floor_set_the_share() {
+        // POOL 100, weights 3:1 -> shares 75 and 25; floor 5.
+        let heavy = desc(100, 5, 3, 4, 1);
+        let light = desc(100, 5, 1, 4, 1);
+        assert!(under_share(74, &heavy) && !under_share(75, &heavy));
+        assert!(under_share(24, &light) && !under_share(25, &light));
+        // 30 tenants of weight 1: POOL/30 = 3.3 < floor 5, so the floor is the share.
+        let many = desc(100, 5, 1, 30, 1);
+        assert!(under_share(4, &many) && !under_share(5, &many));
+        assert_eq!(share(100, 5, 1, 30), 5.0);
+        assert_eq!(share(100, 5, 3, 4), 75.0);
+    }
+
+    #[test]
+    fn all_or_nothing() {
+        let d = desc(8, 1, 1, 1, 3);
+        assert_eq!(decide(6, 0, &d), Decision::PoolFull { short: 1 });
+        assert_eq!(decide(5, 0, &d), Decision::Admit);
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        assert_eq!(retry_after_ms(5_000, 0, 1, 8), 1); // 0.625 ms -> 1
+        assert_eq!(retry_after_ms(5_000, 0, 4, 2), 10);
+        assert_eq!(retry_after_ms(0, 3, 1, 1), 3);
+        assert_eq!(retry_after_ms(0, 0, 1, 1), 10);
+        assert_eq!(retry_after_ms(1, 0, 1, 1000), 1);
+    }
+}

@@ -1,0 +1,416 @@
+//! Configuration: pools, table sizes and tenant weights, and its canonical byte form.
+//!
+//! The creator writes the canonical bytes into the segment's config block and their
+//! FNV-1a checksum into the header. An opener decodes the block from a private copy,
+//! checks the checksum, validates every field, and compares it with the config it
+//! expected, naming the first difference.
+
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, MAX_LEASES, MAX_NAME};
+
+/// Default `SHARE_FLOOR`: 5% of the pool (at least one permit).
+pub const DEFAULT_FLOOR_PERCENT: u32 = 5;
+/// Default activity window: a tenant is active if it held or asked in the last second.
+pub const DEFAULT_WINDOW_MS: u32 = 1000;
+/// Largest capacity, so that `in_use + units` never overflows 32 bits.
+pub const MAX_CAPACITY: u32 = 1 << 30;
+pub const MAX_POOLS: usize = 64;
+pub const MAX_TENANTS: usize = 65_535;
+pub const MAX_PROCESSES: usize = 65_535;
+
+/// One pool of permits.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PoolConfig {
+    pub name: String,
+    /// `POOL`: permits in the pool.
+    pub capacity: u32,
+    /// `SHARE_FLOOR` as a percentage of `capacity`, rounded down, at least 1 permit.
+    pub floor_percent: u32,
+    /// The activity window in ms.
+    pub window_ms: u32,
+}
+
+impl PoolConfig {
+    /// A fair-share pool with the default floor (5%) and window (1 s).
+    pub fn new(name: &str, capacity: u32) -> Self {
+        PoolConfig {
+            name: name.to_owned(),
+            capacity,
+            floor_percent: DEFAULT_FLOOR_PERCENT,
+            window_ms: DEFAULT_WINDOW_MS,
+        }
+    }
+    pub fn floor_percent(mut self, pct: u32) -> Self {
+        self.floor_percent = pct;
+        self
+    }
+    pub fn window_ms(mut self, ms: u32) -> Self {
+        self.window_ms = ms;
+        self
+    }
+}
+
+/// `SHARE_FLOOR` for a pool of `capacity` permits: `pct`% rounded down, at least 1.
+pub fn floor_of(capacity: u32, pct: u32) -> u32 {
+    ((capacity as u64 * pct as u64 / 100) as u32).max(1)
+}
+
+/// The whole configuration of a segment.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Config {
+    pub pools: Vec<PoolConfig>,
+    /// Tenant directory size: distinct tenant names the segment can ever hold.
+    pub max_tenants: u32,
+    /// Process slots: processes that may hold leases at once.
+    pub max_processes: u32,
+    /// Leases one process may hold (or have in flight) at once.
+    pub leases_per_process: u32,
+    /// Optional tenant weights; unnamed tenants weigh 1.
+    pub weights: Vec<(String, u32)>,
+}
+
+impl Default for Config {
+    /// The built-in node config: pools `requests`, `connections`, `residents`,
+    /// `flights`, 1024 tenants, 256 processes of 64 leases each.
+    fn default() -> Self {
+        Config {
+            pools: vec![
+                PoolConfig::new("requests", 1000),
+                PoolConfig::new("connections", 200),
+                PoolConfig::new("residents", 500),
+                PoolConfig::new("flights", 100),
+            ],
+            max_tenants: 1024,
+            max_processes: 256,
+            leases_per_process: 64,
+            weights: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// A config with the given pools and the default table sizes.
+    pub fn with_pools(pools: Vec<PoolConfig>) -> Self {
+        Config {
+            pools,
+            ..Config::default()
+        }
+    }
+
+    pub fn weight(mut self, tenant: &str, weight: u32) -> Self {
+        self.weights.push((tenant.to_owned(), weight));
+        self
+    }
+
+    /// Checks every rule; the error names the first field that breaks one.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |s: String| Err(Error::InvalidConfig(s));
+        if self.pools.is_empty() || self.pools.len() > MAX_POOLS {
+            return bad(format!("{} pools; need 1 to {MAX_POOLS}", self.pools.len()));
+        }
+        for (i, p) in self.pools.iter().enumerate() {
+            check_name(&p.name).or_else(|why| bad(format!("pool name {:?}: {why}", p.name)))?;
+            if self.pools[..i].iter().any(|q| q.name == p.name) {
+                return bad(format!("pool {:?} is named twice", p.name));
+            }
+            if p.capacity == 0 || p.capacity > MAX_CAPACITY {
+                return bad(format!(
+                    "pool {:?}: capacity {} is not in 1..={MAX_CAPACITY}",
+                    p.name, p.capacity
+                ));
+            }
+            if p.floor_percent > 100 {
+                return bad(format!(
+                    "pool {:?}: floor_percent {} is over 100",
+                    p.name, p.floor_percent
+                ));
+            }
+            if p.window_ms == 0 {
+                return bad(format!("pool {:?}: window_ms must be at least 1", p.name));
+            }
+        }
+        let t = self.max_tenants as usize;
+        if t == 0 || t > MAX_TENANTS {
+            return bad(format!("max_tenants {t} is not in 1..={MAX_TENANTS}"));
+        }
+        let procs = self.max_processes as usize;
+        if procs == 0 || procs > MAX_PROCESSES {
+            return bad(format!(
+                "max_processes {procs} is not in 1..={MAX_PROCESSES}"
+            ));
+        }
+        let lpp = self.leases_per_process as usize;
+        if lpp == 0 || procs * lpp > MAX_LEASES {
+            return bad(format!(
+                "max_processes * leases_per_process = {procs} * {lpp} must be in 1..={MAX_LEASES}"
+            ));
+        }
+        if self.weights.len() > t {
+            return bad(format!(
+                "{} weights but only {t} tenant slots",
+                self.weights.len()
+            ));
+        }
+        for (i, (name, w)) in self.weights.iter().enumerate() {
+            check_name(name).or_else(|why| bad(format!("weighted tenant {name:?}: {why}")))?;
+            if *w == 0 {
+                return bad(format!("tenant {name:?}: weight must be at least 1"));
+            }
+            if self.weights[..i].iter().any(|(n, _)| n == name) {
+                return bad(format!("tenant {name:?} is weighted twice"));
+            }
+        }
+        if self.geometry().total_size > u32::MAX as usize {
+            return bad("the segment would exceed 4 GiB; shrink the tables".into());
+        }
+        Ok(())
+    }
+
+    /// Configured weight of a tenant (1 if none).
+    pub fn weight_of(&self, tenant: &[u8]) -> u32 {
+        self.weights
+            .iter()
+            .find(|(n, _)| n.as_bytes() == tenant)
+            .map_or(1, |(_, w)| *w)
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        Geometry::new(
+            self.pools.len(),
+            self.max_tenants as usize,
+            self.max_processes as usize,
+            self.leases_per_process as usize,
+            self.encoded_len(),
+        )
+    }
+
+    fn encoded_len(&self) -> usize {
+        HEAD_LEN + self.pools.len() * POOL_LEN + self.weights.len() * WEIGHT_LEN
+    }
+
+    /// The canonical bytes written into the config block.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(self.encoded_len());
+        for v in [
+            self.pools.len() as u32,
+            self.max_tenants,
+            self.max_processes,
+            self.leases_per_process,
+            self.weights.len() as u32,
+            0,
+            0,
+            0,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for p in &self.pools {
+            b.extend_from_slice(&name_bytes(&p.name));
+            for v in [p.capacity, p.floor_percent, p.window_ms, 0] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for (name, w) in &self.weights {
+            b.extend_from_slice(&name_bytes(name));
+            b.extend_from_slice(&w.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+        }
+        debug_assert_eq!(b.len(), self.encoded_len());
+        b
+    }
+
+    /// Decodes and validates a config block. Never panics on any input.
+    pub fn decode(b: &[u8]) -> Result<Config> {
+        let corrupt = |what: String| Error::Corrupt(format!("config block: {what}"));
+        let u32_at = |off: usize| -> Result<u32> {
+            b.get(off..off + 4)
+                .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
+                .ok_or_else(|| corrupt(format!("ends at {} bytes, before offset {off}", b.len())))
+        };
+        let n_pools = u32_at(0)? as usize;
+        let n_weights = u32_at(16)? as usize;
+        if n_pools > MAX_POOLS || n_weights > MAX_TENANTS {
+            return Err(corrupt(format!("{n_pools} pools, {n_weights} weights")));
+        }
+        let need = HEAD_LEN + n_pools * POOL_LEN + n_weights * WEIGHT_LEN;
+        if b.len() != need {
+            return Err(corrupt(format!("{} bytes, expected {need}", b.len())));
+        }
+        let mut pools = Vec::with_capacity(n_pools);
+        for i in 0..n_pools {
+            let off = HEAD_LEN + i * POOL_LEN;
+            pools.push(PoolConfig {
+                name: decode_name(&b[off..off + MAX_NAME]).map_err(|e| corrupt(e.into()))?,
+                capacity: u32_at(off + MAX_NAME)?,
+                floor_percent: u32_at(off + MAX_NAME + 4)?,
+                window_ms: u32_at(off + MAX_NAME + 8)?,
+            });
+        }
+        let mut weights = Vec::with_capacity(n_weights);
+        for i in 0..n_weights {
+            let off = HEAD_LEN + n_pools * POOL_LEN + i * WEIGHT_LEN;
+            let name = decode_name(&b[off..off + MAX_NAME]).map_err(|e| corrupt(e.into()))?;
+            weights.push((name, u32_at(off + MAX_NAME)?));
+        }
+        let cfg = Config {
+            pools,
+            max_tenants: u32_at(4)?,
+            max_processes: u32_at(8)?,
+            leases_per_process: u32_at(12)?,
+            weights,
+        };
+        cfg.validate().map_err(|e| corrupt(e.to_string()))?;
+        Ok(cfg)
+    }
+
+    /// The first difference between two configs, for `ConfigMismatch`.
+    pub fn diff(&self, asked: &Config) -> Option<String> {
+        let sizes = [
+            ("max_tenants", self.max_tenants, asked.max_tenants),
+            ("max_processes", self.max_processes, asked.max_processes),
+            (
+                "leases_per_process",
+                self.leases_per_process,
+                asked.leases_per_process,
+            ),
+        ];
+        for (what, have, want) in sizes {
+            if have != want {
+                return Some(format!("{what}: segment has {have}, asked for {want}"));
+            }
+        }
+        let names = |c: &Config| c.pools.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        if names(self) != names(asked) {
+            return Some(format!(
+                "pools: segment has {:?}, asked for {:?}",
+                names(self),
+                names(asked)
+            ));
+        }
+        for (h, w) in self.pools.iter().zip(&asked.pools) {
+            if h != w {
+                return Some(format!(
+                    "pool {:?}: segment has {h:?}, asked for {w:?}",
+                    h.name
+                ));
+            }
+        }
+        if self.weights != asked.weights {
+            return Some(format!(
+                "weights: segment has {:?}, asked for {:?}",
+                self.weights, asked.weights
+            ));
+        }
+        None
+    }
+}
+
+const HEAD_LEN: usize = 32;
+const POOL_LEN: usize = MAX_NAME + 16;
+const WEIGHT_LEN: usize = MAX_NAME + 8;
+
+/// A pool or tenant name: 1 to 48 bytes, no NUL.
+pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {
+    check_name_bytes(name.as_bytes())
+}
+
+pub fn check_name_bytes(name: &[u8]) -> std::result::Result<(), &'static str> {
+    if name.is_empty() {
+        Err("empty")
+    } else if name.len() > MAX_NAME {
+        Err("longer than 48 bytes")
+    } else if name.contains(&0) {
+        Err("contains a NUL byte")
+    } else {
+        Ok(())
+    }
+}
+
+fn name_bytes(name: &str) -> [u8; MAX_NAME] {
+    let mut out = [0u8; MAX_NAME];
+    out[..name.len()].copy_from_slice(name.as_bytes());
+    out
+}
+
+fn decode_name(b: &[u8]) -> std::result::Result<String, &'static str> {
+    let len = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    if b[len..].iter().any(|&c| c != 0) {
+        return Err("name has bytes after its NUL terminator");
+    }
+    String::from_utf8(b[..len].to_vec()).map_err(|_| "name is not UTF-8")
+}
+
+/// FNV-1a, 64 bits: the config checksum and the tenant name hash.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_round_trips() {
+        let c = Config::default().weight("acme", 3);
+        c.validate().unwrap();
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn floor_is_five_percent_at_least_one() {
+        assert_eq!(floor_of(8, 5), 1);
+        assert_eq!(floor_of(1000, 5), 50);
+        assert_eq!(floor_of(1, 0), 1);
+        assert_eq!(floor_of(39, 5), 1);
+        assert_eq!(floor_of(40, 5), 2);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut c = Config::with_pools(vec![PoolConfig::new("a", 0)]);
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("capacity 0"), "{e}");
+        c.pools[0].capacity = 4;
+        c.pools.push(PoolConfig::new("a", 3));
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("named twice"), "{e}");
+        let c = Config::default().weight("x", 0);
+        assert!(c.validate().unwrap_err().to_string().contains("weight"));
+        let c = Config::with_pools(vec![PoolConfig::new("a", 4).window_ms(0)]);
+        assert!(c.validate().unwrap_err().to_string().contains("window_ms"));
+        let mut c = Config::default();
+        c.leases_per_process = 1000;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("leases_per_process")
+        );
+    }
+
+    #[test]
+    fn diff_names_first_difference() {
+        let a = Config::default();
+        let mut b = a.clone();
+        b.pools[1].capacity = 7;
+        let d = a.diff(&b).unwrap();
+        assert!(d.contains("connections") && d.contains('7'), "{d}");
+        assert_eq!(a.diff(&a), None);
+    }
+
+    #[test]
+    fn decode_rejects_garbage_without_panicking() {
+        let good = Config::default().encode();
+        for cut in 0..good.len() {
+            assert!(Config::decode(&good[..cut]).is_err());
+        }
+        let mut bad = good.clone();
+        bad[HEAD_LEN + MAX_NAME] = 0; // capacity of pool 0 -> 0 (low byte)
+        bad[HEAD_LEN + MAX_NAME + 1] = 0;
+        assert!(Config::decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,435 @@
+//! The fixed layout of the segment: `#[repr(C)]` records of atomics, the bit layout of
+//! every state word, and the geometry that places the regions.
+//!
+//! `shm-layout.md` documents every byte described here; `tests/layout_doc.rs` parses
+//! that document and checks it against [`field_table`], so neither can drift alone.
+//!
+//! No record holds a pointer: they refer to each other by index, and every index read
+//! back from shared memory is bounds-checked by the reader before use.
+
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// `b"FAIRSHM\0"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
+/// Bumped on every change to this file that moves or reinterprets a byte.
+pub const LAYOUT_VERSION: u32 = 1;
+/// `header.ready` once the creator has written everything else.
+pub const READY: u32 = 0x5245_4459; // "READ" "Y"
+/// Every record is one cache line, so that two records never share one.
+pub const RECORD: usize = 64;
+/// Longest tenant or pool name, in bytes.
+pub const MAX_NAME: usize = 48;
+/// Lease indices are stored in 16 bits (as index + 1), so at most this many leases.
+pub const MAX_LEASES: usize = 65_535;
+
+/// Segment header, at offset 0. Written once by the creator; `ready` last.
+#[repr(C)]
+pub struct Header {
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub ready: AtomicU32,
+    pub total_size: AtomicU64,
+    pub config_checksum: AtomicU64,
+    pub config_off: AtomicU32,
+    pub config_len: AtomicU32,
+    pub pools_off: AtomicU32,
+    pub tenants_off: AtomicU32,
+    pub tenant_pools_off: AtomicU32,
+    pub procs_off: AtomicU32,
+    pub leases_off: AtomicU32,
+    pub creator_pid: AtomicU32,
+}
+
+/// One pool's live state.
+#[repr(C)]
+pub struct PoolRec {
+    /// See [`pool_word`]: units in use plus the one operation in progress.
+    pub word: AtomicU64,
+    /// Effective capacity (`POOL`). Fixed pools: the configured number.
+    pub capacity: AtomicU32,
+    /// Effective floor (`SHARE_FLOOR`) derived from `capacity`.
+    pub floor: AtomicU32,
+    /// Cached sum of the weights of the active tenants (see `admission::active`).
+    pub active_weight: AtomicU64,
+    /// When `active_weight` was last recomputed by a full scan, in ms.
+    pub active_at_ms: AtomicU64,
+    /// Moving average of observed hold times, in µs (drives retry-after).
+    pub hold_ewma_us: AtomicU64,
+    /// Futex word waiters sleep on (bumped by releases).
+    pub wake: AtomicU32,
+    /// Number of waiters currently asleep on `wake`.
+    pub waiters: AtomicU32,
+    pub grants: AtomicU64,
+    pub refusals: AtomicU64,
+}
+
+/// One entry of the tenant directory. Claimed lock-free, never freed.
+#[repr(C)]
+pub struct TenantRec {
+    /// See [`tenant_state`]: status, name length, writer.
+    pub state: AtomicU32,
+    /// Configured weight (1 when the config names none).
+    pub weight: AtomicU32,
+    /// FNV-1a 64 of the name, to skip most byte comparisons.
+    pub hash: AtomicU64,
+    /// The name, little-endian, zero-padded.
+    pub name: [AtomicU64; 6],
+}
+
+/// Counters of one tenant in one pool.
+#[repr(C)]
+pub struct TenantPoolRec {
+    /// See [`held_word`]: units held plus the tag of the last operation applied.
+    pub held: AtomicU64,
+    /// Last acquire attempt or release, in ms (0 = never).
+    pub last_active_ms: AtomicU64,
+    pub grants: AtomicU64,
+    /// Refusals by reason code, index = `ReasonCode as usize - 1`.
+    pub refusals: [AtomicU64; 4],
+    pub reserved: AtomicU64,
+}
+
+/// One process slot.
+#[repr(C)]
+pub struct ProcRec {
+    /// See [`proc_state`].
+    pub state: AtomicU32,
+    pub pid: AtomicU32,
+    /// Process start time in clock ticks since boot (`/proc/PID/stat` field 22).
+    pub start_time: AtomicU64,
+    /// Robust-futex owner word (kernel sets `FUTEX_OWNER_DIED`); reserved for liveness.
+    pub owner_futex: AtomicU32,
+    /// Bumped each time the slot is claimed.
+    pub generation: AtomicU32,
+    pub registered_ms: AtomicU64,
+    pub reserved: [AtomicU64; 4],
+}
+
+/// One lease record: a grant, or an acquire or release in progress.
+///
+/// Lease `L` belongs to process slot `L / leases_per_proc`. Every field except `state`
+/// is written only by the owner while the lease is `CLAIMED` (private), and read by
+/// helpers under the `generation` seqlock (see `admission`).
+#[repr(C)]
+pub struct LeaseRec {
+    /// See [`lease_state`]: the state and the claim generation, changed only by CAS.
+    pub state: AtomicU32,
+    /// Reserved (zero).
+    pub reserved0: AtomicU32,
+    pub pool: AtomicU32,
+    pub tenant: AtomicU32,
+    pub units: AtomicU32,
+    /// Kernel thread id of the holder (threads hold their own leases).
+    pub tid: AtomicU32,
+    pub granted_ms: AtomicU64,
+    pub hold_ms: AtomicU64,
+    /// Decision inputs captured by the initiator, so that every helper decides alike.
+    pub cap: AtomicU32,
+    pub floor: AtomicU32,
+    pub weight: AtomicU32,
+    pub reserved: AtomicU32,
+    pub active_weight: AtomicU64,
+}
+
+/// The pool word: `in_use` and the single operation in progress, changed only by CAS.
+///
+/// | bits   | field      | meaning                                             |
+/// |--------|------------|-----------------------------------------------------|
+/// | 0..32  | `in_use`   | units granted and not yet released                  |
+/// | 32..48 | `pend_idx` | 0: idle; else lease index + 1 of the pending op      |
+/// | 48     | `pend_rel` | 0: the pending op is an acquire; 1: a release       |
+/// | 49..64 | `pend_gen` | low 15 bits of that lease's claim generation        |
+pub mod pool_word {
+    pub const IN_USE_MASK: u64 = 0xFFFF_FFFF;
+    pub const IDX_SHIFT: u32 = 32;
+    pub const IDX_MASK: u64 = 0xFFFF;
+    pub const REL_BIT: u64 = 1 << 48;
+    pub const GEN_SHIFT: u32 = 49;
+    pub const GEN_MASK: u64 = 0x7FFF;
+
+    #[inline]
+    pub fn in_use(w: u64) -> u32 {
+        (w & IN_USE_MASK) as u32
+    }
+    #[inline]
+    pub fn is_idle(w: u64) -> bool {
+        (w >> IDX_SHIFT) & IDX_MASK == 0
+    }
+    /// The pending lease index, if any.
+    #[inline]
+    pub fn pending(w: u64) -> Option<usize> {
+        match (w >> IDX_SHIFT) & IDX_MASK {
+            0 => None,
+            i => Some(i as usize - 1),
+        }
+    }
+    #[inline]
+    pub fn is_release(w: u64) -> bool {
+        w & REL_BIT != 0
+    }
+    #[inline]
+    pub fn generation(w: u64) -> u32 {
+        ((w >> GEN_SHIFT) & GEN_MASK) as u32
+    }
+    #[inline]
+    pub fn idle(in_use: u32) -> u64 {
+        in_use as u64
+    }
+    /// `in_use` with lease `idx`'s operation pending.
+    #[inline]
+    pub fn with_pending(in_use: u32, idx: usize, release: bool, generation: u32) -> u64 {
+        debug_assert!(idx < super::MAX_LEASES);
+        in_use as u64
+            | ((idx as u64 + 1) << IDX_SHIFT)
+            | if release { REL_BIT } else { 0 }
+            | ((generation as u64 & GEN_MASK) << GEN_SHIFT)
+    }
+}
+
+/// The held word of a (pool, tenant): units held, tagged with the last op applied.
+///
+/// | bits   | field  | meaning                                                      |
+/// |--------|--------|--------------------------------------------------------------|
+/// | 0..32  | `held` | units this tenant holds in this pool                         |
+/// | 32..64 | `tag`  | 0: none; else `(lease index + 1) << 1 | is_release` of the last op |
+///
+/// The tag makes applying an op idempotent: a helper that finds its own tag knows the
+/// op was applied already (see `admission` for why no stale tag can match).
+pub mod held_word {
+    #[inline]
+    pub fn held(w: u64) -> u32 {
+        w as u32
+    }
+    #[inline]
+    pub fn tag(w: u64) -> u32 {
+        (w >> 32) as u32
+    }
+    #[inline]
+    pub fn make_tag(idx: usize, release: bool) -> u32 {
+        debug_assert!(idx < super::MAX_LEASES);
+        ((idx as u32 + 1) << 1) | release as u32
+    }
+    #[inline]
+    pub fn make(held: u32, tag: u32) -> u64 {
+        held as u64 | ((tag as u64) << 32)
+    }
+}
+
+/// Lease state word. See `shm-layout.md` for the transition table.
+///
+/// | bits  | field   | meaning                                                   |
+/// |-------|---------|-----------------------------------------------------------|
+/// | 0..8  | `state` | one of the constants below                                |
+/// | 8..32 | `generation`   | claim generation, bumped by the claiming CAS (wraps at 2^24) |
+///
+/// Every CAS on this word names the full generation, so a helper that lags behind can
+/// never move a later cycle of the same slot.
+pub mod lease_state {
+    pub const GEN_MASK: u32 = 0xFF_FFFF;
+    #[inline]
+    pub fn state(s: u32) -> u32 {
+        s & 0xFF
+    }
+    #[inline]
+    pub fn generation(s: u32) -> u32 {
+        s >> 8
+    }
+    #[inline]
+    pub fn make(generation: u32, state: u32) -> u32 {
+        ((generation & GEN_MASK) << 8) | (state & 0xFF)
+    }
+
+    pub const FREE: u32 = 0;
+    /// Owned by its process, fields being written, not visible to anyone.
+    pub const CLAIMED: u32 = 1;
+    /// Acquire published; counted nowhere until its op completes.
+    pub const PENDING_ACQ: u32 = 2;
+    /// Granted: counted in pool `in_use` and tenant `held` once its op completes.
+    pub const HELD: u32 = 3;
+    /// Refused: counted nowhere.
+    pub const REFUSED: u32 = 4;
+    /// Release published; still counted until its op completes.
+    pub const PENDING_REL: u32 = 5;
+    /// Released: counted nowhere; the owner (or a reaper) frees it.
+    pub const RELEASED: u32 = 6;
+
+    pub fn name(s: u32) -> &'static str {
+        match s {
+            FREE => "free",
+            CLAIMED => "claimed",
+            PENDING_ACQ => "pending_acquire",
+            HELD => "held",
+            REFUSED => "refused",
+            PENDING_REL => "pending_release",
+            RELEASED => "released",
+            _ => "corrupt",
+        }
+    }
+}
+
+/// Tenant directory state word.
+///
+/// | bits   | field    | meaning                                      |
+/// |--------|----------|----------------------------------------------|
+/// | 0..8   | `len`    | name length in bytes (1..=48)                |
+/// | 8..10  | `status` | 0 empty, 1 writing, 2 ready                  |
+/// | 16..32 | `writer` | process slot + 1 of the writer, while writing |
+pub mod tenant_state {
+    pub const EMPTY: u32 = 0;
+    pub const WRITING: u32 = 1;
+    pub const READY: u32 = 2;
+    #[inline]
+    pub fn len(s: u32) -> usize {
+        (s & 0xFF) as usize
+    }
+    #[inline]
+    pub fn status(s: u32) -> u32 {
+        (s >> 8) & 0x3
+    }
+    #[inline]
+    pub fn writer(s: u32) -> Option<usize> {
+        match s >> 16 {
+            0 => None,
+            w => Some(w as usize - 1),
+        }
+    }
+    #[inline]
+    pub fn make(status: u32, len: usize, writer: Option<usize>) -> u32 {
+        debug_assert!(len <= super::MAX_NAME && status <= READY);
+        let w = writer.map_or(0, |w| w as u32 + 1);
+        (len as u32) | (status << 8) | (w << 16)
+    }
+}
+
+/// Process slot state word.
+///
+/// | bits  | field    | meaning                                             |
+/// |-------|----------|-----------------------------------------------------|
+/// | 0..8  | `status` | 0 free, 1 claiming, 2 live, 3 reaping               |
+/// | 8..32 | `pid`    | pid of the claimant (also while claiming/reaping)   |
+pub mod proc_state {
+    pub const FREE: u32 = 0;
+    pub const CLAIMING: u32 = 1;
+    pub const LIVE: u32 = 2;
+    pub const REAPING: u32 = 3;
+    #[inline]
+    pub fn status(s: u32) -> u32 {
+        s & 0xFF
+    }
+    #[inline]
+    pub fn pid(s: u32) -> u32 {
+        s >> 8
+    }
+    #[inline]
+    pub fn make(status: u32, pid: u32) -> u32 {
+        debug_assert!(pid < (1 << 24));
+        status | (pid << 8)
+    }
+}
+
+/// Where each region starts, derived from the table sizes alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub pools: usize,
+    pub tenants: usize,
+    pub procs: usize,
+    pub leases_per_proc: usize,
+    pub config_off: usize,
+    pub config_len: usize,
+    pub pools_off: usize,
+    pub tenants_off: usize,
+    pub tenant_pools_off: usize,
+    pub procs_off: usize,
+    pub leases_off: usize,
+    pub total_size: usize,
+}
+
+/// Rounds up to the next multiple of [`RECORD`].
+pub const fn align_up(n: usize) -> usize {
+    n.div_ceil(RECORD) * RECORD
+}
+
+impl Geometry {
+    /// Places the regions one after the other, each aligned to [`RECORD`].
+    pub fn new(
+        pools: usize,
+        tenants: usize,
+        procs: usize,
+        leases_per_proc: usize,
+        config_len: usize,
+    ) -> Self {
+        let config_off = RECORD; // the header is one record
+        let pools_off = align_up(config_off + config_len);
+        let tenants_off = pools_off + pools * RECORD;
+        let tenant_pools_off = tenants_off + tenants * RECORD;
+        let procs_off = tenant_pools_off + pools * tenants * RECORD;
+        let leases_off = procs_off + procs * RECORD;
+        let total_size = leases_off + procs * leases_per_proc * RECORD;
+        Geometry {
+            pools,
+            tenants,
+            procs,
+            leases_per_proc,
+            config_off,
+            config_len,
+            pools_off,
+            tenants_off,
+            tenant_pools_off,
+            procs_off,
+            leases_off,
+            total_size,
+        }
+    }
+
+    pub fn leases(&self) -> usize {
+        self.procs * self.leases_per_proc
+    }
+}
+
+/// (record, field, offset, size) for every field, in order: the table that
+/// `shm-layout.md` must match. Built with `offset_of!`, so it is the compiler's truth.
+#[cfg(not(loom))]
+pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
+    use std::mem::{offset_of, size_of_val};
+    macro_rules! fields {
+        ($out:ident, $rec:ident, $name:literal: $($f:ident),*) => {{
+            // SAFETY: `MaybeUninit` storage is only used to measure field sizes via
+            // references that are never read.
+            let probe = std::mem::MaybeUninit::<$rec>::uninit();
+            let p = probe.as_ptr();
+            $(
+                // SAFETY: `addr_of!` on a field of an uninitialised value creates no
+                // reference to uninitialised memory; `size_of_val` on the raw place
+                // type is computed from the type alone.
+                let size = unsafe { size_of_val(&*std::ptr::addr_of!((*p).$f)) };
+                $out.push(($name, stringify!($f), offset_of!($rec, $f), size));
+            )*
+        }};
+    }
+    let mut v = Vec::new();
+    fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
+        config_off, config_len, pools_off, tenants_off, tenant_pools_off, procs_off,
+        leases_off, creator_pid);
+    fields!(v, PoolRec, "PoolRec": word, capacity, floor, active_weight, active_at_ms,
+        hold_ewma_us, wake, waiters, grants, refusals);
+    fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
+    fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
+        reserved);
+    fields!(v, ProcRec, "ProcRec": state, pid, start_time, owner_futex, generation,
+        registered_ms, reserved);
+    fields!(v, LeaseRec, "LeaseRec": state, reserved0, pool, tenant, units, tid, granted_ms,
+        hold_ms, cap, floor, weight, reserved, active_weight);
+    v
+}
+
+#[cfg(not(loom))]
+const _: () = {
+    use std::mem::{align_of, size_of};
+    assert!(size_of::<Header>() == RECORD);
+    assert!(size_of::<PoolRec>() == RECORD);
+    assert!(size_of::<TenantRec>() == RECORD);
+    assert!(size_of::<TenantPoolRec>() == RECORD);
+    assert!(size_of::<ProcRec>() == RECORD);
+    assert!(size_of::<LeaseRec>() == RECORD);
+    assert!(align_of::<LeaseRec>() <= RECORD);
+};

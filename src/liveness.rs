@@ -1,0 +1,142 @@
+//! Process slots, and telling a dead process from a live one.
+//!
+//! A slot records the pid and the process start time (`/proc/PID/stat` field 22, clock
+//! ticks since boot). A pid alone is not an identity (pid_max is 32768 here and pids
+//! are reused quickly); pid plus start time is, since a new process with the same pid
+//! starts later. A zombie keeps its start time, so states `Z` and `X` count as dead.
+
+use crate::error::{Error, Result};
+use crate::layout::proc_state as ps;
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// What `/proc/PID/stat` says of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub start_time: u64,
+    /// The one-letter state (`R`, `S`, `Z`, ...).
+    pub state: u8,
+}
+
+/// Parses a `/proc/PID/stat` line. The command name may hold spaces and parentheses,
+/// so fields are counted from the last `)`.
+pub fn parse_stat(stat: &str) -> Option<ProcInfo> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.bytes().next()?;
+    // Field 3 is the state; the start time is field 22, i.e. 19 further on.
+    let start_time = fields.nth(18)?.parse().ok()?;
+    Some(ProcInfo { start_time, state })
+}
+
+/// `/proc/PID/stat` of a process, or `None` if there is no such process.
+pub fn proc_info(pid: u32) -> Option<ProcInfo> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat)
+}
+
+/// Whether the process `pid` that started at `start_time` is gone (exited, a zombie,
+/// or its pid now names another process).
+pub fn is_dead(pid: u32, start_time: u64) -> bool {
+    match proc_info(pid) {
+        None => true,
+        Some(i) => i.state == b'Z' || i.state == b'X' || i.start_time != start_time,
+    }
+}
+
+/// This process's pid and start time.
+pub fn me() -> (u32, u64) {
+    let pid = std::process::id();
+    let start = proc_info(pid).map_or(0, |i| i.start_time);
+    (pid, start)
+}
+
+/// A slot as read at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotView {
+    pub status: u32,
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+pub fn view<R: Region>(r: &R, s: usize) -> SlotView {
+    let rec = r.proc_slot(s);
+    // Acquire: pairs with the Release store of LIVE, so the fields below are current.
+    let st = rec.state.load(Acquire);
+    SlotView {
+        status: ps::status(st),
+        pid: ps::pid(st),
+        start_time: rec.start_time.load(Relaxed),
+    }
+}
+
+/// Whether slot `s` belongs to a process that is gone, judged by `dead(pid, start)`.
+/// A slot still being claimed has no start time yet: judged by its pid alone.
+pub fn slot_dead<R: Region>(r: &R, s: usize, dead: &dyn Fn(u32, u64) -> bool) -> bool {
+    let v = view(r, s);
+    match v.status {
+        ps::LIVE => dead(v.pid, v.start_time),
+        ps::CLAIMING => proc_info(v.pid).is_none(),
+        _ => false,
+    }
+}
+
+/// Claims a free process slot for `(pid, start_time)`.
+pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result<usize> {
+    let n = r.geometry().procs;
+    if pid >= 1 << 24 {
+        return Err(Error::InvalidRequest(format!(
+            "pid {pid} does not fit 24 bits"
+        )));
+    }
+    // Start where the pid points, so that siblings rarely race for one slot.
+    let start = pid as usize % n;
+    for i in 0..n {
+        let s = (start + i) % n;
+        let rec = r.proc_slot(s);
+        let st = rec.state.load(Relaxed);
+        if ps::status(st) != ps::FREE {
+            continue;
+        }
+        // Acquire: the reaper's writes that freed the slot happen before ours.
+        if rec
+            .state
+            .compare_exchange(st, ps::make(ps::CLAIMING, pid), Acquire, Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        rec.pid.store(pid, Relaxed);
+        rec.start_time.store(start_time, Relaxed);
+        rec.registered_ms.store(now, Relaxed);
+        rec.generation.fetch_add(1, Relaxed);
+        // Release: the fields above are visible to whoever sees LIVE.
+        rec.state.store(ps::make(ps::LIVE, pid), Release);
+        return Ok(s);
+    }
+    Err(Error::ProcessTableFull { max: n })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_awkward_names() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                    987654 1000 100 18446744073709551615";
+        let i = parse_stat(line).unwrap();
+        assert_eq!(i.state, b'S');
+        assert_eq!(i.start_time, 987654);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_changed_start_time_is_not() {
+        let (pid, start) = me();
+        assert!(start > 0);
+        assert!(!is_dead(pid, start));
+        assert!(is_dead(pid, start + 1), "a reused pid must not look alive");
+        assert!(is_dead(u32::MAX >> 9, 1));
+    }
+}

@@ -1,0 +1,134 @@
+//! Returning a dead process's permits, exactly.
+//!
+//! A reaper takes a dead process's slot (`LIVE` -> `REAPING`, naming itself), then
+//! walks that process's lease range. By invariant (I1) of `ops`, once any op pending
+//! on the lease's pool is settled, the lease state alone says what is counted:
+//!
+//! | state found     | meaning                                   | the reaper            |
+//! |-----------------|-------------------------------------------|-----------------------|
+//! | `FREE`          | nothing                                   | -                     |
+//! | `CLAIMED`       | private, counted nowhere                   | frees it              |
+//! | `PENDING_ACQ`   | installed: finish it; else counted nowhere | helps, or frees it    |
+//! | `REFUSED`, `RELEASED` | counted nowhere                     | frees it              |
+//! | `HELD`          | counted                                   | releases it           |
+//! | `PENDING_REL`   | counted until its op completes            | finishes the release  |
+//!
+//! Only one reaper works on a slot at a time (the `REAPING` CAS), which is what makes
+//! "not installed yet, so install it" safe for `PENDING_REL`: the owner is dead and no
+//! other reaper can install the same release.
+
+use crate::error::{Error, Result};
+use crate::layout::{lease_state as ls, pool_word as pw, proc_state as ps};
+use crate::ops;
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// What reaping one process slot gave back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    pub slot: usize,
+    pub pid: u32,
+    /// Leases that were held and are now released.
+    pub leases_released: usize,
+    /// Units returned, per pool index.
+    pub units_returned: Vec<u64>,
+    /// Acquires in flight that were finished or dropped.
+    pub in_flight: usize,
+}
+
+/// Reaps slot `s` if its process is dead by `dead(pid, start)`. `reaper` is the
+/// reaper's pid; a slot already `REAPING` by a dead reaper is taken over.
+pub fn reap_slot<R: Region>(
+    r: &R,
+    s: usize,
+    reaper: u32,
+    dead: &dyn Fn(u32, u64) -> bool,
+) -> Result<Option<Reaped>> {
+    let rec = r.proc_slot(s);
+    let st = rec.state.load(Acquire);
+    let pid = rec.pid.load(Relaxed);
+    let start = rec.start_time.load(Relaxed);
+    let take = match ps::status(st) {
+        ps::LIVE => dead(ps::pid(st), start),
+        ps::CLAIMING => crate::liveness::proc_info(ps::pid(st)).is_none(),
+        ps::REAPING => ps::pid(st) != reaper && crate::liveness::proc_info(ps::pid(st)).is_none(),
+        _ => false,
+    };
+    // Acquire: the dead process's last writes are visible to our walk.
+    if !take
+        || rec
+            .state
+            .compare_exchange(st, ps::make(ps::REAPING, reaper), Acquire, Relaxed)
+            .is_err()
+    {
+        return Ok(None);
+    }
+    let geo = *r.geometry();
+    let mut out = Reaped {
+        slot: s,
+        pid,
+        units_returned: vec![0; geo.pools],
+        ..Reaped::default()
+    };
+    for l in s * geo.leases_per_proc..(s + 1) * geo.leases_per_proc {
+        recover_lease(r, l, &mut out)?;
+    }
+    crate::tenants::clear_writer(r, s);
+    rec.pid.store(0, Relaxed);
+    rec.start_time.store(0, Relaxed);
+    // Release: everything above happens before the slot is claimed again.
+    rec.state.store(ps::make(ps::FREE, 0), Release);
+    Ok(Some(out))
+}
+
+/// Brings one lease of a dead owner to `FREE`, giving back what it held.
+fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
+    let lease = r.lease(l);
+    loop {
+        let sw = lease.state.load(Acquire);
+        let (generation, state) = (ls::generation(sw), ls::state(sw));
+        match state {
+            ls::FREE => return Ok(()),
+            ls::CLAIMED | ls::REFUSED | ls::RELEASED => {
+                ops::free_lease(lease, generation, state);
+            }
+            ls::HELD => {
+                let (d, _) = ops::release(r, l, generation)?;
+                out.leases_released += 1;
+                out.units_returned[d.pool as usize] += d.units as u64;
+            }
+            ls::PENDING_ACQ => {
+                let p = checked_pool(r, l)?;
+                let w = r.pool(p).word.load(Acquire);
+                if is_ours(w, l, false, generation) {
+                    ops::complete(r, p, w, None)?; // then HELD or REFUSED
+                    out.in_flight += 1;
+                } else if lease.state.load(Acquire) == sw {
+                    // Not pending now and still undecided: never installed (I1).
+                    ops::free_lease(lease, generation, state);
+                    out.in_flight += 1;
+                }
+            }
+            ls::PENDING_REL => {
+                let (d, _) = ops::finish_release(r, l, generation)?;
+                out.leases_released += 1;
+                out.units_returned[d.pool as usize] += d.units as u64;
+            }
+            _ => return Err(Error::Corrupt(format!("lease {l} has state word {sw:#x}"))),
+        }
+    }
+}
+
+fn checked_pool<R: Region>(r: &R, l: usize) -> Result<usize> {
+    let p = r.lease(l).pool.load(Relaxed) as usize;
+    if p >= r.geometry().pools {
+        return Err(Error::Corrupt(format!("lease {l} names pool {p}")));
+    }
+    Ok(p)
+}
+
+fn is_ours(w: u64, l: usize, release: bool, generation: u32) -> bool {
+    pw::pending(w) == Some(l)
+        && pw::is_release(w) == release
+        && pw::generation(w) == generation & pw::GEN_MASK as u32
+}

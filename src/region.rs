@@ -1,0 +1,130 @@
+//! Where the records live.
+//!
+//! The algorithms (`ops`, `admission`, `tenants`, `liveness`, `recovery`, `stats`) are
+//! written once, over [`Region`]. Two implementations exist: the mmap overlay in
+//! `segment` (the product) and [`HeapRegion`] (loom models, unit tests), so loom checks
+//! the very code that runs on the mapping.
+//!
+//! Accessors take indices that the caller has already checked against the trusted
+//! [`Geometry`] (which comes from the validated config, never from a live record); the
+//! accessors check again and panic, like slice indexing, as a memory-safety backstop.
+
+use crate::layout::{Geometry, LeaseRec, PoolRec, ProcRec, TenantPoolRec, TenantRec};
+use crate::sync::{AtomicU32, AtomicU64};
+
+pub trait Region {
+    fn geometry(&self) -> &Geometry;
+    fn pool(&self, p: usize) -> &PoolRec;
+    fn tenant(&self, t: usize) -> &TenantRec;
+    fn tenant_pool(&self, p: usize, t: usize) -> &TenantPoolRec;
+    fn proc_slot(&self, s: usize) -> &ProcRec;
+    fn lease(&self, l: usize) -> &LeaseRec;
+}
+
+/// The records on the heap, built from atomics of the `sync` shim.
+pub struct HeapRegion {
+    geo: Geometry,
+    pools: Vec<PoolRec>,
+    tenants: Vec<TenantRec>,
+    tenant_pools: Vec<TenantPoolRec>,
+    procs: Vec<ProcRec>,
+    leases: Vec<LeaseRec>,
+}
+
+fn a32() -> AtomicU32 {
+    AtomicU32::new(0)
+}
+fn a64() -> AtomicU64 {
+    AtomicU64::new(0)
+}
+
+impl HeapRegion {
+    /// All records zeroed, exactly like a freshly truncated segment.
+    pub fn new(pools: usize, tenants: usize, procs: usize, leases_per_proc: usize) -> Self {
+        let geo = Geometry::new(pools, tenants, procs, leases_per_proc, 0);
+        HeapRegion {
+            geo,
+            pools: (0..pools)
+                .map(|_| PoolRec {
+                    word: a64(),
+                    capacity: a32(),
+                    floor: a32(),
+                    active_weight: a64(),
+                    active_at_ms: a64(),
+                    hold_ewma_us: a64(),
+                    wake: a32(),
+                    waiters: a32(),
+                    grants: a64(),
+                    refusals: a64(),
+                })
+                .collect(),
+            tenants: (0..tenants)
+                .map(|_| TenantRec {
+                    state: a32(),
+                    weight: a32(),
+                    hash: a64(),
+                    name: [a64(), a64(), a64(), a64(), a64(), a64()],
+                })
+                .collect(),
+            tenant_pools: (0..pools * tenants)
+                .map(|_| TenantPoolRec {
+                    held: a64(),
+                    last_active_ms: a64(),
+                    grants: a64(),
+                    refusals: [a64(), a64(), a64(), a64()],
+                    reserved: a64(),
+                })
+                .collect(),
+            procs: (0..procs)
+                .map(|_| ProcRec {
+                    state: a32(),
+                    pid: a32(),
+                    start_time: a64(),
+                    owner_futex: a32(),
+                    generation: a32(),
+                    registered_ms: a64(),
+                    reserved: [a64(), a64(), a64(), a64()],
+                })
+                .collect(),
+            leases: (0..procs * leases_per_proc)
+                .map(|_| LeaseRec {
+                    state: a32(),
+                    reserved0: a32(),
+                    pool: a32(),
+                    tenant: a32(),
+                    units: a32(),
+                    tid: a32(),
+                    granted_ms: a64(),
+                    hold_ms: a64(),
+                    cap: a32(),
+                    floor: a32(),
+                    weight: a32(),
+                    reserved: a32(),
+                    active_weight: a64(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Region for HeapRegion {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+    fn pool(&self, p: usize) -> &PoolRec {
+        &self.pools[p]
+    }
+    fn tenant(&self, t: usize) -> &TenantRec {
+        &self.tenants[t]
+    }
+    fn tenant_pool(&self, p: usize, t: usize) -> &TenantPoolRec {
+        assert!(t < self.geo.tenants);
+        &self.tenant_pools[p * self.geo.tenants + t]
+    }
+    fn proc_slot(&self, s: usize) -> &ProcRec {
+        &self.procs[s]
+    }
+    fn lease(&self, l: usize) -> &LeaseRec {
+        &self.leases[l]
+    }
+}

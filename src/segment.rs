@@ -1,0 +1,391 @@
+//! The segment: a file under `/dev/shm`, mapped shared, overlaid with the records of
+//! `layout`.
+//!
+//! Creation writes everything, then `header.ready` last with Release; an opener waits
+//! (briefly) for `ready` with Acquire and then validates every field it will trust
+//! before returning: magic, version, size, the config block and its checksum, every
+//! region offset (recomputed from the config, never taken on trust), and the owner.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+
+use crate::config::{Config, floor_of, fnv1a};
+use crate::error::{Error, Result};
+use crate::layout::{
+    Geometry, Header, LAYOUT_VERSION, LeaseRec, MAGIC, PoolRec, ProcRec, READY, RECORD,
+    TenantPoolRec, TenantRec,
+};
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// Where segments live.
+pub const SHM_DIR: &str = "/dev/shm";
+/// How long an opener waits for a creator that is still building the segment.
+pub const READY_WAIT: Duration = Duration::from_millis(1000);
+
+/// A mapped, validated segment.
+pub struct Segment {
+    name: String,
+    /// Base of the mapping, taken once from `map` with write provenance.
+    base: *mut u8,
+    len: usize,
+    geo: Geometry,
+    cfg: Config,
+    _map: MmapMut,
+}
+
+// SAFETY: the mapping is only ever accessed through atomics (every record field is an
+// atomic of the `sync` shim), which are designed for shared mutation from any thread.
+unsafe impl Send for Segment {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Segment {}
+
+/// Checks a segment name: 1 to 200 bytes, no `/`, no NUL, not `.` or `..`.
+pub fn check_name(name: &str) -> Result<()> {
+    let why = if name.is_empty() {
+        "empty"
+    } else if name.len() > 200 {
+        "longer than 200 bytes"
+    } else if name.contains('/') {
+        "contains '/'; give the name only, not a path"
+    } else if name.contains('\0') {
+        "contains a NUL byte"
+    } else if name == "." || name == ".." {
+        "is a directory name"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidName {
+        name: name.to_owned(),
+        why,
+    })
+}
+
+pub fn path_of(name: &str) -> PathBuf {
+    PathBuf::from(SHM_DIR).join(name)
+}
+
+fn io<'a>(name: &'a str, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| match source.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound {
+            name: name.to_owned(),
+        },
+        std::io::ErrorKind::AlreadyExists => Error::AlreadyExists {
+            name: name.to_owned(),
+        },
+        _ => Error::Io {
+            name: name.to_owned(),
+            op,
+            source,
+        },
+    }
+}
+
+/// Removes a segment's file. Processes that mapped it keep their mapping.
+pub fn unlink(name: &str) -> Result<()> {
+    check_name(name)?;
+    std::fs::remove_file(path_of(name)).map_err(io(name, "unlink"))
+}
+
+impl Segment {
+    /// Creates segment `name` (it must not exist) with file mode `mode`.
+    pub fn create(name: &str, cfg: &Config, mode: u32) -> Result<Segment> {
+        check_name(name)?;
+        cfg.validate()?;
+        let path = path_of(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&path)
+            .map_err(io(name, "create"))?;
+        match Self::build(name, cfg, mode, &file) {
+            Ok(seg) => Ok(seg),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    fn build(name: &str, cfg: &Config, mode: u32, file: &File) -> Result<Segment> {
+        // The umask may have narrowed the mode; set exactly what was asked.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io(name, "chmod"))?;
+        let geo = cfg.geometry();
+        file.set_len(geo.total_size as u64)
+            .map_err(io(name, "ftruncate"))?;
+        let seg = Self::map(name, file, geo, cfg.clone())?;
+        let bytes = cfg.encode();
+        // SAFETY:
+        //   * the config block lies inside the mapping: `geo` places it at
+        //     `config_off..config_off + config_len`, and `total_size` covers it;
+        //   * nobody else reads it before `ready` is set below (openers wait for it).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                seg.base.add(geo.config_off),
+                bytes.len(),
+            );
+        }
+        for (p, pc) in cfg.pools.iter().enumerate() {
+            let rec = seg.pool(p);
+            rec.capacity.store(pc.capacity, Relaxed);
+            rec.floor
+                .store(floor_of(pc.capacity, pc.floor_percent), Relaxed);
+        }
+        let h = seg.header();
+        h.magic.store(MAGIC, Relaxed);
+        h.version.store(LAYOUT_VERSION, Relaxed);
+        h.total_size.store(geo.total_size as u64, Relaxed);
+        h.config_checksum.store(fnv1a(&bytes), Relaxed);
+        h.config_off.store(geo.config_off as u32, Relaxed);
+        h.config_len.store(geo.config_len as u32, Relaxed);
+        h.pools_off.store(geo.pools_off as u32, Relaxed);
+        h.tenants_off.store(geo.tenants_off as u32, Relaxed);
+        h.tenant_pools_off
+            .store(geo.tenant_pools_off as u32, Relaxed);
+        h.procs_off.store(geo.procs_off as u32, Relaxed);
+        h.leases_off.store(geo.leases_off as u32, Relaxed);
+        h.creator_pid.store(std::process::id(), Relaxed);
+        // Release: everything above is visible to an opener that sees READY.
+        h.ready.store(READY, Release);
+        Ok(seg)
+    }
+
+    fn map(name: &str, file: &File, geo: Geometry, cfg: Config) -> Result<Segment> {
+        // SAFETY: the file is a tmpfs file that every user maps shared; all access to
+        // the mapping goes through atomics, so concurrent writers are not UB. A process
+        // that truncates the file under us can still cause SIGBUS: that is documented.
+        let mut map = unsafe { MmapMut::map_mut(file) }.map_err(io(name, "mmap"))?;
+        let base = map.as_mut_ptr();
+        debug_assert_eq!(base as usize % RECORD, 0, "mmap returned an unaligned base");
+        Ok(Segment {
+            name: name.to_owned(),
+            base,
+            len: map.len(),
+            geo,
+            cfg,
+            _map: map,
+        })
+    }
+
+    /// Opens an existing segment, validating it; with `expected`, its config must be
+    /// exactly that one.
+    pub fn open(name: &str, expected: Option<&Config>) -> Result<Segment> {
+        check_name(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path_of(name))
+            .map_err(io(name, "open"))?;
+        let meta = file.metadata().map_err(io(name, "fstat"))?;
+        let me = nix::unistd::geteuid().as_raw();
+        if meta.uid() != me {
+            return Err(Error::WrongOwner {
+                name: name.to_owned(),
+                owner: meta.uid(),
+                me,
+            });
+        }
+        let deadline = Instant::now() + READY_WAIT;
+        // A creator between create and ftruncate shows a short file: wait for it.
+        let mut size = meta.len();
+        while size < RECORD as u64 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            size = file.metadata().map_err(io(name, "fstat"))?.len();
+        }
+        if size < RECORD as u64 {
+            return Err(Error::Truncated {
+                name: name.to_owned(),
+                size,
+                need: RECORD as u64,
+            });
+        }
+        let placeholder = Geometry::new(0, 0, 0, 0, 0);
+        let probe = Self::map(name, &file, placeholder, Config::default())?;
+        let h = probe.header();
+        loop {
+            let magic = h.magic.load(Relaxed);
+            if magic != 0 && magic != MAGIC {
+                return Err(Error::BadMagic {
+                    name: name.to_owned(),
+                    found: magic,
+                    expected: MAGIC,
+                });
+            }
+            // Acquire: pairs with the creator's Release store of READY.
+            if h.ready.load(Acquire) == READY {
+                break;
+            }
+            if Instant::now() >= deadline {
+                if magic == 0 && h.version.load(Relaxed) == 0 && h.creator_pid.load(Relaxed) == 0 {
+                    return Err(Error::BadMagic {
+                        name: name.to_owned(),
+                        found: 0,
+                        expected: MAGIC,
+                    });
+                }
+                return Err(Error::NotReady {
+                    name: name.to_owned(),
+                    creator_pid: h.creator_pid.load(Relaxed),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if h.magic.load(Relaxed) != MAGIC {
+            let found = h.magic.load(Relaxed);
+            return Err(Error::BadMagic {
+                name: name.to_owned(),
+                found,
+                expected: MAGIC,
+            });
+        }
+        let version = h.version.load(Relaxed);
+        if version != LAYOUT_VERSION {
+            return Err(Error::VersionMismatch {
+                name: name.to_owned(),
+                found: version,
+                expected: LAYOUT_VERSION,
+            });
+        }
+        let total = h.total_size.load(Relaxed);
+        if total != probe.len as u64 {
+            return Err(Error::Truncated {
+                name: name.to_owned(),
+                size: probe.len as u64,
+                need: total,
+            });
+        }
+        let cfg = probe.read_config()?;
+        let geo = cfg.geometry();
+        if geo.total_size != probe.len {
+            return Err(Error::Corrupt(format!(
+                "segment {name:?}: its config needs {} bytes, the file has {}",
+                geo.total_size, probe.len
+            )));
+        }
+        let offsets = [
+            ("pools_off", h.pools_off.load(Relaxed), geo.pools_off),
+            ("tenants_off", h.tenants_off.load(Relaxed), geo.tenants_off),
+            (
+                "tenant_pools_off",
+                h.tenant_pools_off.load(Relaxed),
+                geo.tenant_pools_off,
+            ),
+            ("procs_off", h.procs_off.load(Relaxed), geo.procs_off),
+            ("leases_off", h.leases_off.load(Relaxed), geo.leases_off),
+        ];
+        for (what, found, want) in offsets {
+            if found as usize != want {
+                return Err(Error::Corrupt(format!(
+                    "segment {name:?}: header {what} is {found}, its config places it at {want}"
+                )));
+            }
+        }
+        if let Some(asked) = expected
+            && let Some(what) = cfg.diff(asked)
+        {
+            return Err(Error::ConfigMismatch {
+                name: name.to_owned(),
+                what,
+            });
+        }
+        Ok(Segment { geo, cfg, ..probe })
+    }
+
+    /// Copies the config block out (never parsed in place) and checks its checksum.
+    fn read_config(&self) -> Result<Config> {
+        let h = self.header();
+        let off = h.config_off.load(Relaxed) as usize;
+        let len = h.config_len.load(Relaxed) as usize;
+        if off != RECORD || off.checked_add(len).is_none_or(|end| end > self.len) || len > 1 << 24 {
+            return Err(Error::Corrupt(format!(
+                "segment {:?}: config block at {off}+{len} lies outside {} bytes",
+                self.name, self.len
+            )));
+        }
+        let mut bytes = vec![0u8; len];
+        // SAFETY:
+        //   * `off..off + len` lies inside the mapping (checked just above);
+        //   * `bytes` is a fresh allocation of `len` bytes, so the ranges cannot overlap;
+        //   * the block is immutable after `ready`; a hostile writer can only make the
+        //     copy garbage, which the checksum and `decode` reject.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(off), bytes.as_mut_ptr(), len) };
+        let sum = fnv1a(&bytes);
+        let want = h.config_checksum.load(Relaxed);
+        if sum != want {
+            return Err(Error::Corrupt(format!(
+                "segment {:?}: config checksum {sum:#x} does not match header {want:#x}",
+                self.name
+            )));
+        }
+        Config::decode(&bytes)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    fn header(&self) -> &Header {
+        self.rec(0)
+    }
+
+    #[inline]
+    fn rec<T>(&self, off: usize) -> &T {
+        assert!(
+            off % RECORD == 0 && off + std::mem::size_of::<T>() <= self.len,
+            "record at {off} outside the {}-byte mapping",
+            self.len
+        );
+        // SAFETY:
+        //   * `off + size_of::<T>() <= len` (asserted), so the record lies in the mapping,
+        //     which lives as long as `self`;
+        //   * `base` is page-aligned and `off` a multiple of 64, so `T` (align <= 8) is aligned;
+        //   * every `T` here is a `#[repr(C)]` struct of atomics, valid for any bit
+        //     pattern, and only ever accessed through those atomics.
+        unsafe { &*(self.base.add(off) as *const T) }
+    }
+}
+
+impl Region for Segment {
+    fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+    #[inline]
+    fn pool(&self, p: usize) -> &PoolRec {
+        assert!(p < self.geo.pools);
+        self.rec(self.geo.pools_off + p * RECORD)
+    }
+    #[inline]
+    fn tenant(&self, t: usize) -> &TenantRec {
+        assert!(t < self.geo.tenants);
+        self.rec(self.geo.tenants_off + t * RECORD)
+    }
+    #[inline]
+    fn tenant_pool(&self, p: usize, t: usize) -> &TenantPoolRec {
+        assert!(p < self.geo.pools && t < self.geo.tenants);
+        self.rec(self.geo.tenant_pools_off + (p * self.geo.tenants + t) * RECORD)
+    }
+    #[inline]
+    fn proc_slot(&self, s: usize) -> &ProcRec {
+        assert!(s < self.geo.procs);
+        self.rec(self.geo.procs_off + s * RECORD)
+    }
+    #[inline]
+    fn lease(&self, l: usize) -> &LeaseRec {
+        assert!(l < self.geo.leases());
+        self.rec(self.geo.leases_off + l * RECORD)
+    }
+}

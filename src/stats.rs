@@ -1,0 +1,230 @@
+//! A read-only snapshot of the whole table.
+//!
+//! Taken with plain loads, from any process, registered or not: nothing is locked, so
+//! a snapshot of a busy table is a set of values each true at some instant during the
+//! read, not one instant. Tests read it when the table is quiet.
+
+use crate::admission::{recent, scan_active, share};
+use crate::config::Config;
+use crate::layout::{
+    held_word, lease_state as ls, pool_word as pw, proc_state as ps, tenant_state,
+};
+use crate::refusal::Reason;
+use crate::region::Region;
+use crate::sync::Ordering::*;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    pub now_ms: u64,
+    pub pools: Vec<PoolSnap>,
+    pub leases: Vec<LeaseSnap>,
+    pub processes: Vec<ProcSnap>,
+    /// Tenant names in directory order (index = tenant id).
+    pub tenant_names: Vec<Option<String>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolSnap {
+    pub name: String,
+    pub capacity: u32,
+    pub in_use: u32,
+    pub floor: u32,
+    /// An op was in progress when the word was read.
+    pub op_pending: bool,
+    pub active_tenants: usize,
+    pub active_weight: u64,
+    pub grants: u64,
+    pub refusals: u64,
+    pub hold_ewma_us: u64,
+    pub tenants: Vec<TenantSnap>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantSnap {
+    pub name: String,
+    pub held: u32,
+    pub weight: u32,
+    /// `share(t)` if the tenant asked now.
+    pub share: f64,
+    pub active: bool,
+    pub last_active_ms: u64,
+    pub grants: u64,
+    /// `(reason, count)` for each reason with a count.
+    pub refusals: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LeaseSnap {
+    pub index: usize,
+    pub generation: u32,
+    pub state: &'static str,
+    pub pool: String,
+    pub tenant: String,
+    pub units: u32,
+    pub process_slot: usize,
+    pub tid: u32,
+    pub granted_ms: u64,
+    pub hold_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcSnap {
+    pub slot: usize,
+    pub status: &'static str,
+    pub pid: u32,
+    pub start_time: u64,
+    pub registered_ms: u64,
+}
+
+impl Snapshot {
+    pub fn pool(&self, name: &str) -> Option<&PoolSnap> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+    /// Units held by `tenant` in pool `pool` (0 if unknown).
+    pub fn held(&self, pool: &str, tenant: &str) -> u32 {
+        self.pool(pool)
+            .and_then(|p| p.tenants.iter().find(|t| t.name == tenant))
+            .map_or(0, |t| t.held)
+    }
+    /// Leases not `FREE`.
+    pub fn live_leases(&self) -> usize {
+        self.leases.len()
+    }
+}
+
+pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
+    let geo = *r.geometry();
+    let names: Vec<Option<String>> = (0..geo.tenants)
+        .map(|t| {
+            let rec = r.tenant(t);
+            let s = rec.state.load(Acquire);
+            (tenant_state::status(s) == tenant_state::READY)
+                .then(|| String::from_utf8_lossy(&crate::tenants::read_name(rec, s)).into_owned())
+        })
+        .collect();
+    let name_of = |t: usize| {
+        names
+            .get(t)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| format!("#{t}"))
+    };
+    let pools = cfg
+        .pools
+        .iter()
+        .enumerate()
+        .map(|(p, pc)| {
+            let rec = r.pool(p);
+            let w = rec.word.load(Acquire);
+            let window = pc.window_ms as u64;
+            let (active_tenants, active_weight) = scan_active(r, p, now, window);
+            let cap = rec.capacity.load(Relaxed);
+            let floor = rec.floor.load(Relaxed);
+            let tenants = names
+                .iter()
+                .enumerate()
+                .filter_map(|(t, n)| n.as_ref().map(|n| (t, n)))
+                .filter_map(|(t, n)| {
+                    let tp = r.tenant_pool(p, t);
+                    let last = tp.last_active_ms.load(Relaxed);
+                    let grants = tp.grants.load(Relaxed);
+                    let held = held_word::held(tp.held.load(Acquire));
+                    if last == 0 && held == 0 && grants == 0 {
+                        return None; // never used this pool
+                    }
+                    let weight = r.tenant(t).weight.load(Relaxed);
+                    let active = held > 0 || recent(last, now, window);
+                    let total = if active {
+                        active_weight
+                    } else {
+                        active_weight + weight as u64
+                    };
+                    let refusals = Reason::ALL_COUNTED
+                        .iter()
+                        .map(|&reason| {
+                            let c = tp.refusals[reason as usize - 1].load(Relaxed);
+                            (reason.as_str().to_owned(), c)
+                        })
+                        .filter(|(_, c)| *c > 0)
+                        .collect();
+                    Some(TenantSnap {
+                        name: n.clone(),
+                        held,
+                        weight,
+                        share: share(cap, floor, weight, total),
+                        active,
+                        last_active_ms: last,
+                        grants,
+                        refusals,
+                    })
+                })
+                .collect();
+            PoolSnap {
+                name: pc.name.clone(),
+                capacity: cap,
+                in_use: pw::in_use(w),
+                floor,
+                op_pending: !pw::is_idle(w),
+                active_tenants,
+                active_weight,
+                grants: rec.grants.load(Relaxed),
+                refusals: rec.refusals.load(Relaxed),
+                hold_ewma_us: rec.hold_ewma_us.load(Relaxed),
+                tenants,
+            }
+        })
+        .collect();
+    let leases = (0..geo.leases())
+        .filter_map(|l| {
+            let rec = r.lease(l);
+            let sw = rec.state.load(Acquire);
+            if ls::state(sw) == ls::FREE {
+                return None;
+            }
+            let p = rec.pool.load(Relaxed) as usize;
+            Some(LeaseSnap {
+                index: l,
+                generation: ls::generation(sw),
+                state: ls::name(ls::state(sw)),
+                pool: cfg
+                    .pools
+                    .get(p)
+                    .map_or_else(|| format!("#{p}"), |pc| pc.name.clone()),
+                tenant: name_of(rec.tenant.load(Relaxed) as usize),
+                units: rec.units.load(Relaxed),
+                process_slot: l / geo.leases_per_proc,
+                tid: rec.tid.load(Relaxed),
+                granted_ms: rec.granted_ms.load(Relaxed),
+                hold_ms: rec.hold_ms.load(Relaxed),
+            })
+        })
+        .collect();
+    let processes = (0..geo.procs)
+        .filter_map(|s| {
+            let rec = r.proc_slot(s);
+            let st = rec.state.load(Acquire);
+            let status = match ps::status(st) {
+                ps::FREE => return None,
+                ps::CLAIMING => "claiming",
+                ps::LIVE => "live",
+                ps::REAPING => "reaping",
+                _ => "corrupt",
+            };
+            Some(ProcSnap {
+                slot: s,
+                status,
+                pid: rec.pid.load(Relaxed),
+                start_time: rec.start_time.load(Relaxed),
+                registered_ms: rec.registered_ms.load(Relaxed),
+            })
+        })
+        .collect();
+    Snapshot {
+        now_ms: now,
+        pools,
+        leases,
+        processes,
+        tenant_names: names,
+    }
+}

@@ -1,0 +1,369 @@
+//! `Table`: the public face. A mapped segment plus this process's registration.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::admission::{self, Admitted, Attempt};
+use crate::clock;
+use crate::config::{Config, check_name_bytes};
+use crate::error::{Error, Result};
+use crate::liveness;
+use crate::recovery::{self, Reaped};
+use crate::refusal::Refusal;
+use crate::region::Region;
+use crate::segment::{self, Segment};
+use crate::stats::{self, Snapshot};
+use crate::sync::{AtomicU64, Ordering::*};
+use crate::tenants;
+
+/// What to acquire.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub pool: &'a str,
+    pub tenant: &'a str,
+    /// Permits asked for; granted all or nothing.
+    pub units: u32,
+    /// Declared hold in ms (0: not declared). Recorded in the lease; also the first
+    /// retry-after estimate before any hold was observed.
+    pub hold_ms: u64,
+}
+
+impl<'a> Request<'a> {
+    /// One permit of `pool` for `tenant`, hold not declared.
+    pub fn new(pool: &'a str, tenant: &'a str) -> Self {
+        Request {
+            pool,
+            tenant,
+            units: 1,
+            hold_ms: 0,
+        }
+    }
+    pub fn units(mut self, units: u32) -> Self {
+        self.units = units;
+        self
+    }
+    pub fn hold_ms(mut self, ms: u64) -> Self {
+        self.hold_ms = ms;
+        self
+    }
+}
+
+/// A lease's identity: its slot and the slot's claim generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseId {
+    pub index: u32,
+    pub generation: u32,
+}
+
+impl std::fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}/{}", self.index, self.generation)
+    }
+}
+
+/// A shared fair-share table.
+pub struct Table {
+    seg: Segment,
+    pools: HashMap<String, usize>,
+    /// `pid << 32 | slot + 1` of this process's registration; 0 before it.
+    reg: AtomicU64,
+    reg_lock: Mutex<()>,
+    /// Where this process's next lease search starts.
+    hint: AtomicU64,
+}
+
+impl Table {
+    fn from_segment(seg: Segment) -> Table {
+        let pools = seg
+            .config()
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        Table {
+            seg,
+            pools,
+            reg: AtomicU64::new(0),
+            reg_lock: Mutex::new(()),
+            hint: AtomicU64::new(0),
+        }
+    }
+
+    /// Creates segment `name` with mode 0600. Fails if it exists.
+    pub fn create(name: &str, cfg: &Config) -> Result<Table> {
+        Self::create_with_mode(name, cfg, 0o600)
+    }
+
+    /// Creates segment `name` with file mode `mode` (e.g. 0o660 for a group).
+    pub fn create_with_mode(name: &str, cfg: &Config, mode: u32) -> Result<Table> {
+        Segment::create(name, cfg, mode).map(Self::from_segment)
+    }
+
+    /// Opens an existing segment with whatever config it was created with.
+    pub fn open(name: &str) -> Result<Table> {
+        Segment::open(name, None).map(Self::from_segment)
+    }
+
+    /// Opens an existing segment, which must have exactly config `cfg`.
+    pub fn open_expecting(name: &str, cfg: &Config) -> Result<Table> {
+        Segment::open(name, Some(cfg)).map(Self::from_segment)
+    }
+
+    /// Opens segment `name`, creating it with `cfg` if it does not exist.
+    pub fn open_or_create(name: &str, cfg: &Config) -> Result<Table> {
+        match Self::create(name, cfg) {
+            Err(Error::AlreadyExists { .. }) => Self::open_expecting(name, cfg),
+            other => other,
+        }
+    }
+
+    /// Removes segment `name` from `/dev/shm` (mappings stay valid).
+    pub fn unlink(name: &str) -> Result<()> {
+        segment::unlink(name)
+    }
+
+    pub fn name(&self) -> &str {
+        self.seg.name()
+    }
+    pub fn config(&self) -> &Config {
+        self.seg.config()
+    }
+    pub fn size(&self) -> usize {
+        self.seg.size()
+    }
+    #[doc(hidden)]
+    pub fn region(&self) -> &Segment {
+        &self.seg
+    }
+
+    fn pool_index(&self, pool: &str) -> Result<usize> {
+        self.pools
+            .get(pool)
+            .copied()
+            .ok_or_else(|| Error::UnknownPool {
+                pool: pool.to_owned(),
+                known: self
+                    .config()
+                    .pools
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// This process's slot, registering it (again, after a fork) if needed.
+    pub fn process_slot(&self) -> Result<usize> {
+        let pid = std::process::id() as u64;
+        // Acquire: pairs with the Release store below (same process, other thread).
+        let r = self.reg.load(Acquire);
+        if r >> 32 == pid && r as u32 != 0 {
+            return Ok((r as u32 - 1) as usize);
+        }
+        self.register_slow(pid)
+    }
+
+    #[cold]
+    fn register_slow(&self, pid: u64) -> Result<usize> {
+        let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.reg.load(Acquire);
+        if r >> 32 == pid && r as u32 != 0 {
+            return Ok((r as u32 - 1) as usize);
+        }
+        let (pid32, start) = liveness::me();
+        let now = clock::now_ms();
+        let slot = match liveness::register(&self.seg, pid32, start, now) {
+            Err(Error::ProcessTableFull { .. }) => {
+                self.reap_dead()?;
+                liveness::register(&self.seg, pid32, start, now)?
+            }
+            other => other?,
+        };
+        // Release: see the Acquire load in `process_slot`.
+        self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+        Ok(slot)
+    }
+
+    /// `try_acquire_at` with the monotonic clock.
+    pub fn try_acquire(&self, req: &Request<'_>) -> Result<Result<Lease<'_>, Refusal>> {
+        self.acquire_inner(req, clock::now_ms(), false)
+    }
+
+    /// Applies the fair-share rule at time `now` (ms; any monotonic base, at least 1).
+    /// `Ok(Err(refusal))` is a refusal; `Err` is something wrong with the request or
+    /// the table.
+    ///
+    /// A guard from here that is dropped (not released with `release_at`) releases at
+    /// this same `now`, so a replayed sequence never mixes in the real clock.
+    pub fn try_acquire_at(
+        &self,
+        req: &Request<'_>,
+        now: u64,
+    ) -> Result<Result<Lease<'_>, Refusal>> {
+        self.acquire_inner(req, now, true)
+    }
+
+    fn acquire_inner(
+        &self,
+        req: &Request<'_>,
+        now: u64,
+        explicit: bool,
+    ) -> Result<Result<Lease<'_>, Refusal>> {
+        let p = self.pool_index(req.pool)?;
+        check_name_bytes(req.tenant.as_bytes()).map_err(|why| Error::InvalidTenant {
+            name: req.tenant.to_owned(),
+            why,
+        })?;
+        if req.units == 0 {
+            return Err(Error::InvalidRequest("asked for 0 units".into()));
+        }
+        let cap = self.seg.pool(p).capacity.load(Relaxed);
+        if req.units > cap {
+            return Err(Error::UnitsExceedCapacity {
+                pool: req.pool.to_owned(),
+                units: req.units,
+                capacity: cap,
+            });
+        }
+        let slot = self.process_slot()?;
+        let weight = self.config().weight_of(req.tenant.as_bytes());
+        let t = tenants::find_or_claim(&self.seg, req.tenant.as_bytes(), weight, slot, &|s| {
+            liveness::slot_dead(&self.seg, s, &liveness::is_dead)
+        })?;
+        let attempt = Attempt {
+            pool: p,
+            tenant: t,
+            units: req.units,
+            hold_ms: req.hold_ms,
+            now: now.max(1),
+            window_ms: self.config().pools[p].window_ms as u64,
+            // The weight the tenant was claimed with (all processes share the config).
+            weight: self.seg.tenant(t).weight.load(Relaxed).max(1),
+            // SAFETY: `gettid` has no preconditions and cannot fail.
+            tid: unsafe { libc::gettid() } as u32,
+        };
+        // Relaxed: a hint only; any start finds a free lease if there is one.
+        let hint = self.hint.fetch_add(1, Relaxed) as usize;
+        match admission::try_acquire(&self.seg, slot, hint, &attempt)? {
+            Admitted::Granted { lease, generation } => Ok(Ok(Lease {
+                table: self,
+                id: LeaseId {
+                    index: lease as u32,
+                    generation,
+                },
+                pool: p,
+                units: req.units,
+                live: true,
+                explicit_now: explicit.then_some(now),
+            })),
+            Admitted::Refused(facts) => Ok(Err(Refusal::from_facts(
+                req.pool, req.tenant, req.units, &facts,
+            ))),
+        }
+    }
+
+    /// Releases a lease by id, at `now`. The lease must belong to this process.
+    pub fn release_id_at(&self, id: LeaseId, now: u64) -> Result<()> {
+        let l = id.index as usize;
+        let geo = self.seg.geometry();
+        if l >= geo.leases() {
+            return Err(Error::InvalidRequest(format!(
+                "lease {id} is beyond the lease table"
+            )));
+        }
+        let pid = std::process::id() as u64;
+        let r = self.reg.load(Acquire);
+        if r >> 32 != pid || r as u32 == 0 || l / geo.leases_per_proc != (r as u32 - 1) as usize {
+            return Err(Error::NotOwner {
+                lease: id.to_string(),
+            });
+        }
+        admission::release(&self.seg, l, id.generation, now.max(1)).map(|_| ())
+    }
+
+    pub fn release_id(&self, id: LeaseId) -> Result<()> {
+        self.release_id_at(id, clock::now_ms())
+    }
+
+    /// A snapshot of the whole table, read now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_at(clock::now_ms())
+    }
+
+    /// A snapshot with activity judged at `now`.
+    pub fn snapshot_at(&self, now: u64) -> Snapshot {
+        stats::snapshot(&self.seg, self.config(), now)
+    }
+
+    /// Returns the permits of every registered process that has died.
+    pub fn reap_dead(&self) -> Result<Vec<Reaped>> {
+        let me = std::process::id();
+        let mut out = Vec::new();
+        for s in 0..self.seg.geometry().procs {
+            if let Some(r) = recovery::reap_slot(&self.seg, s, me, &liveness::is_dead)? {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A granted lease; released on drop (or explicitly, to see errors).
+#[must_use = "a lease is released as soon as it is dropped"]
+pub struct Lease<'t> {
+    table: &'t Table,
+    id: LeaseId,
+    pool: usize,
+    units: u32,
+    live: bool,
+    /// The `now` of an explicit-time acquire, used again when the guard is dropped.
+    explicit_now: Option<u64>,
+}
+
+impl Lease<'_> {
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+    pub fn units(&self) -> u32 {
+        self.units
+    }
+    pub fn pool(&self) -> &str {
+        &self.table.config().pools[self.pool].name
+    }
+    pub fn release(self) -> Result<()> {
+        self.release_at(clock::now_ms())
+    }
+    pub fn release_at(mut self, now: u64) -> Result<()> {
+        self.live = false;
+        self.table.release_id_at(self.id, now)
+    }
+    /// Detaches the guard: the lease stays held until `Table::release_id`.
+    pub fn into_id(mut self) -> LeaseId {
+        self.live = false;
+        self.id
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.live {
+            // A guard inherited across fork is not ours to release (NotOwner): the
+            // parent still holds the lease. Any other error was a corrupt table.
+            let now = self.explicit_now.unwrap_or_else(clock::now_ms);
+            let _ = self.table.release_id_at(self.id, now);
+        }
+    }
+}
+
+impl std::fmt::Debug for Lease<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Lease({} of {:?}, {} units)",
+            self.id,
+            self.pool(),
+            self.units
+        )
+    }
+}

@@ -1,0 +1,189 @@
+//! The tenant directory: names claimed lock-free on first use, never freed.
+//!
+//! Open addressing from the name's FNV hash, linear probing. A claimant CASes an
+//! `EMPTY` slot to `WRITING` (naming its process slot), writes name, hash and weight,
+//! then stores `READY` with Release. Every searcher follows the same probe order and
+//! never passes a `WRITING` slot without resolving it (waiting for it, or clearing it if
+//! its writer is dead), so one name never gets two slots.
+
+use crate::config::fnv1a;
+use crate::error::{Error, Result};
+use crate::layout::{MAX_NAME, TenantRec, tenant_state as ts};
+use crate::region::Region;
+use crate::sync::{Backoff, Ordering::*};
+
+/// Spins on a `WRITING` slot before asking whether its writer is alive.
+const SPINS_BEFORE_LIVENESS: u32 = 1000;
+
+fn matches(rec: &TenantRec, s: u32, name: &[u8], hash: u64) -> bool {
+    ts::len(s) == name.len() && rec.hash.load(Relaxed) == hash && read_name(rec, s) == name
+}
+
+/// The name in a `READY` record (its state word `s` gives the length).
+pub fn read_name(rec: &TenantRec, s: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAX_NAME);
+    for w in &rec.name {
+        out.extend_from_slice(&w.load(Relaxed).to_le_bytes());
+    }
+    out.truncate(ts::len(s).min(MAX_NAME));
+    out
+}
+
+/// Looks a tenant up without claiming a slot.
+pub fn find<R: Region>(r: &R, name: &[u8]) -> Option<usize> {
+    probe(r, name, None, &|_| false).ok().flatten()
+}
+
+/// Finds a tenant's slot, claiming one on first use.
+///
+/// `me` is the caller's process slot (recorded while writing); `writer_dead` says
+/// whether the process in a given slot is dead, for a writer that never finished.
+pub fn find_or_claim<R: Region>(
+    r: &R,
+    name: &[u8],
+    weight: u32,
+    me: usize,
+    writer_dead: &dyn Fn(usize) -> bool,
+) -> Result<usize> {
+    match probe(r, name, Some((weight, me)), writer_dead)? {
+        Some(t) => Ok(t),
+        None => Err(Error::TenantTableFull {
+            name: String::from_utf8_lossy(name).into_owned(),
+            max: r.geometry().tenants,
+        }),
+    }
+}
+
+fn probe<R: Region>(
+    r: &R,
+    name: &[u8],
+    claim: Option<(u32, usize)>,
+    writer_dead: &dyn Fn(usize) -> bool,
+) -> Result<Option<usize>> {
+    debug_assert!(!name.is_empty() && name.len() <= MAX_NAME);
+    let n = r.geometry().tenants;
+    let hash = fnv1a(name);
+    let start = (hash % n as u64) as usize;
+    for i in 0..n {
+        let t = (start + i) % n;
+        let rec = r.tenant(t);
+        let backoff = Backoff::new();
+        let mut spins = 0u32;
+        loop {
+            // Acquire: pairs with the Release store of READY, so name/hash are visible.
+            let s = rec.state.load(Acquire);
+            match ts::status(s) {
+                ts::READY if matches(rec, s, name, hash) => return Ok(Some(t)),
+                ts::READY => break,
+                ts::EMPTY => {
+                    let Some((weight, me)) = claim else {
+                        return Ok(None);
+                    };
+                    let writing = ts::make(ts::WRITING, name.len(), Some(me));
+                    // Acquire: nothing to see yet; the slot is ours if this wins.
+                    if rec
+                        .state
+                        .compare_exchange(s, writing, Acquire, Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let mut padded = [0u8; MAX_NAME];
+                    padded[..name.len()].copy_from_slice(name);
+                    for (k, w) in rec.name.iter().enumerate() {
+                        let bytes = padded[k * 8..k * 8 + 8].try_into().expect("8 bytes");
+                        w.store(u64::from_le_bytes(bytes), Relaxed);
+                    }
+                    rec.hash.store(hash, Relaxed);
+                    rec.weight.store(weight, Relaxed);
+                    // Release: publishes the name, hash and weight with READY.
+                    rec.state
+                        .store(ts::make(ts::READY, name.len(), None), Release);
+                    return Ok(Some(t));
+                }
+                ts::WRITING => {
+                    spins += 1;
+                    if spins >= SPINS_BEFORE_LIVENESS {
+                        spins = 0;
+                        if ts::writer(s).is_some_and(writer_dead) {
+                            // Relaxed: the next iteration re-reads with Acquire.
+                            let _ = rec.state.compare_exchange(
+                                s,
+                                ts::make(ts::EMPTY, 0, None),
+                                Relaxed,
+                                Relaxed,
+                            );
+                        }
+                    }
+                    backoff.snooze();
+                }
+                _ => {
+                    return Err(Error::Corrupt(format!(
+                        "tenant slot {t} has state word {s:#x}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Clears the `WRITING` slots left by process slot `dead` (after its death).
+pub fn clear_writer<R: Region>(r: &R, dead: usize) -> usize {
+    let mut cleared = 0;
+    for t in 0..r.geometry().tenants {
+        let rec = r.tenant(t);
+        let s = rec.state.load(Acquire);
+        if ts::status(s) == ts::WRITING
+            && ts::writer(s) == Some(dead)
+            && rec
+                .state
+                .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed)
+                .is_ok()
+        {
+            cleared += 1;
+        }
+    }
+    cleared
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::HeapRegion;
+
+    #[test]
+    fn claims_once_and_finds_again() {
+        let r = HeapRegion::new(1, 4, 1, 1);
+        let a = find_or_claim(&r, b"acme", 3, 0, &|_| false).unwrap();
+        let b = find_or_claim(&r, b"globex", 1, 0, &|_| false).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(find_or_claim(&r, b"acme", 3, 0, &|_| false).unwrap(), a);
+        assert_eq!(find(&r, b"acme"), Some(a));
+        assert_eq!(find(&r, b"initech"), None);
+        assert_eq!(r.tenant(a).weight.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn full_table_is_a_typed_error() {
+        let r = HeapRegion::new(1, 2, 1, 1);
+        find_or_claim(&r, b"a", 1, 0, &|_| false).unwrap();
+        find_or_claim(&r, b"b", 1, 0, &|_| false).unwrap();
+        let e = find_or_claim(&r, b"c", 1, 0, &|_| false).unwrap_err();
+        assert!(matches!(e, Error::TenantTableFull { max: 2, .. }), "{e}");
+    }
+
+    #[test]
+    fn a_dead_writer_is_cleared() {
+        let r = HeapRegion::new(1, 1, 2, 1);
+        r.tenant(0)
+            .state
+            .store(ts::make(ts::WRITING, 3, Some(1)), Relaxed);
+        let t = find_or_claim(&r, b"new", 1, 0, &|slot| slot == 1).unwrap();
+        assert_eq!(t, 0);
+        assert_eq!(
+            read_name(r.tenant(0), r.tenant(0).state.load(Relaxed)),
+            b"new"
+        );
+    }
+}
