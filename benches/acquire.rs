@@ -1,1 +1,124 @@
-fn main() {}
+//! Uncontended acquire + release pairs, fairshm next to its baselines, in one run:
+//! - `bare_atomic`: `fetch_add` / `fetch_sub` on a word of a `MAP_SHARED` mapping (the limit);
+//! - `fairshm`: `try_acquire_at` + `release_at` on a real segment (explicit `now`, so the
+//!   clock is not measured) and `try_acquire` + drop (with the clock);
+//! - `sysv_semop_undo`: SysV `semop` -1 / +1 with `SEM_UNDO` (Semian's mechanism);
+//! - `posix_sem`: `sem_trywait` / `sem_post` on a process-shared `sem_t` in shared memory.
+//!
+//! Run: `cargo bench --bench acquire`. Report ratios; absolute times here are noise.
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use fairshm::{Config, PoolConfig, Request, Table};
+
+/// An anonymous `MAP_SHARED` page (what a forked worker would share).
+struct SharedPage(*mut libc::c_void);
+impl SharedPage {
+    fn new() -> Self {
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        SharedPage(p)
+    }
+}
+impl Drop for SharedPage {
+    fn drop(&mut self) {
+        // SAFETY: the page came from mmap(4096) and no reference outlives `self`.
+        unsafe { libc::munmap(self.0, 4096) };
+    }
+}
+
+fn pairs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("acquire_release_pair");
+
+    let page = SharedPage::new();
+    // SAFETY: the page is 4096 bytes, aligned, zeroed and only used through this atomic.
+    let word = unsafe { &*(page.0 as *const AtomicU64) };
+    g.bench_function("bare_atomic", |b| {
+        b.iter(|| {
+            black_box(word.fetch_add(1, SeqCst));
+            black_box(word.fetch_sub(1, SeqCst));
+        })
+    });
+
+    let name = format!("fairshm-bench-{}", std::process::id());
+    let _ = Table::unlink(&name);
+    let table = Table::create(
+        &name,
+        &Config::with_pools(vec![PoolConfig::new("requests", 64)]),
+    )
+    .unwrap();
+    let req = Request::new("requests", "acme");
+    g.bench_function("fairshm_explicit_now", |b| {
+        b.iter(|| {
+            let lease = table.try_acquire_at(&req, 1000).unwrap().unwrap();
+            lease.release_at(1000).unwrap();
+        })
+    });
+    g.bench_function("fairshm_clock", |b| {
+        b.iter(|| drop(table.try_acquire(&req).unwrap().unwrap()))
+    });
+
+    // SAFETY: creating a private SysV semaphore set of one semaphore; checked below.
+    let semid = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
+    assert!(semid >= 0, "semget failed");
+    // SAFETY: SETVAL on semaphore 0 of the set we own.
+    assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 64) }, 0);
+    g.bench_function("sysv_semop_undo", |b| {
+        let mut down = libc::sembuf {
+            sem_num: 0,
+            sem_op: -1,
+            sem_flg: (libc::SEM_UNDO | libc::IPC_NOWAIT) as i16,
+        };
+        let mut up = libc::sembuf {
+            sem_num: 0,
+            sem_op: 1,
+            sem_flg: libc::SEM_UNDO as i16,
+        };
+        b.iter(|| {
+            // SAFETY: valid sembuf pointers, count 1, on our own set.
+            unsafe {
+                assert_eq!(libc::semop(semid, &mut down, 1), 0);
+                assert_eq!(libc::semop(semid, &mut up, 1), 0);
+            }
+        })
+    });
+    // SAFETY: removing the set we created.
+    unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
+
+    let sem_page = SharedPage::new();
+    let sem = sem_page.0 as *mut libc::sem_t;
+    // SAFETY: `sem` points into a shared page large enough for a sem_t; pshared = 1.
+    assert_eq!(unsafe { libc::sem_init(sem, 1, 64) }, 0);
+    g.bench_function("posix_sem", |b| {
+        b.iter(|| {
+            // SAFETY: `sem` was initialised above and is not destroyed until after.
+            unsafe {
+                assert_eq!(libc::sem_trywait(sem), 0);
+                assert_eq!(libc::sem_post(sem), 0);
+            }
+        })
+    });
+    // SAFETY: no waiter exists; destroyed once.
+    unsafe { libc::sem_destroy(sem) };
+    g.finish();
+    drop(table);
+    let _ = Table::unlink(&name);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
+    targets = pairs
+}
+criterion_main!(benches);

@@ -13,7 +13,7 @@
 //! Relaxed atomics: being a few ms stale moves a share, never the bound.
 
 use crate::error::Result;
-use crate::layout::{held_word, tenant_state};
+use crate::layout::{held_word, pair, tenant_state};
 use crate::ops::{self, AcqOutcome, Desc};
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -184,22 +184,50 @@ pub struct RefusalFacts {
 /// What [`try_acquire`] came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admitted {
-    Granted { lease: usize, generation: u32 },
+    Granted { lease: usize, desc: Desc },
     Refused(RefusalFacts),
 }
 
-/// Marks activity, claims a lease of process slot `slot`, and runs the op.
+/// The protocol part of an acquire, which loom checks: claims a lease of process slot
+/// `slot`, publishes `d` (its generation is filled in), runs the op, and frees the
+/// lease unless granted. Returns the lease index, the descriptor and the outcome.
+pub fn admit<R: Region>(
+    r: &R,
+    slot: usize,
+    hint: usize,
+    mut d: Desc,
+    tid: u32,
+    now: u64,
+    hold_ms: u64,
+) -> Result<(usize, Desc, AcqOutcome)> {
+    let (l, generation) = ops::claim_lease(r, slot, hint)?;
+    d.generation = generation;
+    let lease = r.lease(l);
+    ops::publish_acquire(lease, &d, tid, now, hold_ms);
+    let outcome = ops::acquire(r, l, &mut d);
+    if !matches!(outcome, Ok(AcqOutcome::Granted)) {
+        // Never installed (or corrupt): ours alone to free.
+        ops::free_lease(lease, d.generation, crate::layout::lease_state::PENDING_ACQ);
+    }
+    Ok((l, d, outcome?))
+}
+
+/// The protocol part of a release, which loom checks (see [`ops::release`]).
+pub fn unadmit<R: Region>(r: &R, l: usize, generation: u32, known: Option<&Desc>) -> Result<Desc> {
+    ops::release(r, l, generation, known)
+}
+
+/// Marks activity, freezes the decision inputs, runs [`admit`], and keeps statistics.
 pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> Result<Admitted> {
     let pool = r.pool(a.pool);
     debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
     let active_weight = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
     // Relaxed: capacity and floor are inputs frozen into the descriptor; the decision
     // made under serialization uses the frozen values.
-    let cap = pool.capacity.load(Relaxed);
-    let floor = pool.floor.load(Relaxed);
-    let (l, generation) = ops::claim_lease(r, slot, hint)?;
+    let limits = pool.limits.load(Relaxed);
+    let (cap, floor) = (pair::lo(limits), pair::hi(limits));
     let d = Desc {
-        generation,
+        generation: 0,
         pool: a.pool as u32,
         tenant: a.tenant as u32,
         units: a.units,
@@ -208,23 +236,14 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
         weight: a.weight,
         active_weight,
     };
-    let lease = r.lease(l);
-    ops::publish_acquire(lease, &d, a.tid, a.now, a.hold_ms);
+    let (l, d, outcome) = admit(r, slot, hint, d, a.tid, a.now, a.hold_ms)?;
     let tp = r.tenant_pool(a.pool, a.tenant);
-    let outcome = ops::acquire(r, l, &d);
-    if !matches!(outcome, Ok(AcqOutcome::Granted)) {
-        // Never installed (or corrupt): ours alone to free.
-        ops::free_lease(lease, generation, crate::layout::lease_state::PENDING_ACQ);
-    }
     // Relaxed: statistics.
-    match outcome? {
+    match outcome {
         AcqOutcome::Granted => {
             tp.grants.fetch_add(1, Relaxed);
             pool.grants.fetch_add(1, Relaxed);
-            Ok(Admitted::Granted {
-                lease: l,
-                generation,
-            })
+            Ok(Admitted::Granted { lease: l, desc: d })
         }
         AcqOutcome::Refused {
             in_use,
@@ -253,19 +272,23 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
     }
 }
 
-/// Releases lease `l` of generation `generation` at `now`; returns `(pool, tenant, units)`.
+/// Releases lease `l` of generation `generation` at `now`, with the owner's copy of
+/// its descriptor if it has one; marks activity and feeds the hold estimate.
 pub fn release<R: Region>(
     r: &R,
     l: usize,
     generation: u32,
+    known: Option<&Desc>,
     now: u64,
-) -> Result<(usize, usize, u32)> {
-    let (d, granted) = ops::release(r, l, generation)?;
+) -> Result<Desc> {
+    // Relaxed: our own lease, stable until we free it.
+    let granted = r.lease(l).granted_ms.load(Relaxed);
+    let d = unadmit(r, l, generation, known)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
     // Relaxed: activity and the hold estimate are soft (module docs).
     r.tenant_pool(p, t).last_active_ms.fetch_max(now, Relaxed);
     observe_hold(r, p, now.saturating_sub(granted).saturating_mul(1000));
-    Ok((p, t, d.units))
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -291,7 +314,13 @@ mod tests {
         for held in 0..8 {
             assert_eq!(decide(held, held, &d), Decision::Admit, "held {held}");
         }
-        assert_eq!(decide(8, 8, &d), Decision::PoolFull { short: 1 });
+        // Holding all 8 it holds exactly its share: refused at the floor (the pool is
+        // full either way); a lone tenant under its share finds the pool full instead.
+        assert_eq!(decide(8, 8, &d), Decision::OverShare { short: 2 });
+        assert_eq!(
+            decide(8, 7, &desc(8, 1, 1, 1, 1)),
+            Decision::PoolFull { short: 1 }
+        );
     }
 
     #[test]

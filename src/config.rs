@@ -17,6 +17,8 @@ pub const MAX_CAPACITY: u32 = 1 << 30;
 pub const MAX_POOLS: usize = 64;
 pub const MAX_TENANTS: usize = 65_535;
 pub const MAX_PROCESSES: usize = 65_535;
+/// Largest weight, so that the sum over all tenants fits 32 bits.
+pub const MAX_WEIGHT: u32 = 65_535;
 
 /// One pool of permits.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -153,8 +155,10 @@ impl Config {
         }
         for (i, (name, w)) in self.weights.iter().enumerate() {
             check_name(name).or_else(|why| bad(format!("weighted tenant {name:?}: {why}")))?;
-            if *w == 0 {
-                return bad(format!("tenant {name:?}: weight must be at least 1"));
+            if *w == 0 || *w > MAX_WEIGHT {
+                return bad(format!(
+                    "tenant {name:?}: weight {w} is not in 1..={MAX_WEIGHT}"
+                ));
             }
             if self.weights[..i].iter().any(|(n, _)| n == name) {
                 return bad(format!("tenant {name:?} is weighted twice"));
@@ -382,8 +386,10 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("weight"));
         let c = Config::with_pools(vec![PoolConfig::new("a", 4).window_ms(0)]);
         assert!(c.validate().unwrap_err().to_string().contains("window_ms"));
-        let mut c = Config::default();
-        c.leases_per_process = 1000;
+        let c = Config {
+            leases_per_process: 1000,
+            ..Config::default()
+        };
         assert!(
             c.validate()
                 .unwrap_err()

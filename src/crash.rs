@@ -2,8 +2,8 @@
 //! SIGKILL when it reaches the labelled step named by `FAIRSHM_CRASH_AT`, after
 //! `FAIRSHM_CRASH_SKIP` earlier hits of that label (default 0).
 
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 struct Plan {
     label: String,

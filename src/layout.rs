@@ -45,11 +45,10 @@ pub struct Header {
 pub struct PoolRec {
     /// See [`pool_word`]: units in use plus the one operation in progress.
     pub word: AtomicU64,
-    /// Effective capacity (`POOL`). Fixed pools: the configured number.
-    pub capacity: AtomicU32,
-    /// Effective floor (`SHARE_FLOOR`) derived from `capacity`.
-    pub floor: AtomicU32,
-    /// Cached sum of the weights of the active tenants (see `admission::active`).
+    /// See [`pair`]: effective capacity (`POOL`, low half) and floor (`SHARE_FLOOR`,
+    /// high half), one word so that one load reads a consistent pair.
+    pub limits: AtomicU64,
+    /// Cached sum of the weights of the active tenants (see `admission::touch`).
     pub active_weight: AtomicU64,
     /// When `active_weight` was last recomputed by a full scan, in ms.
     pub active_at_ms: AtomicU64,
@@ -109,26 +108,44 @@ pub struct ProcRec {
 ///
 /// Lease `L` belongs to process slot `L / leases_per_proc`. Every field except `state`
 /// is written only by the owner while the lease is `CLAIMED` (private), and read by
-/// helpers under the `generation` seqlock (see `admission`).
+/// helpers under the generation seqlock (see `ops`). The decision inputs are packed in
+/// pairs ([`pair`]) so that publishing and reading a descriptor are few atomic steps.
 #[repr(C)]
 pub struct LeaseRec {
     /// See [`lease_state`]: the state and the claim generation, changed only by CAS.
     pub state: AtomicU32,
-    /// Reserved (zero).
-    pub reserved0: AtomicU32,
-    pub pool: AtomicU32,
-    pub tenant: AtomicU32,
+    /// Units asked for / held.
     pub units: AtomicU32,
+    /// Pool index (low half) and tenant index (high half).
+    pub pool_tenant: AtomicU64,
+    /// `POOL` (low) and `FLOOR` (high), frozen by the initiator for the decision.
+    pub limits: AtomicU64,
+    /// Tenant weight (low) and active weight (high), frozen for the decision.
+    pub weights: AtomicU64,
+    /// `now` of the acquire, in ms.
+    pub granted_ms: AtomicU64,
+    /// Declared hold in ms (0 = not declared).
+    pub hold_ms: AtomicU64,
     /// Kernel thread id of the holder (threads hold their own leases).
     pub tid: AtomicU32,
-    pub granted_ms: AtomicU64,
-    pub hold_ms: AtomicU64,
-    /// Decision inputs captured by the initiator, so that every helper decides alike.
-    pub cap: AtomicU32,
-    pub floor: AtomicU32,
-    pub weight: AtomicU32,
     pub reserved: AtomicU32,
-    pub active_weight: AtomicU64,
+    pub reserved2: AtomicU64,
+}
+
+/// Two u32 halves in one u64: `lo | hi << 32`.
+pub mod pair {
+    #[inline]
+    pub fn make(lo: u32, hi: u32) -> u64 {
+        lo as u64 | ((hi as u64) << 32)
+    }
+    #[inline]
+    pub fn lo(w: u64) -> u32 {
+        w as u32
+    }
+    #[inline]
+    pub fn hi(w: u64) -> u32 {
+        (w >> 32) as u32
+    }
 }
 
 /// The pool word: `in_use` and the single operation in progress, changed only by CAS.
@@ -410,15 +427,15 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
         config_off, config_len, pools_off, tenants_off, tenant_pools_off, procs_off,
         leases_off, creator_pid);
-    fields!(v, PoolRec, "PoolRec": word, capacity, floor, active_weight, active_at_ms,
+    fields!(v, PoolRec, "PoolRec": word, limits, active_weight, active_at_ms,
         hold_ewma_us, wake, waiters, grants, refusals);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         reserved);
     fields!(v, ProcRec, "ProcRec": state, pid, start_time, owner_futex, generation,
         registered_ms, reserved);
-    fields!(v, LeaseRec, "LeaseRec": state, reserved0, pool, tenant, units, tid, granted_ms,
-        hold_ms, cap, floor, weight, reserved, active_weight);
+    fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, limits, weights, granted_ms,
+        hold_ms, tid, reserved, reserved2);
     v
 }
 

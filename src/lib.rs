@@ -36,6 +36,8 @@ pub mod crash;
 #[cfg(not(loom))]
 pub mod segment;
 #[cfg(not(loom))]
+pub mod selfid;
+#[cfg(not(loom))]
 mod table;
 
 pub use config::{Config, PoolConfig};
@@ -43,3 +45,6 @@ pub use error::{Error, Result};
 pub use refusal::{Reason, Refusal};
 #[cfg(not(loom))]
 pub use table::{Lease, LeaseId, Request, Table};
+
+#[cfg(all(test, loom))]
+mod loom_tests;

@@ -38,7 +38,7 @@
 
 use crate::admission::{Decision, decide};
 use crate::error::{Error, Result};
-use crate::layout::{LeaseRec, held_word, lease_state as ls, pool_word as pw};
+use crate::layout::{LeaseRec, held_word, lease_state as ls, pair, pool_word as pw};
 use crate::region::Region;
 use crate::sync::{Backoff, Ordering::*, fence};
 
@@ -100,16 +100,16 @@ pub(crate) fn publish_acquire(lease: &LeaseRec, d: &Desc, tid: u32, now: u64, ho
         ls::make(d.generation, ls::CLAIMED),
         "publish_acquire on a lease this cycle does not own"
     );
-    lease.pool.store(d.pool, Relaxed);
-    lease.tenant.store(d.tenant, Relaxed);
     lease.units.store(d.units, Relaxed);
-    lease.tid.store(tid, Relaxed);
+    lease
+        .pool_tenant
+        .store(pair::make(d.pool, d.tenant), Relaxed);
+    lease.limits.store(pair::make(d.cap, d.floor), Relaxed);
+    let active = d.active_weight.min(u32::MAX as u64) as u32;
+    lease.weights.store(pair::make(d.weight, active), Relaxed);
     lease.granted_ms.store(now, Relaxed);
     lease.hold_ms.store(hold_ms, Relaxed);
-    lease.cap.store(d.cap, Relaxed);
-    lease.floor.store(d.floor, Relaxed);
-    lease.weight.store(d.weight, Relaxed);
-    lease.active_weight.store(d.active_weight, Relaxed);
+    lease.tid.store(tid, Relaxed);
     // Release: a reaper that Acquire-loads PENDING_ACQ sees the fields.
     lease
         .state
@@ -138,20 +138,28 @@ pub(crate) fn read_desc(lease: &LeaseRec, gen15: u32, full: Option<u32>) -> Opti
     if g & pw::GEN_MASK as u32 != gen15 || full.is_some_and(|f| f != g) {
         return None;
     }
+    let (pt, limits, weights) = (
+        lease.pool_tenant.load(Relaxed),
+        lease.limits.load(Relaxed),
+        lease.weights.load(Relaxed),
+    );
     let d = Desc {
         generation: g,
-        pool: lease.pool.load(Relaxed),
-        tenant: lease.tenant.load(Relaxed),
+        pool: pair::lo(pt),
+        tenant: pair::hi(pt),
         units: lease.units.load(Relaxed),
-        cap: lease.cap.load(Relaxed),
-        floor: lease.floor.load(Relaxed),
-        weight: lease.weight.load(Relaxed),
-        active_weight: lease.active_weight.load(Relaxed),
+        cap: pair::lo(limits),
+        floor: pair::hi(limits),
+        weight: pair::lo(weights),
+        active_weight: pair::hi(weights) as u64,
     };
     // Acquire fence: if any field above came from a later cycle, the claim CAS of that
     // cycle is visible to the re-load below (pairs with the fence in `claim_lease`).
+    // The re-load itself is Acquire too: a caller that finds the slot moved on then
+    // judges the pool word (`still()`) after the owner's step that moved it, so it
+    // cannot read the old word and report a live lease as corrupt (found by loom).
     fence(Acquire);
-    let s2 = lease.state.load(Relaxed);
+    let s2 = lease.state.load(Acquire);
     (ls::generation(s2) == g && ls::state(s2) != ls::CLAIMED).then_some(d)
 }
 
@@ -167,8 +175,9 @@ pub enum AcqOutcome {
 }
 
 /// Runs a published acquire (`PENDING_ACQ`) to its outcome. On refusal the lease is
-/// left `PENDING_ACQ` and never installed; the caller frees it.
-pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &Desc) -> Result<AcqOutcome> {
+/// left `PENDING_ACQ` and never installed; the caller frees it. A retry inside bumps
+/// `d.generation`.
+pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &mut Desc) -> Result<AcqOutcome> {
     let p = d.pool as usize;
     let pool = r.pool(p);
     let tp = r.tenant_pool(p, d.tenant as usize);
@@ -188,7 +197,7 @@ pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &Desc) -> Result<AcqOutcome
             backoff.snooze();
             continue;
         }
-        let decision = decide(x, held_word::held(tw), d);
+        let decision = decide(x, held_word::held(tw), &*d);
         if decision != Decision::Admit {
             return Ok(AcqOutcome::Refused {
                 in_use: x,
@@ -205,20 +214,26 @@ pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &Desc) -> Result<AcqOutcome
             continue;
         }
         crash_point("acquire.installed");
-        complete(r, p, nw, Some(d))?;
+        complete(r, p, nw, Some(&*d))?;
         let sw = lease.state.load(Acquire);
         match ls::state(sw) {
             ls::HELD if ls::generation(sw) == d.generation => return Ok(AcqOutcome::Granted),
             ls::REFUSED if ls::generation(sw) == d.generation => {
                 // Refused under serialization although the snapshot admitted (an ABA
-                // on the snapshot). Republish and let the snapshot explain the refusal.
-                let back = lease.state.compare_exchange(
-                    ls::make(d.generation, ls::REFUSED),
-                    ls::make(d.generation, ls::PENDING_ACQ),
-                    Relaxed,
-                    Relaxed,
-                );
-                debug_assert!(back.is_ok());
+                // on the snapshot). Retry under a new generation: a helper of the first
+                // attempt that still holds REFUSED for this generation must never match
+                // the retry's pool word, or its clear would erase the retry's grant.
+                let next = ls::make(d.generation.wrapping_add(1), ls::CLAIMED);
+                // AcqRel: Release so that a helper that sees the new generation also sees
+                // the clear we observed (its `still()` check must not read the old word);
+                // the fence below is the seqlock's writer side, as in `claim_lease`.
+                let moved = lease.state.compare_exchange(sw, next, AcqRel, Relaxed);
+                debug_assert!(moved.is_ok(), "only the owner moves a REFUSED lease");
+                fence(Release);
+                d.generation = ls::generation(next);
+                lease
+                    .state
+                    .store(ls::make(d.generation, ls::PENDING_ACQ), Release);
             }
             _ => {
                 return Err(Error::Corrupt(format!(
@@ -232,7 +247,15 @@ pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &Desc) -> Result<AcqOutcome
 /// Releases lease `l` of generation `generation`: `HELD` -> `PENDING_REL` -> counted out ->
 /// `FREE`. Exactly one caller can win the first step; any other gets `AlreadyReleased`.
 /// Returns the released descriptor and the lease's grant time.
-pub(crate) fn release<R: Region>(r: &R, l: usize, generation: u32) -> Result<(Desc, u64)> {
+///
+/// `known` is the caller's copy of the descriptor (the owner has it); without it the
+/// descriptor is read from the lease under the seqlock.
+pub(crate) fn release<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+    known: Option<&Desc>,
+) -> Result<Desc> {
     let lease = r.lease(l);
     let id = || format!("#{l}/{generation}");
     // AcqRel: Acquire to read the fields of this cycle; Release publishes the change.
@@ -246,17 +269,25 @@ pub(crate) fn release<R: Region>(r: &R, l: usize, generation: u32) -> Result<(De
         return Err(Error::AlreadyReleased { lease: id() });
     }
     crash_point("release.published");
-    finish_release(r, l, generation)
+    finish_release(r, l, generation, known)
 }
 
 /// Drives a lease in `PENDING_REL` (of generation `generation`) to `FREE`, installing its
 /// release op if nobody has yet. The caller must be its only driver: the owner, or the
 /// reaper of a dead owner.
-pub(crate) fn finish_release<R: Region>(r: &R, l: usize, generation: u32) -> Result<(Desc, u64)> {
+pub(crate) fn finish_release<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+    known: Option<&Desc>,
+) -> Result<Desc> {
     let lease = r.lease(l);
-    let d = read_desc(lease, generation & pw::GEN_MASK as u32, Some(generation))
-        .ok_or_else(|| Error::Corrupt(format!("lease {l} changed generation mid-release")))?;
-    let granted = lease.granted_ms.load(Relaxed);
+    let d = match known {
+        Some(d) => *d,
+        None => read_desc(lease, generation & pw::GEN_MASK as u32, Some(generation))
+            .ok_or_else(|| Error::Corrupt(format!("lease {l} changed generation mid-release")))?,
+    };
+    debug_assert_eq!(d.generation, generation);
     let p = d.pool as usize;
     check_desc(r, l, &d)?;
     let pool = r.pool(p);
@@ -291,7 +322,7 @@ pub(crate) fn finish_release<R: Region>(r: &R, l: usize, generation: u32) -> Res
     }
     let freed = free_lease(lease, generation, ls::RELEASED);
     debug_assert!(freed, "lease {l} not RELEASED after its release op");
-    Ok((d, granted))
+    Ok(d)
 }
 
 fn check_desc<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
@@ -326,12 +357,19 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
         ));
     }
     let lease = r.lease(l);
+    // The initiator's own slot cannot be reused while it runs this call.
+    let owned = known.is_some();
     let d = match known {
         Some(d) => *d,
         None => match read_desc(lease, pw::generation(w), None) {
             Some(d) => d,
             // The slot moved on, so this op completed; else the word is garbage.
-            None => return corrupt(format!("pool {p} word {w:#x} names a lease not pending")),
+            None => {
+                return corrupt(format!(
+                    "pool {p} word {w:#x} names lease {l}, whose state is {:#x}",
+                    lease.state.load(Acquire)
+                ));
+            }
         },
     };
     if d.pool as usize != p || check_desc(r, l, &d).is_err() {
@@ -343,7 +381,8 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
     let x = pw::in_use(w);
     let new_in_use = if !release {
         // Step 2: decide, once (the first CAS wins; all helpers compute the same).
-        while lease.state.load(Acquire) == ls::make(d.generation, ls::PENDING_ACQ) {
+        let mut sw = lease.state.load(Acquire);
+        while sw == ls::make(d.generation, ls::PENDING_ACQ) {
             let tw = tp.held.load(Acquire);
             if !still() {
                 return Ok(());
@@ -351,19 +390,16 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
             // (I3): the held word cannot carry our tag unless we applied.
             let admit =
                 held_word::tag(tw) == tag || decide(x, held_word::held(tw), &d) == Decision::Admit;
-            let to = if admit { ls::HELD } else { ls::REFUSED };
+            let to = ls::make(d.generation, if admit { ls::HELD } else { ls::REFUSED });
             // AcqRel: the outcome is published before we apply it.
-            let _ = lease.state.compare_exchange(
-                ls::make(d.generation, ls::PENDING_ACQ),
-                ls::make(d.generation, to),
-                AcqRel,
-                Acquire,
-            );
+            sw = match lease.state.compare_exchange(sw, to, AcqRel, Acquire) {
+                Ok(_) => to,
+                Err(seen) => seen,
+            };
             crash_point("complete.decided");
         }
-        let sw = lease.state.load(Acquire);
         if sw == ls::make(d.generation, ls::HELD) {
-            if !apply(r, p, w, l, &d, tag, false)? {
+            if !apply(r, p, w, l, &d, tag, false, owned)? {
                 return Ok(());
             }
             x.checked_add(d.units)
@@ -373,7 +409,7 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
             return corrupt(format!("lease {l} state {sw:#x} under a pending acquire"));
         }
     } else {
-        if !apply(r, p, w, l, &d, tag, true)? {
+        if !apply(r, p, w, l, &d, tag, true, owned)? {
             return Ok(());
         }
         // AcqRel: RELEASED is published after the held word changed (I1).
@@ -402,6 +438,7 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
 
 /// Step 3: applies `±units` to the tenant's held word, tagged, at most once.
 /// Returns `false` if the op is no longer pending (someone finished it).
+#[allow(clippy::too_many_arguments)]
 fn apply<R: Region>(
     r: &R,
     p: usize,
@@ -410,6 +447,7 @@ fn apply<R: Region>(
     d: &Desc,
     tag: u32,
     release: bool,
+    owned: bool,
 ) -> Result<bool> {
     let pool = r.pool(p);
     let tp = r.tenant_pool(p, d.tenant as usize);
@@ -419,7 +457,8 @@ fn apply<R: Region>(
         // Checked after reading `tw`: the op was pending when `tw` was read, so `tw`
         // is this tenant's value just before or just after our apply (I3). The full
         // generation check narrows a word ABA to 2^24 cycles of one slot.
-        if pool.word.load(Acquire) != w || ls::generation(lease.state.load(Acquire)) != d.generation
+        if pool.word.load(Acquire) != w
+            || (!owned && ls::generation(lease.state.load(Acquire)) != d.generation)
         {
             return Ok(false);
         }

@@ -18,7 +18,7 @@
 //! other reaper can install the same release.
 
 use crate::error::{Error, Result};
-use crate::layout::{lease_state as ls, pool_word as pw, proc_state as ps};
+use crate::layout::{lease_state as ls, pair, pool_word as pw, proc_state as ps};
 use crate::ops;
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -93,7 +93,7 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                 ops::free_lease(lease, generation, state);
             }
             ls::HELD => {
-                let (d, _) = ops::release(r, l, generation)?;
+                let d = ops::release(r, l, generation, None)?;
                 out.leases_released += 1;
                 out.units_returned[d.pool as usize] += d.units as u64;
             }
@@ -110,7 +110,7 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                 }
             }
             ls::PENDING_REL => {
-                let (d, _) = ops::finish_release(r, l, generation)?;
+                let d = ops::finish_release(r, l, generation, None)?;
                 out.leases_released += 1;
                 out.units_returned[d.pool as usize] += d.units as u64;
             }
@@ -120,7 +120,7 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
 }
 
 fn checked_pool<R: Region>(r: &R, l: usize) -> Result<usize> {
-    let p = r.lease(l).pool.load(Relaxed) as usize;
+    let p = pair::lo(r.lease(l).pool_tenant.load(Relaxed)) as usize;
     if p >= r.geometry().pools {
         return Err(Error::Corrupt(format!("lease {l} names pool {p}")));
     }

@@ -47,8 +47,7 @@ impl HeapRegion {
             pools: (0..pools)
                 .map(|_| PoolRec {
                     word: a64(),
-                    capacity: a32(),
-                    floor: a32(),
+                    limits: a64(),
                     active_weight: a64(),
                     active_at_ms: a64(),
                     hold_ewma_us: a64(),
@@ -89,18 +88,15 @@ impl HeapRegion {
             leases: (0..procs * leases_per_proc)
                 .map(|_| LeaseRec {
                     state: a32(),
-                    reserved0: a32(),
-                    pool: a32(),
-                    tenant: a32(),
                     units: a32(),
-                    tid: a32(),
+                    pool_tenant: a64(),
+                    limits: a64(),
+                    weights: a64(),
                     granted_ms: a64(),
                     hold_ms: a64(),
-                    cap: a32(),
-                    floor: a32(),
-                    weight: a32(),
+                    tid: a32(),
                     reserved: a32(),
-                    active_weight: a64(),
+                    reserved2: a64(),
                 })
                 .collect(),
         }

@@ -17,7 +17,7 @@ use crate::config::{Config, floor_of, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
     Geometry, Header, LAYOUT_VERSION, LeaseRec, MAGIC, PoolRec, ProcRec, READY, RECORD,
-    TenantPoolRec, TenantRec,
+    TenantPoolRec, TenantRec, pair,
 };
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -135,9 +135,8 @@ impl Segment {
         }
         for (p, pc) in cfg.pools.iter().enumerate() {
             let rec = seg.pool(p);
-            rec.capacity.store(pc.capacity, Relaxed);
-            rec.floor
-                .store(floor_of(pc.capacity, pc.floor_percent), Relaxed);
+            let floor = floor_of(pc.capacity, pc.floor_percent);
+            rec.limits.store(pair::make(pc.capacity, floor), Relaxed);
         }
         let h = seg.header();
         h.magic.store(MAGIC, Relaxed);
@@ -176,8 +175,8 @@ impl Segment {
     }
 
     /// Opens an existing segment, validating it; with `expected`, its config must be
-    /// exactly that one.
-    pub fn open(name: &str, expected: Option<&Config>) -> Result<Segment> {
+    /// exactly that one. Waits up to `ready_wait` for a creator still building it.
+    pub fn open(name: &str, expected: Option<&Config>, ready_wait: Duration) -> Result<Segment> {
         check_name(name)?;
         let file = OpenOptions::new()
             .read(true)
@@ -193,7 +192,7 @@ impl Segment {
                 me,
             });
         }
-        let deadline = Instant::now() + READY_WAIT;
+        let deadline = Instant::now() + ready_wait;
         // A creator between create and ftruncate shows a short file: wait for it.
         let mut size = meta.len();
         while size < RECORD as u64 && Instant::now() < deadline {

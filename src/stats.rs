@@ -7,7 +7,7 @@
 use crate::admission::{recent, scan_active, share};
 use crate::config::Config;
 use crate::layout::{
-    held_word, lease_state as ls, pool_word as pw, proc_state as ps, tenant_state,
+    held_word, lease_state as ls, pair, pool_word as pw, proc_state as ps, tenant_state,
 };
 use crate::refusal::Reason;
 use crate::region::Region;
@@ -119,8 +119,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             let w = rec.word.load(Acquire);
             let window = pc.window_ms as u64;
             let (active_tenants, active_weight) = scan_active(r, p, now, window);
-            let cap = rec.capacity.load(Relaxed);
-            let floor = rec.floor.load(Relaxed);
+            let limits = rec.limits.load(Relaxed);
+            let (cap, floor) = (pair::lo(limits), pair::hi(limits));
             let tenants = names
                 .iter()
                 .enumerate()
@@ -182,7 +182,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             if ls::state(sw) == ls::FREE {
                 return None;
             }
-            let p = rec.pool.load(Relaxed) as usize;
+            let pt = rec.pool_tenant.load(Relaxed);
+            let p = pair::lo(pt) as usize;
             Some(LeaseSnap {
                 index: l,
                 generation: ls::generation(sw),
@@ -191,7 +192,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                     .pools
                     .get(p)
                     .map_or_else(|| format!("#{p}"), |pc| pc.name.clone()),
-                tenant: name_of(rec.tenant.load(Relaxed) as usize),
+                tenant: name_of(pair::hi(pt) as usize),
                 units: rec.units.load(Relaxed),
                 process_slot: l / geo.leases_per_proc,
                 tid: rec.tid.load(Relaxed),

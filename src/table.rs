@@ -8,6 +8,7 @@ use crate::clock;
 use crate::config::{Config, check_name_bytes};
 use crate::error::{Error, Result};
 use crate::liveness;
+use crate::ops::Desc;
 use crate::recovery::{self, Reaped};
 use crate::refusal::Refusal;
 use crate::region::Region;
@@ -102,12 +103,22 @@ impl Table {
 
     /// Opens an existing segment with whatever config it was created with.
     pub fn open(name: &str) -> Result<Table> {
-        Segment::open(name, None).map(Self::from_segment)
+        Self::open_with(name, None, segment::READY_WAIT)
     }
 
     /// Opens an existing segment, which must have exactly config `cfg`.
     pub fn open_expecting(name: &str, cfg: &Config) -> Result<Table> {
-        Segment::open(name, Some(cfg)).map(Self::from_segment)
+        Self::open_with(name, Some(cfg), segment::READY_WAIT)
+    }
+
+    /// Opens an existing segment (with `expected`, it must have exactly that config),
+    /// waiting up to `ready_wait` for a creator that has not finished building it.
+    pub fn open_with(
+        name: &str,
+        expected: Option<&Config>,
+        ready_wait: std::time::Duration,
+    ) -> Result<Table> {
+        Segment::open(name, expected, ready_wait).map(Self::from_segment)
     }
 
     /// Opens segment `name`, creating it with `cfg` if it does not exist.
@@ -155,7 +166,7 @@ impl Table {
 
     /// This process's slot, registering it (again, after a fork) if needed.
     pub fn process_slot(&self) -> Result<usize> {
-        let pid = std::process::id() as u64;
+        let pid = crate::selfid::pid() as u64;
         // Acquire: pairs with the Release store below (same process, other thread).
         let r = self.reg.load(Acquire);
         if r >> 32 == pid && r as u32 != 0 {
@@ -218,7 +229,7 @@ impl Table {
         if req.units == 0 {
             return Err(Error::InvalidRequest("asked for 0 units".into()));
         }
-        let cap = self.seg.pool(p).capacity.load(Relaxed);
+        let cap = crate::layout::pair::lo(self.seg.pool(p).limits.load(Relaxed));
         if req.units > cap {
             return Err(Error::UnitsExceedCapacity {
                 pool: req.pool.to_owned(),
@@ -240,18 +251,18 @@ impl Table {
             window_ms: self.config().pools[p].window_ms as u64,
             // The weight the tenant was claimed with (all processes share the config).
             weight: self.seg.tenant(t).weight.load(Relaxed).max(1),
-            // SAFETY: `gettid` has no preconditions and cannot fail.
-            tid: unsafe { libc::gettid() } as u32,
+            tid: crate::selfid::tid(),
         };
         // Relaxed: a hint only; any start finds a free lease if there is one.
         let hint = self.hint.fetch_add(1, Relaxed) as usize;
         match admission::try_acquire(&self.seg, slot, hint, &attempt)? {
-            Admitted::Granted { lease, generation } => Ok(Ok(Lease {
+            Admitted::Granted { lease, desc } => Ok(Ok(Lease {
                 table: self,
                 id: LeaseId {
                     index: lease as u32,
-                    generation,
+                    generation: desc.generation,
                 },
+                desc,
                 pool: p,
                 units: req.units,
                 live: true,
@@ -265,6 +276,10 @@ impl Table {
 
     /// Releases a lease by id, at `now`. The lease must belong to this process.
     pub fn release_id_at(&self, id: LeaseId, now: u64) -> Result<()> {
+        self.release_inner(id, None, now)
+    }
+
+    fn release_inner(&self, id: LeaseId, known: Option<&Desc>, now: u64) -> Result<()> {
         let l = id.index as usize;
         let geo = self.seg.geometry();
         if l >= geo.leases() {
@@ -272,14 +287,14 @@ impl Table {
                 "lease {id} is beyond the lease table"
             )));
         }
-        let pid = std::process::id() as u64;
+        let pid = crate::selfid::pid() as u64;
         let r = self.reg.load(Acquire);
         if r >> 32 != pid || r as u32 == 0 || l / geo.leases_per_proc != (r as u32 - 1) as usize {
             return Err(Error::NotOwner {
                 lease: id.to_string(),
             });
         }
-        admission::release(&self.seg, l, id.generation, now.max(1)).map(|_| ())
+        admission::release(&self.seg, l, id.generation, known, now.max(1)).map(|_| ())
     }
 
     pub fn release_id(&self, id: LeaseId) -> Result<()> {
@@ -298,7 +313,7 @@ impl Table {
 
     /// Returns the permits of every registered process that has died.
     pub fn reap_dead(&self) -> Result<Vec<Reaped>> {
-        let me = std::process::id();
+        let me = crate::selfid::pid();
         let mut out = Vec::new();
         for s in 0..self.seg.geometry().procs {
             if let Some(r) = recovery::reap_slot(&self.seg, s, me, &liveness::is_dead)? {
@@ -314,6 +329,8 @@ impl Table {
 pub struct Lease<'t> {
     table: &'t Table,
     id: LeaseId,
+    /// The descriptor as granted, so that releasing need not read it back.
+    desc: Desc,
     pool: usize,
     units: u32,
     live: bool,
@@ -336,7 +353,7 @@ impl Lease<'_> {
     }
     pub fn release_at(mut self, now: u64) -> Result<()> {
         self.live = false;
-        self.table.release_id_at(self.id, now)
+        self.table.release_inner(self.id, Some(&self.desc), now)
     }
     /// Detaches the guard: the lease stays held until `Table::release_id`.
     pub fn into_id(mut self) -> LeaseId {
@@ -351,7 +368,7 @@ impl Drop for Lease<'_> {
             // A guard inherited across fork is not ours to release (NotOwner): the
             // parent still holds the lease. Any other error was a corrupt table.
             let now = self.explicit_now.unwrap_or_else(clock::now_ms);
-            let _ = self.table.release_id_at(self.id, now);
+            let _ = self.table.release_inner(self.id, Some(&self.desc), now);
         }
     }
 }

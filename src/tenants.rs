@@ -14,6 +14,10 @@ use crate::sync::{Backoff, Ordering::*};
 
 /// Spins on a `WRITING` slot before asking whether its writer is alive.
 const SPINS_BEFORE_LIVENESS: u32 = 1000;
+/// Liveness checks of a live writer before the slot is declared stuck. A writer needs
+/// a few stores to finish; one that is alive and has not finished after this many
+/// rounds (about a second of yielding) is stopped or the slot is garbage.
+const LIVENESS_ROUNDS: u32 = 500;
 
 fn matches(rec: &TenantRec, s: u32, name: &[u8], hash: u64) -> bool {
     ts::len(s) == name.len() && rec.hash.load(Relaxed) == hash && read_name(rec, s) == name
@@ -68,7 +72,7 @@ fn probe<R: Region>(
         let t = (start + i) % n;
         let rec = r.tenant(t);
         let backoff = Backoff::new();
-        let mut spins = 0u32;
+        let (mut spins, mut rounds) = (0u32, 0u32);
         loop {
             // Acquire: pairs with the Release store of READY, so name/hash are visible.
             let s = rec.state.load(Acquire);
@@ -105,7 +109,20 @@ fn probe<R: Region>(
                     spins += 1;
                     if spins >= SPINS_BEFORE_LIVENESS {
                         spins = 0;
-                        if ts::writer(s).is_some_and(writer_dead) {
+                        rounds += 1;
+                        let writer = ts::writer(s).filter(|&w| w < r.geometry().procs);
+                        if writer.is_none() || rounds >= LIVENESS_ROUNDS {
+                            return Err(Error::Corrupt(format!(
+                                "tenant slot {t} is stuck WRITING (state {s:#x}): its writer \
+                                 is {} and never finished",
+                                if writer.is_some() {
+                                    "alive"
+                                } else {
+                                    "not a process slot"
+                                }
+                            )));
+                        }
+                        if writer.is_some_and(writer_dead) {
                             // Relaxed: the next iteration re-reads with Acquire.
                             let _ = rec.state.compare_exchange(
                                 s,
@@ -115,7 +132,7 @@ fn probe<R: Region>(
                             );
                         }
                     }
-                    backoff.snooze();
+                    backoff.wait();
                 }
                 _ => {
                     return Err(Error::Corrupt(format!(

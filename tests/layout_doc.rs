@@ -1,0 +1,87 @@
+//! `shm-layout.md` and `src/layout.rs` must agree, field by field.
+use std::collections::BTreeMap;
+
+use fairshm::Config;
+use fairshm::layout::{RECORD, field_table};
+
+/// `record -> [(field, offset, size)]` from the document's `### \`Record\`` tables.
+fn doc_fields() -> BTreeMap<String, Vec<(String, usize, usize)>> {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shm-layout.md")).unwrap();
+    let mut out: BTreeMap<String, Vec<(String, usize, usize)>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            current = h
+                .strip_prefix('`')
+                .and_then(|h| h.strip_suffix('`'))
+                .map(str::to_owned);
+            continue;
+        }
+        let Some(rec) = &current else { continue };
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 5 {
+            continue;
+        }
+        let (Ok(off), Ok(size)) = (cells[1].parse(), cells[2].parse()) else {
+            continue;
+        };
+        out.entry(rec.clone())
+            .or_default()
+            .push((cells[3].to_owned(), off, size));
+    }
+    out
+}
+
+#[test]
+fn every_field_is_documented_at_its_offset_and_size() {
+    let doc = doc_fields();
+    let code = field_table();
+    let mut from_code: BTreeMap<String, Vec<(String, usize, usize)>> = BTreeMap::new();
+    for (rec, field, off, size) in &code {
+        from_code
+            .entry(rec.to_string())
+            .or_default()
+            .push((field.to_string(), *off, *size));
+    }
+    assert_eq!(
+        doc.keys().collect::<Vec<_>>(),
+        from_code.keys().collect::<Vec<_>>(),
+        "documented records"
+    );
+    for (rec, fields) in &from_code {
+        assert_eq!(
+            &doc[rec], fields,
+            "record {rec}: document (left) vs code (right)"
+        );
+        let end = fields.last().map(|(_, o, s)| o + s).unwrap();
+        assert_eq!(end, RECORD, "record {rec} does not fill its 64 bytes");
+        for w in fields.windows(2) {
+            assert_eq!(
+                w[0].1 + w[0].2,
+                w[1].1,
+                "{rec}: gap or overlap before {}",
+                w[1].0
+            );
+        }
+    }
+}
+
+#[test]
+fn the_documented_default_size_is_the_real_one() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shm-layout.md")).unwrap();
+    let size = Config::default().geometry().total_size;
+    let text = doc
+        .split("makes a segment of")
+        .nth(1)
+        .expect("the default size sentence");
+    let documented: usize = text
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert_eq!(documented, size);
+}
