@@ -1,34 +1,12 @@
-//! Crash points (feature `crash-points`, tests only): the process kills itself with
-//! SIGKILL when it reaches the labelled step named by `FAIRSHM_CRASH_AT`, after
-//! `FAIRSHM_CRASH_SKIP` earlier hits of that label (default 0).
+//! Crash points (feature `crash-points`, tests only): after `arm(label, skip)`, the
+//! process kills itself with SIGKILL the `skip + 1`-th time it reaches the labelled
+//! step. A test forks a child, arms it, and lets it run into its death.
 
-use crate::sync::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
-struct Plan {
-    label: String,
-    skip: u64,
-    hits: AtomicU64,
-}
+use crate::sync::{AtomicU32, Ordering::Relaxed};
 
-fn plan() -> Option<&'static Plan> {
-    static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
-    PLAN.get_or_init(|| {
-        let label = std::env::var("FAIRSHM_CRASH_AT").ok()?;
-        let skip = std::env::var("FAIRSHM_CRASH_SKIP")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        Some(Plan {
-            label,
-            skip,
-            hits: AtomicU64::new(0),
-        })
-    })
-    .as_ref()
-}
-
-/// Every labelled step, for tests that visit them all.
+/// Every labelled step between two atomic steps of acquire, release and registration.
 pub const LABELS: &[&str] = &[
     "acquire.before_install",
     "acquire.installed",
@@ -37,14 +15,32 @@ pub const LABELS: &[&str] = &[
     "complete.before_clear",
     "release.published",
     "release.installed",
+    "register.claimed",
 ];
 
+/// Non-zero once armed; Relaxed: read and written by this process only.
+static ARMED: AtomicU32 = AtomicU32::new(0);
+static PLAN: Mutex<Option<(&'static str, u64)>> = Mutex::new(None);
+
+/// Dies at the `skip + 1`-th hit of `label` from now on.
+pub fn arm(label: &'static str, skip: u64) {
+    assert!(LABELS.contains(&label), "unknown crash point {label:?}");
+    *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip));
+    ARMED.store(1, Relaxed);
+}
+
 pub(crate) fn hit(label: &'static str) {
-    if let Some(p) = plan()
-        && p.label == label
-        && p.hits.fetch_add(1, Relaxed) >= p.skip
+    if ARMED.load(Relaxed) == 0 {
+        return;
+    }
+    let mut plan = PLAN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((l, skip)) = plan.as_mut()
+        && *l == label
     {
-        // SAFETY: kill and getpid have no memory-safety preconditions.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        if *skip == 0 {
+            // SAFETY: kill and getpid have no memory-safety preconditions.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        *skip -= 1;
     }
 }

@@ -10,7 +10,7 @@
 //! | `CLAIMED`       | private, counted nowhere                   | frees it              |
 //! | `PENDING_ACQ`   | installed: finish it; else counted nowhere | helps, or frees it    |
 //! | `REFUSED`, `RELEASED` | counted nowhere                     | frees it              |
-//! | `HELD`          | counted                                   | releases it           |
+//! | `HELD`          | counted once its acquire op is cleared    | finishes it, releases |
 //! | `PENDING_REL`   | counted until its op completes            | finishes the release  |
 //!
 //! Only one reaper works on a slot at a time (the `REAPING` CAS), which is what makes
@@ -87,9 +87,24 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
     loop {
         let sw = lease.state.load(Acquire);
         let (generation, state) = (ls::generation(sw), ls::state(sw));
+        if matches!(state, ls::FREE | ls::CLAIMED) {
+            // FREE: nothing. CLAIMED: private, never published, counted nowhere.
+            if state == ls::CLAIMED {
+                ops::free_lease(lease, generation, state);
+            }
+            return Ok(());
+        }
+        // Published: first finish any op of this lease still pending in its pool (the
+        // owner may have died anywhere between install and clear). By (I1) the state
+        // alone then says what is counted, and the slot may be freed.
+        let p = checked_pool(r, l)?;
+        let w = r.pool(p).word.load(Acquire);
+        if is_ours(w, l, generation) {
+            ops::complete(r, p, w, None)?;
+            continue;
+        }
         match state {
-            ls::FREE => return Ok(()),
-            ls::CLAIMED | ls::REFUSED | ls::RELEASED => {
+            ls::REFUSED | ls::RELEASED => {
                 ops::free_lease(lease, generation, state);
             }
             ls::HELD => {
@@ -98,13 +113,9 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                 out.units_returned[d.pool as usize] += d.units as u64;
             }
             ls::PENDING_ACQ => {
-                let p = checked_pool(r, l)?;
-                let w = r.pool(p).word.load(Acquire);
-                if is_ours(w, l, false, generation) {
-                    ops::complete(r, p, w, None)?; // then HELD or REFUSED
-                    out.in_flight += 1;
-                } else if lease.state.load(Acquire) == sw {
-                    // Not pending now and still undecided: never installed (I1).
+                // Not pending now and still undecided: never installed (I1). Re-read
+                // first: a helper may have just finished an install we did not see.
+                if lease.state.load(Acquire) == sw {
                     ops::free_lease(lease, generation, state);
                     out.in_flight += 1;
                 }
@@ -127,8 +138,7 @@ fn checked_pool<R: Region>(r: &R, l: usize) -> Result<usize> {
     Ok(p)
 }
 
-fn is_ours(w: u64, l: usize, release: bool, generation: u32) -> bool {
-    pw::pending(w) == Some(l)
-        && pw::is_release(w) == release
-        && pw::generation(w) == generation & pw::GEN_MASK as u32
+/// Whether pool word `w` has an op (of either kind) of lease `l`'s cycle `generation` pending.
+fn is_ours(w: u64, l: usize, generation: u32) -> bool {
+    pw::pending(w) == Some(l) && pw::generation(w) == generation & pw::GEN_MASK as u32
 }

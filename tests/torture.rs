@@ -1,0 +1,117 @@
+//! SIGKILL torture: workers loop acquire / hold / release; the parent kills random
+//! workers at random moments, reaps the dead and respawns them. `in_use` must never
+//! exceed `POOL`, and after the last death and recovery every counter is zero.
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::{Seg, fork_child, one_pool};
+use fairshm::layout::pool_word;
+use fairshm::region::Region;
+use fairshm::{Request, Table};
+
+const CAP: u32 = 4;
+const WORKERS: usize = 6;
+
+fn kills() -> usize {
+    std::env::var("FAIRSHM_TORTURE_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// A page shared across fork: [0] over-capacity sightings, [1] grants.
+fn shared_page() -> &'static [AtomicU64; 2] {
+    // SAFETY: a fresh anonymous shared mapping, never unmapped (the test process ends),
+    // zero-filled, only accessed through atomics.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        &*(p as *const [AtomicU64; 2])
+    }
+}
+
+fn spawn(name: &str, i: usize, witness: &'static [AtomicU64; 2]) -> nix::unistd::Pid {
+    let name = name.to_owned();
+    fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let tenant = ["a", "b", "c"][i % 3];
+        let mut x = (std::process::id() as u64) << 1 | 1;
+        loop {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let req = Request::new("requests", tenant).units(1 + (x % 2) as u32);
+            if let Ok(lease) = t.try_acquire(&req).unwrap() {
+                let in_use = pool_word::in_use(t.region().pool(0).word.load(SeqCst));
+                if in_use > CAP {
+                    witness[0].fetch_add(1, SeqCst);
+                }
+                witness[1].fetch_add(1, SeqCst);
+                for _ in 0..(x % 200) {
+                    std::hint::spin_loop();
+                }
+                lease.release().unwrap();
+            }
+        }
+    })
+}
+
+#[test]
+fn a_thousand_sigkills_lose_nothing() {
+    let seg = Seg::new("torture");
+    let t = seg.create(&one_pool(CAP));
+    let witness = shared_page();
+    let mut pids: Vec<_> = (0..WORKERS).map(|i| spawn(&seg.name, i, witness)).collect();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut reaped = 0;
+    for _ in 0..kills() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        std::thread::sleep(Duration::from_micros(x % 1500));
+        let i = (x >> 20) as usize % WORKERS;
+        nix::sys::signal::kill(pids[i], nix::sys::signal::SIGKILL).unwrap();
+        nix::sys::wait::waitpid(pids[i], None).unwrap();
+        reaped += t.reap_dead().unwrap().len();
+        pids[i] = spawn(&seg.name, i, witness);
+    }
+    for pid in pids {
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).unwrap();
+        nix::sys::wait::waitpid(pid, None).unwrap();
+    }
+    reaped += t.reap_dead().unwrap().len();
+    let snap = t.snapshot();
+    let pool = snap.pool("requests").unwrap();
+    eprintln!(
+        "{} kills, {reaped} slots reaped, {} grants, {} over-capacity sightings",
+        kills(),
+        witness[1].load(SeqCst),
+        witness[0].load(SeqCst)
+    );
+    assert_eq!(witness[0].load(SeqCst), 0, "in_use exceeded POOL");
+    // A worker killed before its first acquire never registered, so there may be
+    // fewer slots than kills; none may be left over.
+    assert!(
+        reaped <= kills() + WORKERS && reaped > kills() / 2,
+        "{reaped} slots reaped"
+    );
+    assert_eq!(pool.in_use, 0);
+    assert!(!pool.op_pending);
+    assert!(
+        pool.tenants.iter().all(|t| t.held == 0),
+        "{:?}",
+        pool.tenants
+    );
+    assert!(snap.leases.is_empty(), "{:?}", snap.leases);
+    assert!(snap.processes.is_empty(), "{:?}", snap.processes);
+    assert!(witness[1].load(SeqCst) > 1000, "the workers barely ran");
+}
