@@ -30,6 +30,38 @@ pub struct PoolConfig {
     pub floor_percent: u32,
     /// The activity window in ms.
     pub window_ms: u32,
+    /// Capacity sized from the live registered workers instead of `capacity`.
+    pub per_worker: Option<PerWorker>,
+}
+
+/// Semian's worker-sized capacity: `tickets = min(workers, max(ceil(quota * workers),
+/// min_tickets))` over the live registered workers (observers do not count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PerWorker {
+    /// `quota` in parts per million (so configs compare exactly): 1..=1_000_000.
+    pub quota_ppm: u32,
+    pub min_tickets: u32,
+}
+
+impl PerWorker {
+    /// `quota` in (0, 1], rounded to the nearest millionth.
+    pub fn new(quota: f64, min_tickets: u32) -> Self {
+        let ppm = if quota.is_finite() {
+            (quota * 1e6).round().clamp(0.0, 2e9) as u32
+        } else {
+            0
+        };
+        PerWorker {
+            quota_ppm: ppm,
+            min_tickets,
+        }
+    }
+
+    /// Tickets for `workers` live workers.
+    pub fn tickets(&self, workers: u32) -> u32 {
+        let by_quota = (self.quota_ppm as u64 * workers as u64).div_ceil(1_000_000);
+        (by_quota.max(self.min_tickets as u64) as u32).min(workers)
+    }
 }
 
 impl PoolConfig {
@@ -40,6 +72,16 @@ impl PoolConfig {
             capacity,
             floor_percent: DEFAULT_FLOOR_PERCENT,
             window_ms: DEFAULT_WINDOW_MS,
+            per_worker: None,
+        }
+    }
+    /// A pool sized from the workers: see [`PerWorker`]. Validation requires
+    /// `quota` in (0, 1].
+    pub fn per_worker(name: &str, quota: f64, min_tickets: u32) -> Self {
+        PoolConfig {
+            capacity: 0,
+            per_worker: Some(PerWorker::new(quota, min_tickets)),
+            ..PoolConfig::new(name, 0)
         }
     }
     pub fn floor_percent(mut self, pct: u32) -> Self {
@@ -115,7 +157,21 @@ impl Config {
             if self.pools[..i].iter().any(|q| q.name == p.name) {
                 return bad(format!("pool {:?} is named twice", p.name));
             }
-            if p.capacity == 0 || p.capacity > MAX_CAPACITY {
+            if let Some(pw) = p.per_worker {
+                if pw.quota_ppm == 0 || pw.quota_ppm > 1_000_000 {
+                    return bad(format!(
+                        "pool {:?}: quota {} is not in (0, 1]",
+                        p.name,
+                        pw.quota_ppm as f64 / 1e6
+                    ));
+                }
+                if p.capacity != 0 {
+                    return bad(format!(
+                        "pool {:?}: a per_worker pool takes no fixed capacity (got {})",
+                        p.name, p.capacity
+                    ));
+                }
+            } else if p.capacity == 0 || p.capacity > MAX_CAPACITY {
                 return bad(format!(
                     "pool {:?}: capacity {} is not in 1..={MAX_CAPACITY}",
                     p.name, p.capacity
@@ -209,7 +265,10 @@ impl Config {
         }
         for p in &self.pools {
             b.extend_from_slice(&name_bytes(&p.name));
-            for v in [p.capacity, p.floor_percent, p.window_ms, 0] {
+            let (q, m) = p
+                .per_worker
+                .map_or((0, 0), |w| (w.quota_ppm, w.min_tickets));
+            for v in [p.capacity, p.floor_percent, p.window_ms, q, m, 0] {
                 b.extend_from_slice(&v.to_le_bytes());
             }
         }
@@ -247,6 +306,13 @@ impl Config {
                 capacity: u32_at(off + MAX_NAME)?,
                 floor_percent: u32_at(off + MAX_NAME + 4)?,
                 window_ms: u32_at(off + MAX_NAME + 8)?,
+                per_worker: match u32_at(off + MAX_NAME + 12)? {
+                    0 => None,
+                    quota_ppm => Some(PerWorker {
+                        quota_ppm,
+                        min_tickets: u32_at(off + MAX_NAME + 16)?,
+                    }),
+                },
             });
         }
         let mut weights = Vec::with_capacity(n_weights);
@@ -309,7 +375,7 @@ impl Config {
 }
 
 const HEAD_LEN: usize = 32;
-const POOL_LEN: usize = MAX_NAME + 16;
+const POOL_LEN: usize = MAX_NAME + 24;
 const WEIGHT_LEN: usize = MAX_NAME + 8;
 
 /// A pool or tenant name: 1 to 48 bytes, no NUL.
@@ -362,6 +428,29 @@ mod tests {
         let c = Config::default().weight("acme", 3);
         c.validate().unwrap();
         assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn per_worker_tickets_follow_the_semian_formula() {
+        let half = PerWorker::new(0.5, 0);
+        assert_eq!(half.tickets(5), 3);
+        assert_eq!(half.tickets(1), 1);
+        assert_eq!(half.tickets(0), 0);
+        assert_eq!(PerWorker::new(0.51, 0).tickets(2), 2); // Shopify's 0.51 comment
+        assert_eq!(PerWorker::new(0.1, 2).tickets(1), 1); // capped at workers
+        assert_eq!(PerWorker::new(0.1, 2).tickets(3), 2); // min_tickets
+        assert_eq!(PerWorker::new(0.1, 2).tickets(16), 2);
+        assert_eq!(PerWorker::new(0.25, 2).tickets(16), 4);
+        let c = Config::with_pools(vec![PoolConfig::per_worker("flights", 0.5, 2)]);
+        c.validate().unwrap();
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+        for bad in [0.0, 1.5, f64::NAN] {
+            let c = Config::with_pools(vec![PoolConfig::per_worker("f", bad, 0)]);
+            assert!(
+                c.validate().unwrap_err().to_string().contains("quota"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

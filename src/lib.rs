@@ -17,6 +17,7 @@
 //! shim that loom swaps out).
 
 pub mod admission;
+pub mod capacity;
 pub mod config;
 pub mod error;
 pub mod layout;
@@ -40,7 +41,7 @@ pub mod selfid;
 #[cfg(not(loom))]
 mod table;
 
-pub use config::{Config, PoolConfig};
+pub use config::{Config, PerWorker, PoolConfig};
 pub use error::{Error, Result};
 pub use refusal::{Reason, Refusal};
 #[cfg(not(loom))]

@@ -164,6 +164,12 @@ impl Table {
             })
     }
 
+    /// Registers this process as a worker now (it would be on its first acquire), so
+    /// that `per_worker` pools count it. Returns its process slot.
+    pub fn register(&self) -> Result<usize> {
+        self.process_slot()
+    }
+
     /// This process's slot, registering it (again, after a fork) if needed.
     pub fn process_slot(&self) -> Result<usize> {
         let pid = crate::selfid::pid() as u64;
@@ -193,6 +199,7 @@ impl Table {
         };
         // Release: see the Acquire load in `process_slot`.
         self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+        crate::capacity::recompute(&self.seg, self.config());
         Ok(slot)
     }
 
@@ -229,6 +236,8 @@ impl Table {
         if req.units == 0 {
             return Err(Error::InvalidRequest("asked for 0 units".into()));
         }
+        // Registered first: a per_worker pool counts this process before sizing.
+        let slot = self.process_slot()?;
         let cap = crate::layout::pair::lo(self.seg.pool(p).limits.load(Relaxed));
         if req.units > cap {
             return Err(Error::UnitsExceedCapacity {
@@ -237,7 +246,6 @@ impl Table {
                 capacity: cap,
             });
         }
-        let slot = self.process_slot()?;
         let weight = self.config().weight_of(req.tenant.as_bytes());
         let t = tenants::find_or_claim(&self.seg, req.tenant.as_bytes(), weight, slot, &|s| {
             liveness::slot_dead(&self.seg, s, &liveness::is_dead)
@@ -319,6 +327,9 @@ impl Table {
             if let Some(r) = recovery::reap_slot(&self.seg, s, me, &liveness::is_dead)? {
                 out.push(r);
             }
+        }
+        if !out.is_empty() {
+            crate::capacity::recompute(&self.seg, self.config());
         }
         Ok(out)
     }

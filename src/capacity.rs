@@ -1,0 +1,40 @@
+//! Worker-sized capacity (`per_worker` pools), recomputed as workers come and go.
+//!
+//! `tickets = min(workers, max(ceil(quota * workers), min_tickets))` over the `LIVE`
+//! process slots: a process registers on its first acquire, so observers (`shmtool`, a
+//! snapshot reader) never count. Registration and reaping call [`recompute`]. When the
+//! capacity shrinks below what is held nothing is revoked: `decide` simply refuses
+//! until `in_use` falls under the new capacity.
+
+use crate::config::{Config, floor_of};
+use crate::layout::{pair, proc_state as ps};
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// Process slots that are `LIVE` now.
+pub fn live_workers<R: Region>(r: &R) -> u32 {
+    (0..r.geometry().procs)
+        .filter(|&s| ps::status(r.proc_slot(s).state.load(Acquire)) == ps::LIVE)
+        .count() as u32
+}
+
+/// Stores every `per_worker` pool's capacity (and floor) for the live workers; returns
+/// the worker count used. Two processes recomputing at once may interleave; each
+/// re-counts after storing and goes again if the count moved, so the last writer
+/// stores the count it saw last.
+pub fn recompute<R: Region>(r: &R, cfg: &Config) -> u32 {
+    loop {
+        let workers = live_workers(r);
+        for (p, pc) in cfg.pools.iter().enumerate() {
+            if let Some(pw) = pc.per_worker {
+                let tickets = pw.tickets(workers);
+                let floor = floor_of(tickets, pc.floor_percent);
+                // Relaxed: an input frozen into each descriptor (see `admission`).
+                r.pool(p).limits.store(pair::make(tickets, floor), Relaxed);
+            }
+        }
+        if live_workers(r) == workers {
+            return workers;
+        }
+    }
+}

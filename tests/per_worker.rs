@@ -1,0 +1,127 @@
+//! Worker-sized pools: tickets follow the live registered workers, as in Semian's
+//! `quota` / `min_tickets`, including after workers are killed.
+mod common;
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+
+use common::Seg;
+use fairshm::{Config, PoolConfig, Request, Table};
+
+/// The tests fork children that would inherit each other's pipe ends if they ran at
+/// once (delaying the end-of-file each waits for), so they run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn capacity(t: &Table, pool: &str) -> u32 {
+    t.snapshot().pool(pool).unwrap().capacity
+}
+
+/// Forks `n` workers that register and then wait to be killed.
+fn workers(name: &str, n: usize) -> Vec<nix::unistd::Pid> {
+    (0..n)
+        .map(|_| {
+            let (rd, wr) = nix::unistd::pipe().unwrap();
+            let (name, wr_fd) = (name.to_owned(), wr.as_raw_fd());
+            let pid = common::fork_child(move || {
+                Table::open(&name).unwrap().register().unwrap();
+                // SAFETY: our copy of the pipe's write end; closing it tells the parent
+                // we are registered.
+                unsafe { libc::close(wr_fd) };
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                }
+            });
+            drop(wr);
+            // SAFETY: `rd` is an open pipe end; the File takes it over.
+            let mut f = unsafe { std::fs::File::from_raw_fd(rd.as_raw_fd()) };
+            std::mem::forget(rd);
+            let mut buf = [0u8; 1];
+            assert_eq!(
+                f.read(&mut buf).unwrap(),
+                0,
+                "worker registered and closed its pipe"
+            );
+            pid
+        })
+        .collect()
+}
+
+fn kill(pids: &[nix::unistd::Pid]) {
+    for &p in pids {
+        nix::sys::signal::kill(p, nix::sys::signal::SIGKILL).unwrap();
+        nix::sys::wait::waitpid(p, None).unwrap();
+    }
+}
+
+#[test]
+fn five_workers_at_half_quota_get_three_tickets_and_follow_deaths() {
+    let _g = serial();
+    let seg = Seg::new("quota");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("mysql", 0.5, 0)]);
+    let t = seg.create(&cfg); // the parent only observes: it never registers
+    assert_eq!(capacity(&t, "mysql"), 0);
+    let pids = workers(&seg.name, 5);
+    assert_eq!(capacity(&t, "mysql"), 3, "ceil(0.5 * 5)");
+    kill(&pids[..4]);
+    assert_eq!(t.reap_dead().unwrap().len(), 4);
+    assert_eq!(capacity(&t, "mysql"), 1, "ceil(0.5 * 1)");
+    kill(&pids[4..]);
+    t.reap_dead().unwrap();
+    assert_eq!(capacity(&t, "mysql"), 0);
+}
+
+#[test]
+fn min_tickets_is_capped_at_the_worker_count() {
+    let _g = serial();
+    let seg = Seg::new("mintickets");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("redis", 0.1, 2)]);
+    let t = seg.create(&cfg);
+    let one = workers(&seg.name, 1);
+    assert_eq!(capacity(&t, "redis"), 1, "min(1 worker, max(ceil(0.1), 2))");
+    let two = workers(&seg.name, 2);
+    assert_eq!(capacity(&t, "redis"), 2, "min(3, max(ceil(0.3), 2))");
+    kill(&one);
+    kill(&two);
+    t.reap_dead().unwrap();
+}
+
+#[test]
+fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
+    let _g = serial();
+    let seg = Seg::new("shrink");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
+    let t = seg.create(&cfg);
+    let pids = workers(&seg.name, 2);
+    t.register().unwrap(); // three workers now: capacity 3
+    assert_eq!(capacity(&t, "flights"), 3);
+    let held: Vec<_> = (0..3)
+        .map(|i| {
+            t.try_acquire_at(&Request::new("flights", "a"), 10 + i)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    kill(&pids);
+    t.reap_dead().unwrap();
+    assert_eq!(capacity(&t, "flights"), 1);
+    assert_eq!(
+        t.snapshot().pool("flights").unwrap().in_use,
+        3,
+        "nothing revoked"
+    );
+    drop(held);
+    let again = t.try_acquire_at(&Request::new("flights", "a"), 20).unwrap();
+    assert!(
+        again.is_ok(),
+        "admitted once in_use fell under the new capacity"
+    );
+    let r = t
+        .try_acquire_at(&Request::new("flights", "b"), 20)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.capacity, 1);
+}
