@@ -40,6 +40,8 @@ pub mod segment;
 pub mod selfid;
 #[cfg(not(loom))]
 mod table;
+#[cfg(not(loom))]
+pub mod waiting;
 
 pub use config::{Config, PerWorker, PoolConfig};
 pub use error::{Error, Result};

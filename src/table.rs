@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::admission::{self, Admitted, Attempt};
 use crate::clock;
@@ -10,12 +11,17 @@ use crate::error::{Error, Result};
 use crate::liveness;
 use crate::ops::Desc;
 use crate::recovery::{self, Reaped};
-use crate::refusal::Refusal;
+use crate::refusal::{Reason, Refusal};
 use crate::region::Region;
 use crate::segment::{self, Segment};
 use crate::stats::{self, Snapshot};
 use crate::sync::{AtomicU64, Ordering::*};
 use crate::tenants;
+use crate::waiting;
+
+/// How long a blocked acquirer sleeps before it sweeps for dead holders itself (the
+/// backup to being woken; see `acquire`).
+pub const DEAD_HOLDER_SWEEP: Duration = Duration::from_millis(100);
 
 /// What to acquire.
 #[derive(Clone, Copy, Debug)]
@@ -282,6 +288,78 @@ impl Table {
         }
     }
 
+    /// Like `try_acquire`, but when refused sleeps on the pool's futex until a release
+    /// makes room or `timeout` runs out; then the refusal is `timed_out`, saying what it
+    /// waited for. Under-share waiters are woken first; a release of `n` units wakes at
+    /// most `n` waiters. A sleeping waiter also sweeps for dead holders every
+    /// [`DEAD_HOLDER_SWEEP`], so a holder killed with SIGKILL does not keep it waiting
+    /// until its timeout.
+    pub fn acquire(
+        &self,
+        req: &Request<'_>,
+        timeout: Duration,
+    ) -> Result<Result<Lease<'_>, Refusal>> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let pool = self.seg.pool(self.pool_index(req.pool)?);
+        let mut woken_at: Option<u32> = None;
+        loop {
+            // SeqCst: the waiter's half of the protocol in `waiting`.
+            let seq = pool.wake.load(SeqCst);
+            let refusal = match self.try_acquire(req)? {
+                Ok(lease) => return Ok(Ok(lease)),
+                Err(r) => r,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Err(self.timed_out(req, refusal, now - start)));
+            }
+            let bits = if refusal.reason == Reason::OverShare {
+                waiting::OVER
+            } else {
+                waiting::UNDER
+            };
+            if woken_at.is_some_and(|w| w != seq) {
+                // Woken, yet refused: pass the wake on once, so a waiter that could use
+                // the permit is not left asleep behind us.
+                waiting::wake(pool, 1, waiting::UNDER | waiting::OVER);
+            }
+            pool.waiters.fetch_add(1, SeqCst);
+            let until = deadline.min(now + DEAD_HOLDER_SWEEP);
+            if pool.wake.load(SeqCst) == seq {
+                waiting::sleep(pool, seq, bits, until);
+            }
+            pool.waiters.fetch_sub(1, SeqCst);
+            woken_at = Some(seq);
+            if Instant::now() >= until && until < deadline {
+                self.reap_dead()?; // the backup sweep: wakes us if a holder died
+            }
+        }
+    }
+
+    fn timed_out(&self, req: &Request<'_>, last: Refusal, waited: Duration) -> Refusal {
+        if let (Some(t), Ok(p)) = (
+            tenants::find(&self.seg, req.tenant.as_bytes()),
+            self.pool_index(req.pool),
+        ) {
+            // Relaxed: a statistic.
+            self.seg.tenant_pool(p, t).refusals[Reason::TimedOut as usize - 1]
+                .fetch_add(1, Relaxed);
+        }
+        Refusal {
+            reason: Reason::TimedOut,
+            explanation: format!(
+                "timed out after {} ms waiting for {} of pool {:?} for tenant {:?}; what blocked it last: {}",
+                waited.as_millis(),
+                req.units,
+                req.pool,
+                req.tenant,
+                last.explanation
+            ),
+            ..last
+        }
+    }
+
     /// Releases a lease by id, at `now`. The lease must belong to this process.
     pub fn release_id_at(&self, id: LeaseId, now: u64) -> Result<()> {
         self.release_inner(id, None, now)
@@ -302,7 +380,9 @@ impl Table {
                 lease: id.to_string(),
             });
         }
-        admission::release(&self.seg, l, id.generation, known, now.max(1)).map(|_| ())
+        let d = admission::release(&self.seg, l, id.generation, known, now.max(1))?;
+        waiting::released(self.seg.pool(d.pool as usize), d.units);
+        Ok(())
     }
 
     pub fn release_id(&self, id: LeaseId) -> Result<()> {
@@ -330,6 +410,11 @@ impl Table {
         }
         if !out.is_empty() {
             crate::capacity::recompute(&self.seg, self.config());
+            for (p, &units) in out.iter().flat_map(|r| r.units_returned.iter().enumerate()) {
+                if units > 0 {
+                    waiting::released(self.seg.pool(p), units.min(u32::MAX as u64) as u32);
+                }
+            }
         }
         Ok(out)
     }

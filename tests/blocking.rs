@@ -1,0 +1,216 @@
+//! Blocking acquire on process-shared futexes.
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use common::{Seg, fork_child, one_pool, wait};
+use fairshm::region::Region;
+use fairshm::{Reason, Request, Table};
+
+/// A page shared across fork, for timestamps.
+fn shared_words() -> &'static [AtomicU64; 4] {
+    // SAFETY: a fresh anonymous shared mapping, never unmapped, zero-filled, only used
+    // through atomics.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        &*(p as *const [AtomicU64; 4])
+    }
+}
+
+fn mono_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+fn waiters(t: &Table) -> u32 {
+    t.region().pool(0).waiters.load(SeqCst)
+}
+
+#[test]
+fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
+    let seg = Seg::new("wake");
+    let t = seg.create(&one_pool(1));
+    let w = shared_words();
+    let mut lat = Vec::new();
+    for round in 0..20 {
+        let lease = t
+            .try_acquire(&Request::new("requests", "a"))
+            .unwrap()
+            .unwrap();
+        let name = seg.name.clone();
+        let child = fork_child(move || {
+            let t = Table::open(&name).unwrap();
+            let got = t
+                .acquire(&Request::new("requests", "b"), Duration::from_secs(5))
+                .unwrap();
+            w[1].store(mono_us(), SeqCst);
+            if got.is_ok() { 0 } else { 3 }
+        });
+        while waiters(&t) == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        w[0].store(mono_us(), SeqCst);
+        lease.release().unwrap();
+        assert_eq!(wait(child), 0, "round {round}: the waiter was not granted");
+        lat.push(w[1].load(SeqCst).saturating_sub(w[0].load(SeqCst)));
+    }
+    lat.sort_unstable();
+    eprintln!(
+        "release -> waiter granted, other process: p50 {} us, max {} us",
+        lat[10], lat[19]
+    );
+    // A lost wake-up would show as the 100 ms dead-holder sweep.
+    assert!(
+        lat[19] < 50_000,
+        "a waiter waited {} us: a lost wake-up",
+        lat[19]
+    );
+}
+
+#[test]
+fn a_timeout_is_a_timed_out_refusal_that_says_what_it_waited_for() {
+    let seg = Seg::new("timeout");
+    let t = seg.create(&one_pool(1));
+    let _held = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    let r = t
+        .acquire(&Request::new("requests", "b"), Duration::from_millis(60))
+        .unwrap()
+        .unwrap_err();
+    assert!(start.elapsed() >= Duration::from_millis(60));
+    assert_eq!(r.reason, Reason::TimedOut);
+    assert!(
+        r.explanation.contains("timed out") && r.explanation.contains("full"),
+        "{}",
+        r.explanation
+    );
+    let snap = t.snapshot();
+    let b = snap
+        .pool("requests")
+        .unwrap()
+        .tenants
+        .iter()
+        .find(|x| x.name == "b")
+        .unwrap()
+        .clone();
+    assert!(
+        b.refusals.iter().any(|(k, n)| k == "timed_out" && *n == 1),
+        "{:?}",
+        b.refusals
+    );
+}
+
+#[test]
+fn a_waiter_behind_a_killed_holder_is_served_before_its_timeout() {
+    let seg = Seg::new("killedholder");
+    let t = seg.create(&one_pool(1));
+    let w = shared_words();
+    let name = seg.name.clone();
+    let holder = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let lease = t
+            .try_acquire(&Request::new("requests", "a"))
+            .unwrap()
+            .unwrap();
+        w[2].store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        drop(lease);
+        0
+    });
+    while w[2].load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let waited = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let got = t
+                .acquire(&Request::new("requests", "b"), Duration::from_secs(10))
+                .unwrap();
+            (got.is_ok(), Instant::now())
+        });
+        while waiters(&t) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let killed = Instant::now();
+        nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
+        let (ok, at) = waiter.join().unwrap();
+        assert!(ok, "the waiter was not granted");
+        at - killed
+    });
+    assert_eq!(wait(holder), 128 + 9);
+    eprintln!(
+        "holder SIGKILLed -> waiter granted in {} ms",
+        waited.as_millis()
+    );
+    assert!(
+        waited < Duration::from_secs(1),
+        "waited {waited:?} of a 10 s timeout"
+    );
+}
+
+#[test]
+fn under_share_waiters_are_woken_first() {
+    let seg = Seg::new("prefer");
+    let t = seg.create(&one_pool(2));
+    let big: Vec<_> = (0..2)
+        .map(|_| {
+            t.try_acquire(&Request::new("requests", "big"))
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        // small is under its share (pool_full): class UNDER.
+        let small = s.spawn(|| {
+            t.acquire(&Request::new("requests", "small"), Duration::from_secs(5))
+                .unwrap()
+                .is_ok()
+        });
+        while waiters(&t) < 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // big, now past its share of 1, waits as class OVER.
+        let big2 = s.spawn(|| {
+            t.acquire(&Request::new("requests", "big"), Duration::from_millis(400))
+                .unwrap()
+        });
+        while waiters(&t) < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut big = big;
+        let released = Instant::now();
+        big.pop().unwrap().release().unwrap();
+        assert!(
+            small.join().unwrap(),
+            "the under-share waiter was not served"
+        );
+        assert!(
+            released.elapsed() < Duration::from_millis(90),
+            "served by the sweep, not the wake"
+        );
+        let r = big2.join().unwrap().unwrap_err();
+        assert_eq!(
+            r.reason,
+            Reason::TimedOut,
+            "the over-share waiter must not get the permit"
+        );
+        drop(big);
+    });
+}
