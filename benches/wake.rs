@@ -159,11 +159,10 @@ fn main() {
             lat[k + 1].store(now_ns().saturating_sub(lat[0].load(SeqCst)), SeqCst);
             lat[n + 1].store(k as u64 + 1, SeqCst);
             if k + 1 < n {
-                // SAFETY: GETNCNT on our set: processes waiting to decrement.
                 let other = n + 2 + (1 - me);
-                while unsafe { libc::semctl(semid, 0, libc::GETNCNT) } == 0
-                    || !asleep(lat[other].load(SeqCst))
-                {
+                // SAFETY: GETNCNT on our own set: processes waiting to decrement.
+                let waiting = || unsafe { libc::semctl(semid, 0, libc::GETNCNT) };
+                while waiting() == 0 || !asleep(lat[other].load(SeqCst)) {
                     std::hint::spin_loop();
                 }
             }
