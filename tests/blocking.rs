@@ -1,30 +1,12 @@
 //! Blocking acquire on process-shared futexes.
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use common::{Seg, fork_child, one_pool, wait};
 use fairshm::region::Region;
 use fairshm::{Reason, Request, Table};
-
-/// A page shared across fork, for timestamps.
-fn shared_words() -> &'static [AtomicU64; 4] {
-    // SAFETY: a fresh anonymous shared mapping, never unmapped, zero-filled, only used
-    // through atomics.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        &*(p as *const [AtomicU64; 4])
-    }
-}
 
 fn mono_us() -> u64 {
     let mut ts = libc::timespec {
@@ -44,7 +26,7 @@ fn waiters(t: &Table) -> u32 {
 fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
     let seg = Seg::new("wake");
     let t = seg.create(&one_pool(1));
-    let w = shared_words();
+    let w = common::shared_words(4);
     let mut lat = Vec::new();
     for round in 0..20 {
         let lease = t
@@ -122,7 +104,7 @@ fn a_timeout_is_a_timed_out_refusal_that_says_what_it_waited_for() {
 fn a_waiter_behind_a_killed_holder_is_served_before_its_timeout() {
     let seg = Seg::new("killedholder");
     let t = seg.create(&one_pool(1));
-    let w = shared_words();
+    let w = common::shared_words(4);
     let name = seg.name.clone();
     let holder = fork_child(move || {
         let t = Table::open(&name).unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 
 use common::{Seg, fork_child, one_pool, wait};
 use fairshm::layout::pool_word;
@@ -20,50 +20,17 @@ fn ops() -> u64 {
         .unwrap_or(100_000)
 }
 
-/// Shared (MAP_SHARED | MAP_ANONYMOUS) words that survive fork: an independent count
-/// of units held, the highest it reached, and the highest `in_use` seen while holding.
-struct Witness {
-    base: *mut libc::c_void,
-}
-impl Witness {
-    fn new() -> Self {
-        // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        Witness { base }
-    }
-    fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < 8);
-        // SAFETY: the mapping is 4096 bytes, page-aligned, zero-filled, lives until
-        // `drop`, and is only accessed through atomics.
-        unsafe { &*(self.base.cast::<u8>().add(i * 8) as *const AtomicU64) }
-    }
-}
-impl Drop for Witness {
-    fn drop(&mut self) {
-        // SAFETY: `base` came from mmap of 4096 bytes and no reference outlives `self`.
-        unsafe { libc::munmap(self.base, 4096) };
-    }
-}
-
 #[test]
 fn eight_processes_never_exceed_the_pool_and_end_at_zero() {
     let seg = Seg::new("mp");
     let table = seg.create(&one_pool(CAP));
-    let witness = Witness::new();
+    // [0] units held (independent count), [1] its maximum, [2] max in_use seen while
+    // holding, [3] grants.
+    let witness = common::shared_words(4);
     let n = ops();
     let children: Vec<_> = (0..PROCS)
         .map(|i| {
-            let (name, w) = (seg.name.clone(), &witness);
+            let (name, w) = (seg.name.clone(), witness);
             fork_child(move || {
                 let t = Table::open(&name).unwrap();
                 let tenant = ["a", "b", "c"][i % 3];
@@ -77,12 +44,12 @@ fn eight_processes_never_exceed_the_pool_and_end_at_zero() {
                     let Ok(lease) = t.try_acquire(&req).unwrap() else {
                         continue;
                     };
-                    let held = w.word(0).fetch_add(units as u64, SeqCst) + units as u64;
-                    w.word(1).fetch_max(held, SeqCst);
+                    let held = w[0].fetch_add(units as u64, SeqCst) + units as u64;
+                    w[1].fetch_max(held, SeqCst);
                     let in_use = pool_word::in_use(t.region().pool(0).word.load(SeqCst));
-                    w.word(2).fetch_max(in_use as u64, SeqCst);
-                    w.word(3).fetch_add(1, SeqCst);
-                    w.word(0).fetch_sub(units as u64, SeqCst);
+                    w[2].fetch_max(in_use as u64, SeqCst);
+                    w[3].fetch_add(1, SeqCst);
+                    w[0].fetch_sub(units as u64, SeqCst);
                     lease.release().unwrap();
                 }
                 0
@@ -92,18 +59,18 @@ fn eight_processes_never_exceed_the_pool_and_end_at_zero() {
     for c in children {
         assert_eq!(wait(c), 0, "a worker failed");
     }
-    let grants = witness.word(3).load(SeqCst);
+    let grants = witness[3].load(SeqCst);
     eprintln!(
         "{PROCS} processes x {n} attempts: {grants} grants, max held {} (witness), max in_use {}",
-        witness.word(1).load(SeqCst),
-        witness.word(2).load(SeqCst)
+        witness[1].load(SeqCst),
+        witness[2].load(SeqCst)
     );
     assert!(
-        witness.word(1).load(SeqCst) <= CAP as u64,
+        witness[1].load(SeqCst) <= CAP as u64,
         "witness saw more than POOL held"
     );
     assert!(
-        witness.word(2).load(SeqCst) <= CAP as u64,
+        witness[2].load(SeqCst) <= CAP as u64,
         "in_use exceeded POOL"
     );
     assert!(grants > n, "the pool was barely used: {grants} grants");

@@ -21,25 +21,7 @@ fn kills() -> usize {
         .unwrap_or(1000)
 }
 
-/// A page shared across fork: [0] over-capacity sightings, [1] grants.
-fn shared_page() -> &'static [AtomicU64; 2] {
-    // SAFETY: a fresh anonymous shared mapping, never unmapped (the test process ends),
-    // zero-filled, only accessed through atomics.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        &*(p as *const [AtomicU64; 2])
-    }
-}
-
-fn spawn(name: &str, i: usize, witness: &'static [AtomicU64; 2]) -> nix::unistd::Pid {
+fn spawn(name: &str, i: usize, witness: &'static [AtomicU64]) -> nix::unistd::Pid {
     let name = name.to_owned();
     fork_child(move || {
         let t = Table::open(&name).unwrap();
@@ -69,7 +51,8 @@ fn spawn(name: &str, i: usize, witness: &'static [AtomicU64; 2]) -> nix::unistd:
 fn a_thousand_sigkills_lose_nothing() {
     let seg = Seg::new("torture");
     let t = seg.create(&one_pool(CAP));
-    let witness = shared_page();
+    // [0] over-capacity sightings, [1] grants.
+    let witness = common::shared_words(2);
     let mut pids: Vec<_> = (0..WORKERS).map(|i| spawn(&seg.name, i, witness)).collect();
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut reaped = 0;
