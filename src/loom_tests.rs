@@ -172,17 +172,7 @@ fn broken_worker(r: &HeapRegion, tenant: usize, a_witness: &AtomicUsize) {
     let tp = r.tenant_pool(0, tenant);
     let in_use = pw::in_use(pool.word.load(SeqCst));
     let held = held_word::held(tp.held.load(SeqCst));
-    let d = Desc {
-        generation: 1,
-        pool: 0,
-        tenant: tenant as u32,
-        units: 1,
-        cap: CAP,
-        floor: FLOOR,
-        weight: 1,
-        active_weight: 2,
-    };
-    if decide(in_use, held, &d) != Decision::Admit {
+    if decide(in_use, held, &desc(tenant)) != Decision::Admit {
         return;
     }
     pool.word.fetch_add(1, SeqCst);
