@@ -7,43 +7,18 @@
 //!
 //! Run: `cargo bench --bench acquire`. Report ratios; absolute times here are noise.
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use fairshm::{Config, PoolConfig, Request, Table};
 
-/// An anonymous `MAP_SHARED` page (what a forked worker would share).
-struct SharedPage(*mut libc::c_void);
-impl SharedPage {
-    fn new() -> Self {
-        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        SharedPage(p)
-    }
-}
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        // SAFETY: the page came from mmap(4096) and no reference outlives `self`.
-        unsafe { libc::munmap(self.0, 4096) };
-    }
-}
+#[path = "../tests/common/shm.rs"]
+mod shm;
 
 fn pairs(c: &mut Criterion) {
     let mut g = c.benchmark_group("acquire_release_pair");
 
-    let page = SharedPage::new();
-    // SAFETY: the page is 4096 bytes, aligned, zeroed and only used through this atomic.
-    let word = unsafe { &*(page.0 as *const AtomicU64) };
+    let word = &shm::shared_words(1)[0];
     g.bench_function("bare_atomic", |b| {
         b.iter(|| {
             black_box(word.fetch_add(1, SeqCst));
@@ -96,8 +71,9 @@ fn pairs(c: &mut Criterion) {
     // SAFETY: removing the set we created.
     unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
 
-    let sem_page = SharedPage::new();
-    let sem = sem_page.0 as *mut libc::sem_t;
+    // A sem_t (32 bytes) in 64 bytes of shared memory; the atomics' UnsafeCell makes
+    // writing through this pointer sound.
+    let sem = shm::shared_words(8).as_ptr() as *mut libc::sem_t;
     // SAFETY: `sem` points into a shared page large enough for a sem_t; pshared = 1.
     assert_eq!(unsafe { libc::sem_init(sem, 1, 64) }, 0);
     g.bench_function("posix_sem", |b| {

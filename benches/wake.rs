@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use fairshm::region::Region;
+
+#[path = "../tests/common/shm.rs"]
+mod shm;
 use fairshm::{Config, PoolConfig, Request, Table};
 
 const MAX_ROUNDS: usize = 100_000;
@@ -22,25 +25,6 @@ fn now_ns() -> u64 {
     // SAFETY: valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// `[release stamp, latencies...]` in a shared anonymous mapping.
-fn shared(n: usize) -> &'static [AtomicU64] {
-    let bytes = (n + 1) * 8;
-    // SAFETY: a fresh anonymous shared mapping, never unmapped (the process ends),
-    // zero-filled, only used through atomics.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        std::slice::from_raw_parts(p as *const AtomicU64, n + 1)
-    }
 }
 
 /// Runs `player(0)` and `player(1)` in two forked processes and waits for both.
@@ -106,7 +90,7 @@ fn main() {
     // rounds alternate even though a releaser may otherwise barge back in first.
     // ... then each player's pid at n + 2 + me: a holder releases only once the other
     // player is asleep in the kernel, so every round measures a real wake.
-    let lat = shared(n + 3);
+    let lat = shm::shared_words(n + 4);
     two_players(|me| {
         lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
         let t = Table::open(&name).unwrap();
@@ -142,7 +126,7 @@ fn main() {
     assert!(semid >= 0);
     // SAFETY: SETVAL on our own set.
     assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 1) }, 0);
-    let lat = shared(n + 3);
+    let lat = shm::shared_words(n + 4);
     two_players(|me| {
         lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
         for k in (me..n).step_by(2) {

@@ -34,7 +34,7 @@ fn setup() -> Arc<HeapRegion> {
     p.active_weight.store(2, Relaxed);
     p.active_at_ms.store(10, Relaxed); // no rescan during the model
     for (t, name) in [(A, b"A"), (B, b"B")] {
-        let got = crate::tenants::find_or_claim(&r, name, 1, 0, &|_| false).unwrap();
+        let got = crate::tenants::find_or_claim(&r, name, &|| 1, 0, &|_| false).unwrap();
         assert_eq!(got, t);
         r.tenant_pool(0, t).last_active_ms.store(10, Relaxed);
     }

@@ -2,7 +2,8 @@
 //!
 //! Taken with plain loads, from any process, registered or not: nothing is locked, so
 //! a snapshot of a busy table is a set of values each true at some instant during the
-//! read, not one instant. Tests read it when the table is quiet.
+//! read, not one instant. Tests read it when the table is quiet. State words are read
+//! with Acquire (so the fields they publish are current); counters with Relaxed.
 
 use crate::admission::{recent, scan_active, share};
 use crate::config::Config;
@@ -86,10 +87,6 @@ impl Snapshot {
         self.pool(pool)
             .and_then(|p| p.tenants.iter().find(|t| t.name == tenant))
             .map_or(0, |t| t.held)
-    }
-    /// Leases not `FREE`.
-    pub fn live_leases(&self) -> usize {
-        self.leases.len()
     }
 }
 

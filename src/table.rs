@@ -252,8 +252,9 @@ impl Table {
                 capacity: cap,
             });
         }
-        let weight = self.config().weight_of(req.tenant.as_bytes());
-        let t = tenants::find_or_claim(&self.seg, req.tenant.as_bytes(), weight, slot, &|s| {
+        // The configured weight is looked up only when the name claims a slot.
+        let weight = || self.config().weight_of(req.tenant.as_bytes());
+        let t = tenants::find_or_claim(&self.seg, req.tenant.as_bytes(), &weight, slot, &|s| {
             liveness::slot_dead(&self.seg, s, &liveness::is_dead)
         })?;
         let attempt = Attempt {

@@ -19,8 +19,24 @@ const SPINS_BEFORE_LIVENESS: u32 = 1000;
 /// rounds (about a second of yielding) is stopped or the slot is garbage.
 const LIVENESS_ROUNDS: u32 = 500;
 
-fn matches(rec: &TenantRec, s: u32, name: &[u8], hash: u64) -> bool {
-    ts::len(s) == name.len() && rec.hash.load(Relaxed) == hash && read_name(rec, s) == name
+/// A name as the six little-endian words a record stores it in (zero-padded).
+fn pack_name(name: &[u8]) -> [u64; 6] {
+    let mut padded = [0u8; MAX_NAME];
+    padded[..name.len()].copy_from_slice(name);
+    std::array::from_fn(|k| {
+        u64::from_le_bytes(padded[k * 8..k * 8 + 8].try_into().expect("8 bytes"))
+    })
+}
+
+/// Compares without allocating: this runs on every acquire.
+fn matches(rec: &TenantRec, s: u32, name: &[u8], packed: &[u64; 6], hash: u64) -> bool {
+    ts::len(s) == name.len()
+        && rec.hash.load(Relaxed) == hash
+        && rec
+            .name
+            .iter()
+            .zip(packed)
+            .all(|(w, p)| w.load(Relaxed) == *p)
 }
 
 /// The name in a `READY` record (its state word `s` gives the length).
@@ -45,7 +61,7 @@ pub fn find<R: Region>(r: &R, name: &[u8]) -> Option<usize> {
 pub fn find_or_claim<R: Region>(
     r: &R,
     name: &[u8],
-    weight: u32,
+    weight: &dyn Fn() -> u32,
     me: usize,
     writer_dead: &dyn Fn(usize) -> bool,
 ) -> Result<usize> {
@@ -61,12 +77,13 @@ pub fn find_or_claim<R: Region>(
 fn probe<R: Region>(
     r: &R,
     name: &[u8],
-    claim: Option<(u32, usize)>,
+    claim: Option<(&dyn Fn() -> u32, usize)>,
     writer_dead: &dyn Fn(usize) -> bool,
 ) -> Result<Option<usize>> {
     debug_assert!(!name.is_empty() && name.len() <= MAX_NAME);
     let n = r.geometry().tenants;
     let hash = fnv1a(name);
+    let packed = pack_name(name);
     let start = (hash % n as u64) as usize;
     for i in 0..n {
         let t = (start + i) % n;
@@ -77,7 +94,7 @@ fn probe<R: Region>(
             // Acquire: pairs with the Release store of READY, so name/hash are visible.
             let s = rec.state.load(Acquire);
             match ts::status(s) {
-                ts::READY if matches(rec, s, name, hash) => return Ok(Some(t)),
+                ts::READY if matches(rec, s, name, &packed, hash) => return Ok(Some(t)),
                 ts::READY => break,
                 ts::EMPTY => {
                     let Some((weight, me)) = claim else {
@@ -92,14 +109,11 @@ fn probe<R: Region>(
                     {
                         continue;
                     }
-                    let mut padded = [0u8; MAX_NAME];
-                    padded[..name.len()].copy_from_slice(name);
-                    for (k, w) in rec.name.iter().enumerate() {
-                        let bytes = padded[k * 8..k * 8 + 8].try_into().expect("8 bytes");
-                        w.store(u64::from_le_bytes(bytes), Relaxed);
+                    for (w, p) in rec.name.iter().zip(&packed) {
+                        w.store(*p, Relaxed);
                     }
                     rec.hash.store(hash, Relaxed);
-                    rec.weight.store(weight, Relaxed);
+                    rec.weight.store(weight(), Relaxed);
                     // Release: publishes the name, hash and weight with READY.
                     rec.state
                         .store(ts::make(ts::READY, name.len(), None), Release);
@@ -153,6 +167,8 @@ pub fn clear_writer<R: Region>(r: &R, dead: usize) -> usize {
         let s = rec.state.load(Acquire);
         if ts::status(s) == ts::WRITING
             && ts::writer(s) == Some(dead)
+            // Relaxed: the writer is dead, so nothing it wrote needs publishing; a
+            // claimant's CAS from EMPTY is what orders its own writes.
             && rec
                 .state
                 .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed)
@@ -172,10 +188,10 @@ mod tests {
     #[test]
     fn claims_once_and_finds_again() {
         let r = HeapRegion::new(1, 4, 1, 1);
-        let a = find_or_claim(&r, b"acme", 3, 0, &|_| false).unwrap();
-        let b = find_or_claim(&r, b"globex", 1, 0, &|_| false).unwrap();
+        let a = find_or_claim(&r, b"acme", &|| 3, 0, &|_| false).unwrap();
+        let b = find_or_claim(&r, b"globex", &|| 1, 0, &|_| false).unwrap();
         assert_ne!(a, b);
-        assert_eq!(find_or_claim(&r, b"acme", 3, 0, &|_| false).unwrap(), a);
+        assert_eq!(find_or_claim(&r, b"acme", &|| 3, 0, &|_| false).unwrap(), a);
         assert_eq!(find(&r, b"acme"), Some(a));
         assert_eq!(find(&r, b"initech"), None);
         assert_eq!(r.tenant(a).weight.load(Relaxed), 3);
@@ -184,9 +200,9 @@ mod tests {
     #[test]
     fn full_table_is_a_typed_error() {
         let r = HeapRegion::new(1, 2, 1, 1);
-        find_or_claim(&r, b"a", 1, 0, &|_| false).unwrap();
-        find_or_claim(&r, b"b", 1, 0, &|_| false).unwrap();
-        let e = find_or_claim(&r, b"c", 1, 0, &|_| false).unwrap_err();
+        find_or_claim(&r, b"a", &|| 1, 0, &|_| false).unwrap();
+        find_or_claim(&r, b"b", &|| 1, 0, &|_| false).unwrap();
+        let e = find_or_claim(&r, b"c", &|| 1, 0, &|_| false).unwrap_err();
         assert!(matches!(e, Error::TenantTableFull { max: 2, .. }), "{e}");
     }
 
@@ -196,7 +212,7 @@ mod tests {
         r.tenant(0)
             .state
             .store(ts::make(ts::WRITING, 3, Some(1)), Relaxed);
-        let t = find_or_claim(&r, b"new", 1, 0, &|slot| slot == 1).unwrap();
+        let t = find_or_claim(&r, b"new", &|| 1, 0, &|slot| slot == 1).unwrap();
         assert_eq!(t, 0);
         assert_eq!(
             read_name(r.tenant(0), r.tenant(0).state.load(Relaxed)),

@@ -36,9 +36,7 @@ fn eight_processes_never_exceed_the_pool_and_end_at_zero() {
                 let tenant = ["a", "b", "c"][i % 3];
                 let mut x = i as u64 + 1;
                 for _ in 0..n {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    common::xorshift(&mut x);
                     let units = 1 + (x % 2) as u32;
                     let req = Request::new("requests", tenant).units(units);
                     let Ok(lease) = t.try_acquire(&req).unwrap() else {

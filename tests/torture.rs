@@ -28,9 +28,7 @@ fn spawn(name: &str, i: usize, witness: &'static [AtomicU64]) -> nix::unistd::Pi
         let tenant = ["a", "b", "c"][i % 3];
         let mut x = (std::process::id() as u64) << 1 | 1;
         loop {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            common::xorshift(&mut x);
             let req = Request::new("requests", tenant).units(1 + (x % 2) as u32);
             if let Ok(lease) = t.try_acquire(&req).unwrap() {
                 let in_use = pool_word::in_use(t.region().pool(0).word.load(SeqCst));
@@ -57,9 +55,7 @@ fn a_thousand_sigkills_lose_nothing() {
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut reaped = 0;
     for _ in 0..kills() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        common::xorshift(&mut x);
         std::thread::sleep(Duration::from_micros(x % 1500));
         let i = (x >> 20) as usize % WORKERS;
         nix::sys::signal::kill(pids[i], nix::sys::signal::SIGKILL).unwrap();

@@ -60,23 +60,14 @@ pub fn wait(pid: nix::unistd::Pid) -> i32 {
     }
 }
 
-/// `n` zeroed u64 words in an anonymous `MAP_SHARED` mapping, which forked children
-/// share with the parent (memmap2's anonymous maps are private across fork). Never
-/// unmapped: the test process ends soon after.
-pub fn shared_words(n: usize) -> &'static [std::sync::atomic::AtomicU64] {
-    let bytes = (n * 8).max(1);
-    // SAFETY: a fresh anonymous shared mapping of `bytes` bytes; it is never unmapped,
-    // is zero-filled, page-aligned, and only accessed through atomics.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "mmap");
-        std::slice::from_raw_parts(p as *const std::sync::atomic::AtomicU64, n)
-    }
+mod shm;
+#[allow(unused_imports)] // not every test binary forks
+pub use shm::shared_words;
+
+/// One xorshift64 step: cheap, deterministic randomness for workers.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
 }
