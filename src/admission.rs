@@ -144,7 +144,7 @@ pub fn retry_after_ms(hold_ewma_us: u64, declared_hold_ms: u64, short: u32, in_u
 /// Folds one observed hold time into the pool's moving average (weight 1/8).
 pub fn observe_hold<R: Region>(r: &R, p: usize, hold_us: u64) {
     let ewma = &r.pool(p).hold_ewma_us;
-    let sample = hold_us.max(1);
+    let sample = hold_us.clamp(1, u32::MAX as u64) as u32;
     // Relaxed load/store: a lost update only skips one sample of an estimate.
     let old = ewma.load(Relaxed);
     let new = if old == 0 {
@@ -257,7 +257,7 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
             };
             tp.refusals[code - 1].fetch_add(1, Relaxed);
             pool.refusals.fetch_add(1, Relaxed);
-            let ewma = pool.hold_ewma_us.load(Relaxed);
+            let ewma = pool.hold_ewma_us.load(Relaxed) as u64;
             Ok(Admitted::Refused(RefusalFacts {
                 decision,
                 in_use,

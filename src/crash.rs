@@ -16,6 +16,7 @@ pub const LABELS: &[&str] = &[
     "release.published",
     "release.installed",
     "register.claimed",
+    "register.live",
 ];
 
 /// Non-zero once armed; Relaxed: read and written by this process only.

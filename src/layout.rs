@@ -12,7 +12,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record is one cache line, so that two records never share one.
@@ -52,12 +52,14 @@ pub struct PoolRec {
     pub active_weight: AtomicU64,
     /// When `active_weight` was last recomputed by a full scan, in ms.
     pub active_at_ms: AtomicU64,
-    /// Moving average of observed hold times, in µs (drives retry-after).
-    pub hold_ewma_us: AtomicU64,
-    /// Futex word waiters sleep on (bumped by releases).
-    pub wake: AtomicU32,
-    /// Number of waiters currently asleep on `wake`.
+    /// Moving average of observed hold times, in µs, saturating (drives retry-after).
+    pub hold_ewma_us: AtomicU32,
+    /// Number of waiters about to sleep or asleep on `wake`.
     pub waiters: AtomicU32,
+    /// Two futex words, one per waiter class: the low half (bytes 40..44) for waiters
+    /// refused under their share, the high half (44..48) for those at or over it. A
+    /// release bumps both in one `fetch_add` (see `waiting`).
+    pub wake: AtomicU64,
     pub grants: AtomicU64,
     pub refusals: AtomicU64,
 }
@@ -96,7 +98,8 @@ pub struct ProcRec {
     pub pid: AtomicU32,
     /// Process start time in clock ticks since boot (`/proc/PID/stat` field 22).
     pub start_time: AtomicU64,
-    /// Robust-futex owner word (kernel sets `FUTEX_OWNER_DIED`); reserved for liveness.
+    /// Robust-futex owner word: the tid of the process's anchor thread, on that thread's
+    /// robust list; the kernel sets `FUTEX_OWNER_DIED` when it exits (see `anchor`).
     pub owner_futex: AtomicU32,
     /// Bumped each time the slot is claimed.
     pub generation: AtomicU32,
@@ -344,6 +347,45 @@ pub mod proc_state {
     }
 }
 
+/// Robust-futex owner word (`ProcRec.owner_futex`), in the kernel's format for robust
+/// futexes (`Documentation/locking/robust-futex-ABI.rst`):
+///
+/// | bits   | field         | meaning                                               |
+/// |--------|---------------|-------------------------------------------------------|
+/// | 0..30  | `tid`         | the anchor thread's tid; 0: no anchor                 |
+/// | 30     | `OWNER_DIED`  | set by the kernel when the anchor exits               |
+/// | 31     | `WAITERS`     | set by a waiter: the kernel then wakes one at death   |
+pub mod owner_word {
+    pub const WAITERS: u32 = 0x8000_0000;
+    pub const OWNER_DIED: u32 = 0x4000_0000;
+    pub const TID_MASK: u32 = 0x3fff_ffff;
+
+    /// What an owner word says of its process.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Owner {
+        /// No anchor (not attached yet, or attaching failed): ask `/proc`.
+        Unanchored,
+        /// The anchor thread is alive, hence so is its process.
+        Alive { tid: u32, watched: bool },
+        /// The anchor has exited: its process is dying or dead (or has exec'd).
+        Died,
+    }
+
+    #[inline]
+    pub fn decode(w: u32) -> Owner {
+        if w & OWNER_DIED != 0 {
+            Owner::Died
+        } else if w & TID_MASK == 0 {
+            Owner::Unanchored
+        } else {
+            Owner::Alive {
+                tid: w & TID_MASK,
+                watched: w & WAITERS != 0,
+            }
+        }
+    }
+}
+
 /// Where each region starts, derived from the table sizes alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -428,7 +470,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         config_off, config_len, pools_off, tenants_off, tenant_pools_off, procs_off,
         leases_off, creator_pid);
     fields!(v, PoolRec, "PoolRec": word, limits, active_weight, active_at_ms,
-        hold_ewma_us, wake, waiters, grants, refusals);
+        hold_ewma_us, waiters, wake, grants, refusals);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         reserved);

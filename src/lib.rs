@@ -31,6 +31,8 @@ pub(crate) mod sync;
 pub mod tenants;
 
 #[cfg(not(loom))]
+pub mod anchor;
+#[cfg(not(loom))]
 pub mod clock;
 #[cfg(feature = "crash-points")]
 pub mod crash;

@@ -3,10 +3,17 @@
 //! A slot records the pid and the process start time (`/proc/PID/stat` field 22, clock
 //! ticks since boot). A pid alone is not an identity (pid_max is 32768 here and pids
 //! are reused quickly); pid plus start time is, since a new process with the same pid
-//! starts later. A zombie keeps its start time, so states `Z` and `X` count as dead.
+//! starts later. A zombie keeps its start time, so states `Z` and `X` count as dead,
+//! but only once it is the last thread of its process: a main thread that exits alone
+//! shows `Z` while the other threads still run and still hold leases.
+//!
+//! `/proc` is the authority, and the slow path. The fast path is the slot's owner word
+//! (see `anchor`): while it holds a live anchor's tid the process is alive, one load and
+//! no system call; once the kernel has marked it `OWNER_DIED` the process is dying, and
+//! `/proc` says when it is dead (all its threads gone, so none can take another step).
 
 use crate::error::{Error, Result};
-use crate::layout::proc_state as ps;
+use crate::layout::{owner_word as ow, proc_state as ps};
 use crate::region::Region;
 use crate::sync::Ordering::*;
 
@@ -16,6 +23,8 @@ pub struct ProcInfo {
     pub start_time: u64,
     /// The one-letter state (`R`, `S`, `Z`, ...).
     pub state: u8,
+    /// Threads of the process (field 20), the zombie main thread included.
+    pub num_threads: u64,
 }
 
 /// Parses a `/proc/PID/stat` line. The command name may hold spaces and parentheses,
@@ -24,9 +33,15 @@ pub fn parse_stat(stat: &str) -> Option<ProcInfo> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.bytes().next()?;
-    // Field 3 is the state; the start time is field 22, i.e. 19 further on.
-    let start_time = fields.nth(18)?.parse().ok()?;
-    Some(ProcInfo { start_time, state })
+    // Field 3 is the state; num_threads is field 20 (17 further on), the start time
+    // field 22.
+    let num_threads = fields.nth(16)?.parse().ok()?;
+    let start_time = fields.nth(1)?.parse().ok()?;
+    Some(ProcInfo {
+        start_time,
+        state,
+        num_threads,
+    })
 }
 
 /// `/proc/PID/stat` of a process, or `None` if there is no such process.
@@ -35,12 +50,14 @@ pub fn proc_info(pid: u32) -> Option<ProcInfo> {
     parse_stat(&stat)
 }
 
-/// Whether the process `pid` that started at `start_time` is gone (exited, a zombie,
-/// or its pid now names another process).
+/// Whether the process `pid` that started at `start_time` is gone: no such process, a
+/// zombie with no thread left but its main one, or a pid that now names another process.
 pub fn is_dead(pid: u32, start_time: u64) -> bool {
     match proc_info(pid) {
         None => true,
-        Some(i) => i.state == b'Z' || i.state == b'X' || i.start_time != start_time,
+        Some(i) => {
+            i.start_time != start_time || (matches!(i.state, b'Z' | b'X') && i.num_threads <= 1)
+        }
     }
 }
 
@@ -75,9 +92,25 @@ pub fn view<R: Region>(r: &R, s: usize) -> SlotView {
 pub fn slot_dead<R: Region>(r: &R, s: usize, dead: &dyn Fn(u32, u64) -> bool) -> bool {
     let v = view(r, s);
     match v.status {
-        ps::LIVE => dead(v.pid, v.start_time),
+        ps::LIVE => live_slot_dead(r, s, v.pid, v.start_time, dead),
         ps::CLAIMING => proc_info(v.pid).is_none(),
         _ => false,
+    }
+}
+
+/// Whether the LIVE slot `s` of `(pid, start)` is dead: alive while its anchor is, else
+/// as `dead` (the `/proc` authority) says.
+pub fn live_slot_dead<R: Region>(
+    r: &R,
+    s: usize,
+    pid: u32,
+    start: u64,
+    dead: &dyn Fn(u32, u64) -> bool,
+) -> bool {
+    // Acquire: pairs with the anchor's Release store of its tid.
+    match ow::decode(r.proc_slot(s).owner_futex.load(Acquire)) {
+        ow::Owner::Alive { .. } => false,
+        ow::Owner::Unanchored | ow::Owner::Died => dead(pid, start),
     }
 }
 
@@ -111,6 +144,8 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
         rec.start_time.store(start_time, Relaxed);
         rec.registered_ms.store(now, Relaxed);
         rec.generation.fetch_add(1, Relaxed);
+        // No anchor yet: the previous owner's OWNER_DIED must not be read as ours.
+        rec.owner_futex.store(0, Relaxed);
         // Release: the fields above are visible to whoever sees LIVE.
         rec.state.store(ps::make(ps::LIVE, pid), Release);
         return Ok(s);
@@ -129,6 +164,7 @@ mod tests {
         let i = parse_stat(line).unwrap();
         assert_eq!(i.state, b'S');
         assert_eq!(i.start_time, 987654);
+        assert_eq!(i.num_threads, 1);
         assert_eq!(parse_stat("garbage"), None);
     }
 

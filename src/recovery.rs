@@ -49,7 +49,7 @@ pub fn reap_slot<R: Region>(
     let pid = rec.pid.load(Relaxed);
     let start = rec.start_time.load(Relaxed);
     let take = match ps::status(st) {
-        ps::LIVE => dead(ps::pid(st), start),
+        ps::LIVE => crate::liveness::live_slot_dead(r, s, ps::pid(st), start, dead),
         ps::CLAIMING => crate::liveness::proc_info(ps::pid(st)).is_none(),
         ps::REAPING => ps::pid(st) != reaper && crate::liveness::proc_info(ps::pid(st)).is_none(),
         _ => false,

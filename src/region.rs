@@ -50,9 +50,9 @@ impl HeapRegion {
                     limits: a64(),
                     active_weight: a64(),
                     active_at_ms: a64(),
-                    hold_ewma_us: a64(),
-                    wake: a32(),
+                    hold_ewma_us: a32(),
                     waiters: a32(),
+                    wake: a64(),
                     grants: a64(),
                     refusals: a64(),
                 })

@@ -35,6 +35,9 @@ pub struct Segment {
     len: usize,
     geo: Geometry,
     cfg: Config,
+    /// The segment's file, kept open so that an anchor thread can map its own page of
+    /// it (see `anchor`) even after the name is unlinked.
+    file: File,
     _map: MmapMut,
 }
 
@@ -164,7 +167,9 @@ impl Segment {
         let mut map = unsafe { MmapMut::map_mut(file) }.map_err(io(name, "mmap"))?;
         let base = map.as_mut_ptr();
         debug_assert_eq!(base as usize % RECORD, 0, "mmap returned an unaligned base");
+        let file = file.try_clone().map_err(io(name, "dup"))?;
         Ok(Segment {
+            file,
             name: name.to_owned(),
             base,
             len: map.len(),
@@ -329,6 +334,10 @@ impl Segment {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The segment's open file.
+    pub fn file(&self) -> &File {
+        &self.file
     }
     pub fn config(&self) -> &Config {
         &self.cfg

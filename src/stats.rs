@@ -8,7 +8,8 @@
 use crate::admission::{recent, scan_active, share};
 use crate::config::Config;
 use crate::layout::{
-    held_word, lease_state as ls, pair, pool_word as pw, proc_state as ps, tenant_state,
+    held_word, lease_state as ls, owner_word as ow, pair, pool_word as pw, proc_state as ps,
+    tenant_state,
 };
 use crate::refusal::Reason;
 use crate::region::Region;
@@ -76,6 +77,14 @@ pub struct ProcSnap {
     pub pid: u32,
     pub start_time: u64,
     pub registered_ms: u64,
+    /// What the robust-futex owner word says: `"alive"` (anchored, its anchor thread
+    /// lives), `"died"` (the kernel marked it: dying or dead, not reaped yet) or
+    /// `"unanchored"` (judged by `/proc` alone).
+    pub anchor: &'static str,
+    /// The anchor thread's tid, when alive.
+    pub anchor_tid: u32,
+    /// Whether some waiter has asked the kernel to wake it when this process dies.
+    pub watched: bool,
 }
 
 impl Snapshot {
@@ -167,7 +176,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 active_weight,
                 grants: rec.grants.load(Relaxed),
                 refusals: rec.refusals.load(Relaxed),
-                hold_ewma_us: rec.hold_ewma_us.load(Relaxed),
+                hold_ewma_us: rec.hold_ewma_us.load(Relaxed) as u64,
                 tenants,
             }
         })
@@ -209,12 +218,24 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 ps::REAPING => "reaping",
                 _ => "corrupt",
             };
+            // Acquire: pairs with the anchor's Release store of its tid.
+            let owner = ow::decode(rec.owner_futex.load(Acquire));
             Some(ProcSnap {
                 slot: s,
                 status,
                 pid: rec.pid.load(Relaxed),
                 start_time: rec.start_time.load(Relaxed),
                 registered_ms: rec.registered_ms.load(Relaxed),
+                anchor: match owner {
+                    ow::Owner::Alive { .. } => "alive",
+                    ow::Owner::Died => "died",
+                    ow::Owner::Unanchored => "unanchored",
+                },
+                anchor_tid: match owner {
+                    ow::Owner::Alive { tid, .. } => tid,
+                    _ => 0,
+                },
+                watched: matches!(owner, ow::Owner::Alive { watched: true, .. }),
             })
         })
         .collect();

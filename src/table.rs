@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::admission::{self, Admitted, Attempt};
+use crate::anchor;
 use crate::clock;
 use crate::config::{Config, check_name_bytes};
 use crate::error::{Error, Result};
@@ -17,11 +18,13 @@ use crate::segment::{self, Segment};
 use crate::stats::{self, Snapshot};
 use crate::sync::{AtomicU64, Ordering::*};
 use crate::tenants;
-use crate::waiting;
+use crate::waiting::{self, Class};
 
-/// How long a blocked acquirer sleeps before it sweeps for dead holders itself (the
-/// backup to being woken; see `acquire`).
-pub const DEAD_HOLDER_SWEEP: Duration = Duration::from_millis(100);
+/// How often a blocked acquirer sweeps for dead processes itself, by default: the
+/// backup to the kernel's robust-futex wake (see `acquire`).
+pub const DEFAULT_SWEEP: Duration = Duration::from_millis(250);
+/// First pause of a waiter that found a process dying but not yet dead; it doubles.
+const DYING_PAUSE: Duration = Duration::from_micros(200);
 
 /// What to acquire.
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +80,8 @@ pub struct Table {
     reg_lock: Mutex<()>,
     /// Where this process's next lease search starts.
     hint: AtomicU64,
+    /// A blocked acquirer's backup sweep period, in µs.
+    sweep_us: AtomicU64,
 }
 
 impl Table {
@@ -94,6 +99,7 @@ impl Table {
             reg: AtomicU64::new(0),
             reg_lock: Mutex::new(()),
             hint: AtomicU64::new(0),
+            sweep_us: AtomicU64::new(DEFAULT_SWEEP.as_micros() as u64),
         }
     }
 
@@ -203,6 +209,14 @@ impl Table {
             }
             other => other?,
         };
+        crate::ops::crash_point("register.live");
+        // The anchor makes our death wake waiters. Without one (it could not start) we
+        // are judged by `/proc`, through the sweeps; `Snapshot` shows which processes
+        // are anchored.
+        let word = self.seg.geometry().procs_off
+            + slot * crate::layout::RECORD
+            + std::mem::offset_of!(crate::layout::ProcRec, owner_futex);
+        let _ = crate::anchor::attach(self.seg.file(), word as u64);
         // Release: see the Acquire load in `process_slot`.
         self.reg.store(pid << 32 | (slot as u64 + 1), Release);
         crate::capacity::recompute(&self.seg, self.config());
@@ -289,12 +303,14 @@ impl Table {
         }
     }
 
-    /// Like `try_acquire`, but when refused sleeps on the pool's futex until a release
-    /// makes room or `timeout` runs out; then the refusal is `timed_out`, saying what it
-    /// waited for. Under-share waiters are woken first; a release of `n` units wakes at
-    /// most `n` waiters. A sleeping waiter also sweeps for dead holders every
-    /// [`DEAD_HOLDER_SWEEP`], so a holder killed with SIGKILL does not keep it waiting
-    /// until its timeout.
+    /// Like `try_acquire`, but when refused sleeps until a release makes room or
+    /// `timeout` runs out; then the refusal is `timed_out`, saying what it waited for.
+    /// Under-share waiters are woken first; a release of `n` units wakes at most `n`.
+    ///
+    /// A sleeping waiter also watches the owner words of the processes it waits behind
+    /// (see `anchor`): when one dies the kernel wakes a watcher, which reaps it and so
+    /// returns its permits at once. As a backup, a waiter sweeps for dead processes
+    /// every [`Table::set_sweep_interval`] (default [`DEFAULT_SWEEP`]).
     pub fn acquire(
         &self,
         req: &Request<'_>,
@@ -302,11 +318,16 @@ impl Table {
     ) -> Result<Result<Lease<'_>, Refusal>> {
         let start = Instant::now();
         let deadline = start + timeout;
-        let pool = self.seg.pool(self.pool_index(req.pool)?);
-        let mut woken_at: Option<u32> = None;
+        let p = self.pool_index(req.pool)?;
+        let pool = self.seg.pool(p);
+        let sweep = Duration::from_micros(self.sweep_us.load(Relaxed));
+        let mut next_sweep = start + sweep;
+        let mut pause = DYING_PAUSE;
+        let mut woken_at: Option<u64> = None;
+        let mut watch = Vec::new();
         loop {
             // SeqCst: the waiter's half of the protocol in `waiting`.
-            let seq = pool.wake.load(SeqCst);
+            let seqs = pool.wake.load(SeqCst);
             let refusal = match self.try_acquire(req)? {
                 Ok(lease) => return Ok(Ok(lease)),
                 Err(r) => r,
@@ -315,27 +336,50 @@ impl Table {
             if now >= deadline {
                 return Ok(Err(self.timed_out(req, refusal, now - start)));
             }
-            let bits = if refusal.reason == Reason::OverShare {
-                waiting::OVER
+            let class = if refusal.reason == Reason::OverShare {
+                Class::Over
             } else {
-                waiting::UNDER
+                Class::Under
             };
-            if woken_at.is_some_and(|w| w != seq) {
+            if woken_at.is_some_and(|w| w != seqs) {
                 // Woken, yet refused: pass the wake on once, so a waiter that could use
                 // the permit is not left asleep behind us.
-                waiting::wake(pool, 1, waiting::UNDER | waiting::OVER);
+                waiting::pass_on(pool);
+            }
+            watch.clear();
+            let behind = anchor::watch(&self.seg, self.process_slot()?, p, &mut watch);
+            let mut until = deadline.min(next_sweep);
+            if behind.dying > 0 {
+                // A process died: reap it now. If it is still exiting, look again soon.
+                if !self.reap_dead()?.is_empty() {
+                    continue;
+                }
+                until = until.min(now + pause);
+                pause = (pause * 2).min(sweep);
             }
             pool.waiters.fetch_add(1, SeqCst);
-            let until = deadline.min(now + DEAD_HOLDER_SWEEP);
-            if pool.wake.load(SeqCst) == seq {
-                waiting::sleep(pool, seq, bits, until);
+            let seq = waiting::half(seqs, class);
+            if waiting::half(pool.wake.load(SeqCst), class) == seq {
+                waiting::sleep(pool, class, seq, &watch, until);
             }
             pool.waiters.fetch_sub(1, SeqCst);
-            woken_at = Some(seq);
-            if Instant::now() >= until && until < deadline {
+            woken_at = Some(seqs);
+            let now = Instant::now();
+            if now >= next_sweep {
                 self.reap_dead()?; // the backup sweep: wakes us if a holder died
+                next_sweep = now + sweep;
             }
         }
+    }
+
+    /// Sets how often a blocked `acquire` sweeps for dead processes itself (the backup
+    /// to the robust-futex wake), at least 1 ms.
+    pub fn set_sweep_interval(&self, every: Duration) {
+        // Relaxed: a tuning value, read once per `acquire`.
+        self.sweep_us.store(
+            every.as_micros().clamp(1000, u64::MAX as u128) as u64,
+            Relaxed,
+        );
     }
 
     fn timed_out(&self, req: &Request<'_>, last: Refusal, waited: Duration) -> Refusal {

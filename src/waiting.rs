@@ -1,37 +1,92 @@
-//! Sleeping on the segment: process-shared futexes on `PoolRec.wake`.
+//! Sleeping on the segment: process-shared futexes on `PoolRec.wake` and on the owner
+//! words of the processes a waiter is blocked behind.
 //!
-//! Never `FUTEX_PRIVATE_FLAG`: the private flag keys the futex by this process's address
-//! space, so a waker in another process would never find the waiter.
+//! Never `FUTEX_PRIVATE_FLAG` (nor `FUTEX2_PRIVATE`): the private flag keys the futex
+//! by this process's address space, so a waker in another process would never find the
+//! waiter.
+//!
+//! `wake` is two futex words in one u64, one per waiter [`Class`]: the low half for
+//! waiters refused under their share, the high half for those at or over it.
 //!
 //! Protocol (no lost wake-up):
-//! - a waiter reads `wake` (the sequence), tries to acquire, and when refused bumps
-//!   `waiters`, re-reads `wake`, and sleeps only if it is unchanged; the kernel
-//!   re-checks `*wake == seq` atomically with going to sleep;
-//! - a releaser bumps `wake` after its release, then reads `waiters` and wakes if any.
+//! - a waiter reads `wake`, tries to acquire, and when refused bumps `waiters`,
+//!   re-reads `wake`, and sleeps only if its class's half is unchanged; the kernel
+//!   re-checks the half atomically with going to sleep;
+//! - a releaser bumps both halves in one `fetch_add`, then reads `waiters` and wakes if
+//!   there are any.
 //!
-//! Those four accesses are SeqCst: it is a store-load pattern on two words (Dekker), and
+//! Those accesses are SeqCst: it is a store-load pattern on two words (Dekker), and
 //! only a single total order forbids both sides reading the old value of the other's
-//! word. Each waiter sleeps under a bit of its class: [`UNDER`] (refused `pool_full`,
-//! under its share) or [`OVER`] (refused `over_share`). A release of `n` units wakes at
-//! most `n` waiters, under-share ones first, so no herd wakes for one permit and the
-//! tenant the rule favours is served first.
+//! word. A release of `n` units wakes at most `n` waiters, under-share ones first, so
+//! no herd wakes for one permit and the tenant the rule favours is served first.
+//!
+//! A waiter may also watch owner words ([`Watch`], armed by `anchor::arm`): it then
+//! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
+//! kernel wakes it when one of those processes dies. On an older kernel it sleeps on
+//! its half alone, and the table's periodic sweep is what notices deaths.
 
 use std::time::{Duration, Instant};
 
 use crate::layout::PoolRec;
-use crate::sync::Ordering::SeqCst;
+use crate::sync::{AtomicU32, Ordering::*};
 
-/// Waiters refused while under their share.
-pub const UNDER: u32 = 1;
-/// Waiters refused at or past their share.
-pub const OVER: u32 = 2;
+#[cfg(not(target_endian = "little"))]
+compile_error!("PoolRec.wake is two u32 futex words in a little-endian u64");
 
-/// Sleeps on `pool.wake` while it equals `seq`, for at most until `until`, as class
-/// `bits`. Returns early on a wake, a signal or a changed word.
-pub fn sleep(pool: &PoolRec, seq: u32, bits: u32, until: Instant) {
+/// The two kinds of waiter, each sleeping on its own half of `wake`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// Refused `pool_full` while under its share: woken first.
+    Under = 0,
+    /// Refused `over_share`.
+    Over = 1,
+}
+
+/// An owner word to sleep on, with the value it must still hold.
+#[derive(Clone, Copy, Debug)]
+pub struct Watch<'a> {
+    pub word: &'a AtomicU32,
+    pub val: u32,
+}
+
+/// Adding this to `wake` bumps both halves.
+const BOTH: u64 = 1 | 1 << 32;
+/// Most words one `futex_waitv` takes (`FUTEX_WAITV_MAX`).
+pub const WAITV_MAX: usize = 128;
+/// `FUTEX2_SIZE_U32` of `<linux/futex.h>`: a 32-bit word, shared (no `FUTEX2_PRIVATE`).
+const FUTEX2_SIZE_U32: u32 = 0x02;
+
+/// `struct futex_waitv` of `<linux/futex.h>`.
+#[repr(C)]
+struct FutexWaitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+/// Set once `futex_waitv` answered ENOSYS; Relaxed: a cache of a fact about the kernel.
+static NO_WAITV: AtomicU32 = AtomicU32::new(0);
+
+/// The half of a `wake` value that `class` sleeps on.
+#[inline]
+pub fn half(wake: u64, class: Class) -> u32 {
+    (wake >> (32 * class as u32)) as u32
+}
+
+fn word_ptr(pool: &PoolRec, class: Class) -> *mut u32 {
+    // Little-endian: the low half is at the lower address.
+    pool.wake
+        .as_ptr()
+        .cast::<u32>()
+        .wrapping_add(class as usize)
+}
+
+/// An absolute CLOCK_MONOTONIC deadline for `until`.
+fn deadline(until: Instant) -> Option<libc::timespec> {
     let now = Instant::now();
     if until <= now {
-        return;
+        return None;
     }
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -39,59 +94,111 @@ pub fn sleep(pool: &PoolRec, seq: u32, bits: u32, until: Instant) {
     };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let left = until - now;
-    let mut abs = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) + left;
-    abs = abs.min(Duration::from_secs(i32::MAX as u64));
-    let deadline = libc::timespec {
+    let abs = (Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) + (until - now))
+        .min(Duration::from_secs(i32::MAX as u64));
+    Some(libc::timespec {
         tv_sec: abs.as_secs() as libc::time_t,
         tv_nsec: abs.subsec_nanos() as _,
+    })
+}
+
+/// Sleeps while `class`'s half of `pool.wake` equals `seq` and every watched word holds
+/// its value, for at most until `until`. Returns early on a wake, a signal or a changed
+/// word; the caller re-checks everything.
+pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until: Instant) {
+    let Some(deadline) = deadline(until) else {
+        return;
     };
+    if !watch.is_empty() && NO_WAITV.load(Relaxed) == 0 {
+        let mut v = Vec::with_capacity(1 + watch.len().min(WAITV_MAX - 1));
+        let entry = |val: u32, addr: *mut u32| FutexWaitv {
+            val: val as u64,
+            uaddr: addr as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        };
+        v.push(entry(seq, word_ptr(pool, class)));
+        v.extend(
+            watch
+                .iter()
+                .take(WAITV_MAX - 1)
+                .map(|w| entry(w.val, w.word.as_ptr())),
+        );
+        // SAFETY:
+        //   * `v` holds `v.len()` (<= 128) initialised entries with zero `reserved`;
+        //   * every `uaddr` is a 4-byte aligned u32 in a shared mapping (the pool's
+        //     `wake`, or a `ProcRec.owner_futex`) that outlives this call; the kernel
+        //     only reads them;
+        //   * `deadline` is an absolute CLOCK_MONOTONIC time; flags must be 0.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_futex_waitv,
+                v.as_ptr(),
+                v.len() as libc::c_uint,
+                0 as libc::c_uint,
+                &deadline as *const libc::timespec,
+                libc::CLOCK_MONOTONIC,
+            )
+        };
+        if rc >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+            return;
+        }
+        NO_WAITV.store(1, Relaxed);
+    }
     // SAFETY:
-    //   * `pool.wake.as_ptr()` points at a 4-byte aligned u32 inside the mapping, which
-    //     outlives this call; the kernel only reads it;
+    //   * the word is a 4-byte aligned u32 inside the mapping, which outlives this call;
+    //     the kernel only reads it;
     //   * FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (no
     //     FUTEX_CLOCK_REALTIME), a non-zero bitset, and ignores uaddr2;
     //   * no FUTEX_PRIVATE_FLAG: the word is shared with other processes.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
-            pool.wake.as_ptr(),
+            word_ptr(pool, class),
             libc::FUTEX_WAIT_BITSET,
             seq,
             &deadline as *const libc::timespec,
             std::ptr::null::<u32>(),
-            bits,
+            libc::FUTEX_BITSET_MATCH_ANY,
         )
     };
 }
 
-/// Wakes up to `n` waiters of class `bits`; returns how many woke.
-pub fn wake(pool: &PoolRec, n: u32, bits: u32) -> u32 {
-    // SAFETY: as in `sleep`; FUTEX_WAKE_BITSET ignores the timeout and uaddr2 arguments.
+/// Wakes up to `n` waiters of `class`; returns how many woke.
+pub fn wake(pool: &PoolRec, class: Class, n: u32) -> u32 {
+    // SAFETY: as in `sleep`; FUTEX_WAKE ignores the timeout, uaddr2 and val3 arguments.
     let woke = unsafe {
         libc::syscall(
             libc::SYS_futex,
-            pool.wake.as_ptr(),
-            libc::FUTEX_WAKE_BITSET,
+            word_ptr(pool, class),
+            libc::FUTEX_WAKE,
             n.min(i32::MAX as u32),
             std::ptr::null::<libc::timespec>(),
             std::ptr::null::<u32>(),
-            bits,
+            0,
         )
     };
     woke.max(0) as u32
 }
 
-/// After `units` came free in `pool`: bumps the sequence and wakes up to `units`
+/// Wakes one waiter, under-share first (a woken waiter that was refused again passes
+/// its wake on with this).
+pub fn pass_on(pool: &PoolRec) {
+    if wake(pool, Class::Under, 1) == 0 {
+        wake(pool, Class::Over, 1);
+    }
+}
+
+/// After `units` came free in `pool`: bumps both sequences and wakes up to `units`
 /// waiters, under-share ones first.
 pub fn released(pool: &PoolRec, units: u32) {
     // SeqCst: see the module docs (pairs with the waiter's `waiters` bump and re-read).
-    pool.wake.fetch_add(1, SeqCst);
+    pool.wake.fetch_add(BOTH, SeqCst);
     if pool.waiters.load(SeqCst) == 0 {
         return;
     }
-    let woke = wake(pool, units, UNDER);
+    let woke = wake(pool, Class::Under, units);
     if woke < units {
-        wake(pool, units - woke, OVER);
+        wake(pool, Class::Over, units - woke);
     }
 }

@@ -107,7 +107,7 @@ fn another_layout_version_is_a_version_mismatch() {
             e,
             Error::VersionMismatch {
                 found: 99,
-                expected: 1,
+                expected: fairshm::layout::LAYOUT_VERSION,
                 ..
             }
         ),

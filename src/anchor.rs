@@ -1,0 +1,231 @@
+//! The anchor: how a process's death wakes a waiter, with no polling.
+//!
+//! Every registered process starts one thread of its own, the *anchor*, which:
+//! 1. blocks every signal (process-directed signals go to the application's threads);
+//! 2. maps, for itself, the page of the segment that holds its slot's owner word
+//!    (`ProcRec.owner_futex`), and never unmaps it: the kernel writes to that address
+//!    when the thread dies, so it must never point at anything else;
+//! 3. puts that word on its robust list (`set_robust_list`), whose head and single
+//!    entry live in leaked heap memory;
+//! 4. stores its tid in the word (Release), reports success, and parks forever.
+//!
+//! When the anchor exits, and it exits only with its process (SIGKILL, `exit`, a
+//! crash, `exec`), the kernel walks its robust list, finds the word still holding the
+//! anchor's tid, replaces the tid by `FUTEX_OWNER_DIED` and, if a waiter set
+//! `FUTEX_WAITERS`, wakes one waiter of the word (a shared-futex wake, so it reaches
+//! other processes). A blocked acquirer arms the words of the processes it waits behind
+//! and sleeps on them and its pool at once (`futex_waitv`, see `waiting`).
+//!
+//! Step 3 comes before step 4, so a tid is never in the word without the kernel's
+//! promise to clear it. The robust list is set only on this thread, which the library
+//! created and which never takes a glibc robust mutex: `set_robust_list` replaces
+//! glibc's own list for the calling thread, which is harmless only there.
+//!
+//! A forked child has no anchor (fork copies only the calling thread); it registers in
+//! a slot of its own and attaches its own anchor.
+
+use std::fs::File;
+use std::io;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use memmap2::MmapOptions;
+
+use crate::layout::owner_word::{self, Owner};
+use crate::layout::{lease_state as ls, pair, proc_state as ps};
+use crate::region::Region;
+use crate::sync::{AtomicU32, Ordering::*};
+use crate::waiting::{WAITV_MAX, Watch};
+
+/// How long a registration waits for its anchor to report.
+const ATTACH_WAIT: Duration = Duration::from_secs(5);
+
+/// `struct robust_list` of `<linux/futex.h>`.
+#[repr(C)]
+struct RobustList {
+    next: *mut RobustList,
+}
+
+/// `struct robust_list_head` of `<linux/futex.h>`.
+#[repr(C)]
+struct RobustListHead {
+    list: RobustList,
+    futex_offset: libc::c_long,
+    list_op_pending: *mut RobustList,
+}
+
+/// The head and the one entry, together so that one leak keeps both.
+#[repr(C)]
+struct Anchor {
+    head: RobustListHead,
+    entry: RobustList,
+}
+
+/// Starts this process's anchor for the owner word at byte `offset` of `file`, and
+/// returns the anchor's tid once the word holds it.
+pub fn attach(file: &File, offset: u64) -> io::Result<u32> {
+    debug_assert_eq!(offset % 4, 0, "a futex word is 4-byte aligned");
+    let file = file.try_clone()?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("fairshm-anchor".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            // Returns only if attaching failed, before the word holds a tid.
+            let e = run(file, offset, &tx);
+            let _ = tx.send(Err(e));
+        })?;
+    match rx.recv_timeout(ATTACH_WAIT) {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the anchor thread did not report",
+        )),
+    }
+}
+
+/// The anchor thread's body: attaches, reports, parks forever.
+fn run(file: File, offset: u64, tx: &mpsc::Sender<io::Result<u32>>) -> io::Error {
+    // SAFETY: sigfillset initialises `set`; pthread_sigmask only reads it and changes
+    // this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let base = offset / page * page;
+    // SAFETY: a shared mapping of the segment's tmpfs file, as in `segment::map`; the
+    // only access through it is the atomic store below (and the kernel's at exit).
+    let map = match unsafe {
+        MmapOptions::new()
+            .offset(base)
+            .len(page as usize)
+            .map_mut(&file)
+    } {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    drop(file);
+    let word_ptr = map.as_ptr().wrapping_add((offset - base) as usize) as *mut u32;
+    let anchor = Box::into_raw(Box::new(Anchor {
+        head: RobustListHead {
+            list: RobustList {
+                next: std::ptr::null_mut(),
+            },
+            futex_offset: 0,
+            list_op_pending: std::ptr::null_mut(),
+        },
+        entry: RobustList {
+            next: std::ptr::null_mut(),
+        },
+    }));
+    // SAFETY: `anchor` comes from Box::into_raw and is never freed, so every pointer
+    // into it stays valid for the life of this thread, which is what the kernel needs.
+    // The list is circular: head -> entry -> head; the futex is at entry + offset.
+    let rc = unsafe {
+        let head = &raw mut (*anchor).head;
+        let entry = &raw mut (*anchor).entry;
+        (*head).list.next = entry;
+        (*entry).next = &raw mut (*head).list;
+        (*head).futex_offset = (word_ptr as isize - entry as isize) as libc::c_long;
+        libc::syscall(
+            libc::SYS_set_robust_list,
+            head,
+            std::mem::size_of::<RobustListHead>(),
+        )
+    };
+    if rc != 0 {
+        return io::Error::last_os_error();
+    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    debug_assert!(tid & !owner_word::TID_MASK == 0);
+    // SAFETY: `word_ptr` is 4-byte aligned (offset is, and the page base is), inside
+    // `map`, which is never unmapped (forgotten below); every access to the word, in
+    // any process, is atomic.
+    let word = unsafe { AtomicU32::from_ptr(word_ptr) };
+    // Release: a process that reads the tid (Acquire) also sees the slot as LIVE.
+    word.store(tid, Release);
+    std::mem::forget(map);
+    let _ = tx.send(Ok(tid));
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Marks an owner word as watched, so that the kernel wakes a waiter of it when the
+/// owner dies. Returns the value to sleep on, or `None` if the word has no live owner.
+pub fn arm(word: &AtomicU32) -> Option<u32> {
+    // Acquire: pairs with the anchor's Release store of its tid.
+    let mut w = word.load(Acquire);
+    loop {
+        match owner_word::decode(w) {
+            Owner::Alive { watched: true, .. } => return Some(w),
+            Owner::Alive { .. } => {
+                let armed = w | owner_word::WAITERS;
+                // Relaxed on both sides: only the kernel reads WAITERS, and it reads the
+                // word atomically under its own locks.
+                match word.compare_exchange_weak(w, armed, Relaxed, Acquire) {
+                    Ok(_) => return Some(armed),
+                    Err(seen) => w = seen,
+                }
+            }
+            Owner::Unanchored | Owner::Died => return None,
+        }
+    }
+}
+
+/// What a waiter found when it looked for the processes it is blocked behind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Behind {
+    /// LIVE slots whose anchor has died: reap them before sleeping.
+    pub dying: usize,
+    /// LIVE slots with no anchor, which only the sweep can judge.
+    pub unanchored: usize,
+}
+
+/// Arms the owner words of the live processes other than slot `me` and adds them to
+/// `out`. With more than fit in one `futex_waitv`, only processes holding or acquiring
+/// permits of pool `p` are watched, the first that fit; the sweep covers the rest.
+pub fn watch<'a, R: Region>(r: &'a R, me: usize, p: usize, out: &mut Vec<Watch<'a>>) -> Behind {
+    let mut behind = Behind::default();
+    let mut alive = Vec::new();
+    for s in 0..r.geometry().procs {
+        let rec = r.proc_slot(s);
+        if s == me || ps::status(rec.state.load(Acquire)) != ps::LIVE {
+            continue;
+        }
+        match owner_word::decode(rec.owner_futex.load(Acquire)) {
+            Owner::Alive { .. } => alive.push(s),
+            Owner::Died => behind.dying += 1,
+            Owner::Unanchored => behind.unanchored += 1,
+        }
+    }
+    let room = WAITV_MAX - 1;
+    if alive.len() > room {
+        alive.retain(|&s| uses_pool(r, s, p));
+    }
+    for s in alive.into_iter().take(room) {
+        let word = &r.proc_slot(s).owner_futex;
+        match arm(word) {
+            Some(val) => out.push(Watch { word, val }),
+            None => behind.dying += 1,
+        }
+    }
+    behind
+}
+
+/// Whether process slot `s` has a lease of pool `p` that holds or may come to hold units.
+fn uses_pool<R: Region>(r: &R, s: usize, p: usize) -> bool {
+    let n = r.geometry().leases_per_proc;
+    (s * n..(s + 1) * n).any(|l| {
+        let lease = r.lease(l);
+        // Relaxed: a heuristic for which processes to watch; a wrong guess costs only
+        // a later wake-up (by the sweep).
+        let st = ls::state(lease.state.load(Relaxed));
+        matches!(st, ls::PENDING_ACQ | ls::HELD | ls::PENDING_REL)
+            && pair::lo(lease.pool_tenant.load(Relaxed)) as usize == p
+    })
+}

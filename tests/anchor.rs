@@ -1,0 +1,147 @@
+//! The robust-futex anchor: every registered process has one, the kernel marks its
+//! owner word at the process's death, and `/proc` is asked only when the word says so.
+mod common;
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+use common::{Seg, fork_child, one_pool, wait};
+use fairshm::Table;
+use fairshm::layout::owner_word;
+use fairshm::liveness;
+use fairshm::region::Region;
+
+fn owner(t: &Table, slot: usize) -> u32 {
+    t.region().proc_slot(slot).owner_futex.load(SeqCst)
+}
+
+fn comm_of_thread(tid: u32) -> Option<String> {
+    let pid = std::process::id();
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+#[test]
+fn a_registered_process_has_a_live_anchor_thread_of_its_own() {
+    let seg = Seg::new("anchor");
+    let t = seg.create(&one_pool(2));
+    let slot = t.register().unwrap();
+    let w = owner(&t, slot);
+    let owner_word::Owner::Alive { tid, watched } = owner_word::decode(w) else {
+        panic!("owner word {w:#x} after registration");
+    };
+    assert!(!watched);
+    assert_eq!(comm_of_thread(tid).as_deref(), Some("fairshm-anchor"));
+    let snap = t.snapshot();
+    let me = snap.processes.iter().find(|p| p.slot == slot).unwrap();
+    assert_eq!((me.anchor, me.anchor_tid), ("alive", tid));
+    // Registering again (same process) starts no second anchor.
+    assert_eq!(t.register().unwrap(), slot);
+    assert_eq!(owner(&t, slot), w);
+}
+
+#[test]
+fn the_kernel_marks_a_killed_process_owner_died_before_anyone_reaps_it() {
+    let seg = Seg::new("ownerdied");
+    let t = seg.create(&one_pool(2));
+    let ready = common::shared_words(2);
+    let name = seg.name.clone();
+    let child = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let slot = t.register().unwrap();
+        ready[1].store(slot as u64, SeqCst);
+        ready[0].store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    while ready[0].load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let slot = ready[1].load(SeqCst) as usize;
+    let before = owner_word::decode(owner(&t, slot));
+    let owner_word::Owner::Alive { tid, .. } = before else {
+        panic!("child's owner word: {before:?}");
+    };
+    assert_ne!(
+        tid,
+        child.as_raw() as u32,
+        "the anchor is a thread of its own"
+    );
+    nix::sys::signal::kill(child, nix::sys::signal::SIGKILL).unwrap();
+    assert_eq!(wait(child), 128 + 9);
+    // The child is reaped by waitpid, not by fairshm: the word was marked by the kernel.
+    assert_eq!(owner_word::decode(owner(&t, slot)), owner_word::Owner::Died);
+    let snap = t.snapshot();
+    let p = snap.processes.iter().find(|p| p.slot == slot).unwrap();
+    assert_eq!((p.status, p.anchor), ("live", "died"));
+    let reaped = t.reap_dead().unwrap();
+    assert_eq!(
+        reaped.iter().map(|r| r.slot).collect::<Vec<_>>(),
+        vec![slot]
+    );
+}
+
+#[test]
+fn a_forked_child_of_a_registered_process_anchors_itself() {
+    let seg = Seg::new("forkanchor");
+    let t = seg.create(&one_pool(2));
+    let parent_slot = t.register().unwrap();
+    let parent_word = owner(&t, parent_slot);
+    let out = common::shared_words(3);
+    let child = fork_child(|| {
+        // The inherited handle registers the child as itself, with its own anchor.
+        let slot = t.register().unwrap();
+        out[0].store(slot as u64, SeqCst);
+        out[1].store(owner(&t, slot) as u64, SeqCst);
+        let tid = owner_word::decode(owner(&t, slot));
+        let ok = matches!(tid, owner_word::Owner::Alive { tid, .. }
+            if comm_of_thread(tid).as_deref() == Some("fairshm-anchor"));
+        if ok { 0 } else { 1 }
+    });
+    assert_eq!(wait(child), 0, "the child has no anchor of its own");
+    assert_ne!(out[0].load(SeqCst) as usize, parent_slot);
+    assert_ne!(out[1].load(SeqCst) as u32, parent_word);
+    // The parent's anchor is untouched by the child's exit.
+    assert_eq!(owner(&t, parent_slot), parent_word);
+    assert_eq!(t.reap_dead().unwrap().len(), 1, "the child's slot");
+}
+
+#[test]
+fn a_zombie_main_thread_with_live_threads_is_not_dead() {
+    let flag = common::shared_words(1);
+    let child = fork_child(move || {
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(600));
+            // SAFETY: ends the whole process from its last live thread.
+            unsafe { libc::_exit(0) }
+        });
+        flag[0].store(1, SeqCst); // the thread is running
+        // SAFETY: the raw exit system call ends only the calling (main) thread, with no
+        // unwinding; the spawned thread keeps the process alive.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
+        unreachable!("SYS_exit returned")
+    });
+    while flag[0].load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let pid = child.as_raw() as u32;
+    let start = liveness::proc_info(pid).unwrap().start_time;
+    let deadline = Instant::now() + Duration::from_millis(400);
+    let mut saw_zombie_main = false;
+    while Instant::now() < deadline {
+        if let Some(i) = liveness::proc_info(pid)
+            && i.state == b'Z'
+            && i.num_threads > 1
+        {
+            saw_zombie_main = true;
+            assert!(
+                !liveness::is_dead(pid, start),
+                "a process whose main thread exited is still running a thread"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(saw_zombie_main, "the main thread never showed as a zombie");
+    assert_eq!(wait(child), 0);
+}
