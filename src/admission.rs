@@ -201,10 +201,16 @@ pub fn admit<R: Region>(
     hold_ms: u64,
 ) -> Result<(usize, Desc, AcqOutcome)> {
     let (l, generation) = ops::claim_lease(r, slot, hint)?;
+    ops::crash_point("acquire.claimed")?;
     d.generation = generation;
     let lease = r.lease(l);
     ops::publish_acquire(lease, &d, tid, now, hold_ms);
     let outcome = ops::acquire(r, l, &mut d);
+    // A model thread stopped at a crash point takes no further step, as a dead process.
+    #[cfg(loom)]
+    if let Err(crate::Error::Crashed) = outcome {
+        return Err(crate::Error::Crashed);
+    }
     if !matches!(outcome, Ok(AcqOutcome::Granted)) {
         // Never installed (or corrupt): ours alone to free.
         ops::free_lease(lease, d.generation, crate::layout::lease_state::PENDING_ACQ);

@@ -8,6 +8,7 @@ use crate::sync::{AtomicU32, Ordering::Relaxed};
 
 /// Every labelled step between two atomic steps of acquire, release and registration.
 pub const LABELS: &[&str] = &[
+    "acquire.claimed",
     "acquire.before_install",
     "acquire.installed",
     "complete.decided",

@@ -7,6 +7,11 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A loom model thread stopped at a crash point (models only).
+    #[cfg(loom)]
+    #[error("stopped at a crash point")]
+    Crashed,
+
     #[error("invalid segment name {name:?}: {why}")]
     InvalidName { name: String, why: &'static str },
 

@@ -51,5 +51,7 @@ pub use refusal::{Reason, Refusal};
 #[cfg(not(loom))]
 pub use table::{Lease, LeaseId, Request, Table};
 
+#[cfg(loom)]
+mod loom_crash;
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -139,7 +139,7 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
         {
             continue;
         }
-        crate::ops::crash_point("register.claimed");
+        crate::ops::crash_point("register.claimed")?;
         rec.pid.store(pid, Relaxed);
         rec.start_time.store(start_time, Relaxed);
         rec.registered_ms.store(now, Relaxed);

@@ -8,6 +8,13 @@
 //! counters the capacity bound does not read; with them the 3-thread state space does
 //! not finish in hours.
 //!
+//! The crash model (`loom_a_process_stopped_at_any_crash_point_loses_nothing`) adds
+//! liveness and recovery: a victim registers, acquires and releases, and stops at its
+//! k-th crash point (see `loom_crash.rs`) for k = 1, 2, ... until it no longer stops;
+//! a reaper then recovers its slot while another process is still releasing. A reaper
+//! that skips the dead process's pending op is caught
+//! (`loom_catches_a_reaper_that_ignores_the_pending_op`).
+//!
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --lib loom_`
 
 use loom::sync::Arc;
@@ -196,4 +203,138 @@ fn loom_catches_check_then_add() {
         broken_worker(&r, A, &a_witness);
         t.join().unwrap();
     });
+}
+
+/// Pid of the victim in the crash models: never a real process (above pid_max), so a
+/// slot it left CLAIMING is judged dead by `/proc`, as a dead registrant's would be.
+/// `% 3 == 0`, so its registration probes slot 0 first.
+const VICTIM_PID: u32 = 16_000_002;
+/// B's process slot, LIVE before the model starts.
+const B_SLOT: usize = 2;
+
+/// A victim process: registers, acquires one permit of A, releases it; armed to stop at
+/// its `k`-th crash point.
+fn victim(r: &HeapRegion, k: usize) -> crate::Result<()> {
+    crate::loom_crash::arm(k);
+    let slot = crate::liveness::register(r, VICTIM_PID, 1, 10)?;
+    let (lease, d, outcome) = admission::admit(r, slot, 0, desc(A), 0, 10, 0)?;
+    if outcome == AcqOutcome::Granted {
+        admission::unadmit(r, lease, d.generation, Some(&d))?;
+    }
+    Ok(())
+}
+
+/// One execution: B holds one permit; the victim runs until its `k`-th crash point
+/// while B releases; once the victim has stopped, a reaper recovers its slot while B
+/// may still be releasing. Everything must end exact: B's release unharmed, and every
+/// counter, lease and process slot (but B's) back to zero. Returns where the victim
+/// stopped.
+fn crash_execution(k: usize, reap: fn(&HeapRegion, usize)) -> Option<&'static str> {
+    use crate::layout::proc_state as ps;
+    crate::loom_crash::disarm();
+    let r = setup();
+    r.proc_slot(B_SLOT)
+        .state
+        .store(ps::make(ps::LIVE, 7), Relaxed);
+    let (b_lease, b_desc) = b_holds_one(&r);
+    let r2 = r.clone();
+    let b = loom::thread::spawn(move || {
+        admission::unadmit(&*r2, b_lease, b_desc.generation, Some(&b_desc)).unwrap();
+    });
+    let r3 = r.clone();
+    let v = loom::thread::spawn(move || {
+        let res = victim(&r3, k);
+        let at = crate::loom_crash::stopped_at();
+        assert_eq!(res.is_err(), at.is_some(), "{res:?}");
+        at
+    });
+    let stopped_at = v.join().unwrap();
+    for s in 0..B_SLOT {
+        reap(&r, s);
+    }
+    b.join().unwrap();
+    assert_all_zero(&r);
+    for s in 0..B_SLOT {
+        assert_eq!(r.proc_slot(s).state.load(SeqCst), ps::make(ps::FREE, 0));
+    }
+    stopped_at
+}
+
+/// The real reaper, judging every slot dead.
+fn reap(r: &HeapRegion, s: usize) {
+    crate::recovery::reap_slot(r, s, 3, &|_, _| true).unwrap();
+}
+
+/// Liveness and recovery with crash points: a process stopped at its 1st, 2nd, ...
+/// crash point (registration, acquire, release, and any op of B's it was helping)
+/// loses nothing, in every interleaving with a live process and the reaper. Ends at
+/// the first `k` past the victim's last crash point in every execution.
+#[test]
+fn loom_a_process_stopped_at_any_crash_point_loses_nothing() {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static SEEN: Mutex<(BTreeSet<&'static str>, bool)> = Mutex::new((BTreeSet::new(), false));
+    for k in 1..=32 {
+        SEEN.lock().unwrap().1 = false;
+        let started = std::time::Instant::now();
+        loom::model(move || {
+            if let Some(label) = crash_execution(k, reap) {
+                let mut seen = SEEN.lock().unwrap();
+                seen.0.insert(label);
+                seen.1 = true;
+            }
+        });
+        let seen = SEEN.lock().unwrap();
+        eprintln!(
+            "crash point #{k}: {:?} ({:.1} s)",
+            seen.0,
+            started.elapsed().as_secs_f64()
+        );
+        if !seen.1 {
+            for label in [
+                "register.claimed",
+                "acquire.claimed",
+                "acquire.before_install",
+                "acquire.installed",
+                "complete.decided",
+                "apply.before_cas",
+                "complete.before_clear",
+                "release.published",
+                "release.installed",
+            ] {
+                assert!(seen.0.contains(label), "never stopped at {label}");
+            }
+            return;
+        }
+    }
+    panic!("the victim still had crash points after 32");
+}
+
+/// A reaper that trusts the lease state alone and does not first finish the op the
+/// dead process left pending in its pool. The crash model must catch it.
+fn naive_reap(r: &HeapRegion, s: usize) {
+    use crate::layout::proc_state as ps;
+    let lease = r.lease(s); // one lease per slot in these models
+    let sw = lease.state.load(SeqCst);
+    let (generation, state) = (ls::generation(sw), ls::state(sw));
+    match state {
+        ls::FREE => {}
+        ls::HELD => {
+            let _ = crate::ops::release(r, s, generation, None);
+        }
+        _ => {
+            crate::ops::free_lease(lease, generation, state);
+        }
+    }
+    r.proc_slot(s).state.store(ps::make(ps::FREE, 0), SeqCst);
+}
+
+#[test]
+#[should_panic(expected = "not back to idle")]
+fn loom_catches_a_reaper_that_ignores_the_pending_op() {
+    for k in 1..=6 {
+        loom::model(move || {
+            crash_execution(k, naive_reap);
+        });
+    }
 }

@@ -55,12 +55,17 @@ pub struct Desc {
     pub active_weight: u64,
 }
 
-/// Labels a point between two atomic steps; the `crash-points` feature lets a test stop
-/// the process there (see `crash.rs`). Compiles to nothing otherwise.
+/// Labels a point between two atomic steps. The `crash-points` feature lets a test kill
+/// the process there (see `crash.rs`); under loom a model thread can stop there, which
+/// is an `Err` that every caller passes straight up, taking no further step (see
+/// `loom_crash.rs`). Otherwise it compiles to nothing.
 #[inline(always)]
-pub(crate) fn crash_point(_label: &'static str) {
+pub(crate) fn crash_point(_label: &'static str) -> Result<()> {
     #[cfg(feature = "crash-points")]
     crate::crash::hit(_label);
+    #[cfg(loom)]
+    crate::loom_crash::hit(_label)?;
+    Ok(())
 }
 
 /// Claims a free lease in process slot `slot`'s range, bumping its generation.
@@ -206,14 +211,14 @@ pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &mut Desc) -> Result<AcqOut
             });
         }
         let nw = pw::with_pending(x, l, false, d.generation);
-        crash_point("acquire.before_install");
+        crash_point("acquire.before_install")?;
         // AcqRel: Release publishes the descriptor to helpers (see module docs);
         // Acquire orders our later reads after the previous op's clear.
         if pool.word.compare_exchange(w, nw, AcqRel, Acquire).is_err() {
             backoff.snooze();
             continue;
         }
-        crash_point("acquire.installed");
+        crash_point("acquire.installed")?;
         complete(r, p, nw, Some(&*d))?;
         let sw = lease.state.load(Acquire);
         match ls::state(sw) {
@@ -268,7 +273,7 @@ pub(crate) fn release<R: Region>(
     if won.is_err() {
         return Err(Error::AlreadyReleased { lease: id() });
     }
-    crash_point("release.published");
+    crash_point("release.published")?;
     finish_release(r, l, generation, known)
 }
 
@@ -317,7 +322,7 @@ pub(crate) fn finish_release<R: Region>(
             backoff.snooze();
             continue;
         }
-        crash_point("release.installed");
+        crash_point("release.installed")?;
         complete(r, p, nw, Some(&d))?;
     }
     let freed = free_lease(lease, generation, ls::RELEASED);
@@ -396,7 +401,7 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
                 Ok(_) => to,
                 Err(seen) => seen,
             };
-            crash_point("complete.decided");
+            crash_point("complete.decided")?;
         }
         if sw == ls::make(d.generation, ls::HELD) {
             if !apply(r, p, w, l, &d, tag, false, owned)? {
@@ -428,7 +433,7 @@ pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>)
             d.units
         ));
     };
-    crash_point("complete.before_clear");
+    crash_point("complete.before_clear")?;
     // AcqRel: Release publishes this op's effects to the next installer.
     let _ = pool
         .word
@@ -479,7 +484,7 @@ fn apply<R: Region>(
                 d.units
             )));
         };
-        crash_point("apply.before_cas");
+        crash_point("apply.before_cas")?;
         // AcqRel: ordered between the decision (before) and the clear (after).
         if tp
             .held

@@ -209,7 +209,7 @@ impl Table {
             }
             other => other?,
         };
-        crate::ops::crash_point("register.live");
+        crate::ops::crash_point("register.live")?;
         // The anchor makes our death wake waiters. Without one (it could not start) we
         // are judged by `/proc`, through the sweeps; `Snapshot` shows which processes
         // are anchored.
