@@ -3,11 +3,13 @@
 //! Every registered process starts one thread of its own, the *anchor*, which:
 //! 1. blocks every signal (process-directed signals go to the application's threads);
 //! 2. maps, for itself, the page of the segment that holds its slot's owner word
-//!    (`ProcRec.owner_futex`), and never unmaps it: the kernel writes to that address
-//!    when the thread dies, so it must never point at anything else;
+//!    (`ProcRec.owner_futex`), and keeps it mapped while the word is on its robust
+//!    list: the kernel writes to that address when the thread dies, so it must never
+//!    point at anything else (the `Table`'s own mapping may go first);
 //! 3. puts that word on its robust list (`set_robust_list`), whose head and single
 //!    entry live in leaked heap memory;
-//! 4. stores its tid in the word (Release), reports success, and parks forever.
+//! 4. stores its tid in the word (Release), reports success, and waits until it is
+//!    told to detach, which only `Table`'s drop does ([`Anchor::detach`]).
 //!
 //! When the anchor exits, and it exits only with its process (SIGKILL, `exit`, a
 //! crash, `exec`), the kernel walks its robust list, finds the word still holding the
@@ -23,6 +25,11 @@
 //!
 //! A forked child has no anchor (fork copies only the calling thread); it registers in
 //! a slot of its own and attaches its own anchor.
+//!
+//! Detaching is the reverse, in an order that never leaves a tid in the word without
+//! the kernel's promise to mark it: the word becomes 0 (unanchored: `/proc` judges),
+//! its watchers are woken, then `set_robust_list(NULL)`, then the list is freed, the
+//! page unmapped, and the thread ends.
 
 use std::fs::File;
 use std::io;
@@ -54,29 +61,48 @@ struct RobustListHead {
     list_op_pending: *mut RobustList,
 }
 
-/// The head and the one entry, together so that one leak keeps both.
+/// The head and the one entry, together in one allocation.
 #[repr(C)]
-struct Anchor {
+struct RobustAnchor {
     head: RobustListHead,
     entry: RobustList,
 }
 
+/// A running anchor thread of this process.
+pub struct Anchor {
+    pub tid: u32,
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Anchor {
+    /// Detaches the anchor (see the module docs) and waits for its thread to end. The
+    /// slot's owner word is 0 afterwards.
+    pub fn detach(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
 /// Starts this process's anchor for the owner word at byte `offset` of `file`, and
-/// returns the anchor's tid once the word holds it.
-pub fn attach(file: &File, offset: u64) -> io::Result<u32> {
+/// returns it once the word holds its tid.
+pub fn attach(file: &File, offset: u64) -> io::Result<Anchor> {
     debug_assert_eq!(offset % 4, 0, "a futex word is 4-byte aligned");
     let file = file.try_clone()?;
     let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
+    let (stop, stop_rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
         .name("fairshm-anchor".into())
         .stack_size(64 << 10)
         .spawn(move || {
-            // Returns only if attaching failed, before the word holds a tid.
-            let e = run(file, offset, &tx);
-            let _ = tx.send(Err(e));
+            if let Err(e) = run(file, offset, &tx, &stop_rx) {
+                // Failed before the word held a tid.
+                let _ = tx.send(Err(e));
+            }
         })?;
     match rx.recv_timeout(ATTACH_WAIT) {
-        Ok(r) => r,
+        Ok(Ok(tid)) => Ok(Anchor { tid, stop, thread }),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "the anchor thread did not report",
@@ -84,8 +110,30 @@ pub fn attach(file: &File, offset: u64) -> io::Result<u32> {
     }
 }
 
-/// The anchor thread's body: attaches, reports, parks forever.
-fn run(file: File, offset: u64, tx: &mpsc::Sender<io::Result<u32>>) -> io::Error {
+/// A shared (never private) `FUTEX_WAKE` of every waiter of `word`.
+fn wake_all(word: *mut u32) {
+    // SAFETY: `word` is an aligned u32 in a live shared mapping; FUTEX_WAKE ignores the
+    // timeout, uaddr2 and val3 arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0,
+        )
+    };
+}
+
+/// The anchor thread's body: attaches, reports, waits for `stop`, detaches.
+fn run(
+    file: File,
+    offset: u64,
+    tx: &mpsc::Sender<io::Result<u32>>,
+    stop: &mpsc::Receiver<()>,
+) -> io::Result<()> {
     // SAFETY: sigfillset initialises `set`; pthread_sigmask only reads it and changes
     // this thread's mask.
     unsafe {
@@ -97,19 +145,16 @@ fn run(file: File, offset: u64, tx: &mpsc::Sender<io::Result<u32>>) -> io::Error
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
     let base = offset / page * page;
     // SAFETY: a shared mapping of the segment's tmpfs file, as in `segment::map`; the
-    // only access through it is the atomic store below (and the kernel's at exit).
-    let map = match unsafe {
+    // only accesses through it are the atomic ones below (and the kernel's at exit).
+    let map = unsafe {
         MmapOptions::new()
             .offset(base)
             .len(page as usize)
             .map_mut(&file)
-    } {
-        Ok(m) => m,
-        Err(e) => return e,
-    };
+    }?;
     drop(file);
     let word_ptr = map.as_ptr().wrapping_add((offset - base) as usize) as *mut u32;
-    let anchor = Box::into_raw(Box::new(Anchor {
+    let anchor = Box::into_raw(Box::new(RobustAnchor {
         head: RobustListHead {
             list: RobustList {
                 next: std::ptr::null_mut(),
@@ -121,9 +166,10 @@ fn run(file: File, offset: u64, tx: &mpsc::Sender<io::Result<u32>>) -> io::Error
             next: std::ptr::null_mut(),
         },
     }));
-    // SAFETY: `anchor` comes from Box::into_raw and is never freed, so every pointer
-    // into it stays valid for the life of this thread, which is what the kernel needs.
-    // The list is circular: head -> entry -> head; the futex is at entry + offset.
+    // SAFETY: `anchor` comes from Box::into_raw and is freed only after the kernel has
+    // let go of the list (below), so every pointer into it stays valid while the
+    // kernel may read it. The list is circular: head -> entry -> head; the futex is at
+    // entry + futex_offset.
     let rc = unsafe {
         let head = &raw mut (*anchor).head;
         let entry = &raw mut (*anchor).entry;
@@ -137,22 +183,40 @@ fn run(file: File, offset: u64, tx: &mpsc::Sender<io::Result<u32>>) -> io::Error
         )
     };
     if rc != 0 {
-        return io::Error::last_os_error();
+        let e = io::Error::last_os_error();
+        // SAFETY: the kernel refused the list; nothing else points into `anchor`.
+        drop(unsafe { Box::from_raw(anchor) });
+        return Err(e);
     }
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     debug_assert!(tid & !owner_word::TID_MASK == 0);
     // SAFETY: `word_ptr` is 4-byte aligned (offset is, and the page base is), inside
-    // `map`, which is never unmapped (forgotten below); every access to the word, in
-    // any process, is atomic.
+    // `map`, which stays mapped until the kernel has let go of the list; every access
+    // to the word, in any process, is atomic.
     let word = unsafe { AtomicU32::from_ptr(word_ptr) };
     // Release: a process that reads the tid (Acquire) also sees the slot as LIVE.
     word.store(tid, Release);
-    std::mem::forget(map);
     let _ = tx.send(Ok(tid));
-    loop {
-        std::thread::park();
-    }
+    // Until `Anchor::detach` (or the sender is dropped).
+    let _ = stop.recv();
+    // 0 first: from here the kernel would leave the word alone at our exit (it no
+    // longer holds our tid), and `/proc` judges the slot. AcqRel: WAITERS bits set by
+    // watchers are read and dropped here.
+    word.swap(0, AcqRel);
+    wake_all(word_ptr);
+    // SAFETY: a NULL head unregisters the list: the kernel reads nothing at our exit.
+    unsafe {
+        libc::syscall(
+            libc::SYS_set_robust_list,
+            std::ptr::null::<RobustListHead>(),
+            std::mem::size_of::<RobustListHead>(),
+        )
+    };
+    // SAFETY: the kernel no longer holds the list, and nothing else points into it.
+    drop(unsafe { Box::from_raw(anchor) });
+    drop(map);
+    Ok(())
 }
 
 /// Marks an owner word as watched, so that the kernel wakes a waiter of it when the

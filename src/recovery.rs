@@ -63,6 +63,29 @@ pub fn reap_slot<R: Region>(
     {
         return Ok(None);
     }
+    empty_slot(r, s, pid).map(Some)
+}
+
+/// Gives back slot `s` of the live process `pid`, which is the caller's own: whatever
+/// its leases still hold is released, and the slot is freed. `None` if the slot is not
+/// `LIVE` for `pid`.
+pub fn retire_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Option<Reaped>> {
+    let rec = r.proc_slot(s);
+    let live = ps::make(ps::LIVE, pid);
+    // Acquire: as for a reaper (the slot's leases are ours, but may have been helped).
+    if rec
+        .state
+        .compare_exchange(live, ps::make(ps::REAPING, pid), Acquire, Relaxed)
+        .is_err()
+    {
+        return Ok(None);
+    }
+    empty_slot(r, s, pid).map(Some)
+}
+
+/// Walks the lease range of slot `s`, taken (`REAPING`) by the caller, then frees it.
+fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
+    let rec = r.proc_slot(s);
     let geo = *r.geometry();
     let mut out = Reaped {
         slot: s,
@@ -78,7 +101,7 @@ pub fn reap_slot<R: Region>(
     rec.start_time.store(0, Relaxed);
     // Release: everything above happens before the slot is claimed again.
     rec.state.store(ps::make(ps::FREE, 0), Release);
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// Brings one lease of a dead owner to `FREE`, giving back what it held.

@@ -82,6 +82,9 @@ pub struct Table {
     hint: AtomicU64,
     /// A blocked acquirer's backup sweep period, in µs.
     sweep_us: AtomicU64,
+    /// This process's anchor for its registration, with the pid it was started by (a
+    /// forked child inherits the parent's entry, whose thread it does not have).
+    anchor: Mutex<Option<(u64, anchor::Anchor)>>,
 }
 
 impl Table {
@@ -100,6 +103,7 @@ impl Table {
             reg_lock: Mutex::new(()),
             hint: AtomicU64::new(0),
             sweep_us: AtomicU64::new(DEFAULT_SWEEP.as_micros() as u64),
+            anchor: Mutex::new(None),
         }
     }
 
@@ -216,7 +220,14 @@ impl Table {
         let word = self.seg.geometry().procs_off
             + slot * crate::layout::RECORD
             + std::mem::offset_of!(crate::layout::ProcRec, owner_futex);
-        let _ = crate::anchor::attach(self.seg.file(), word as u64);
+        let attached = anchor::attach(self.seg.file(), word as u64).ok();
+        let mut a = self.anchor.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, inherited)) = a.take() {
+            // The parent's: its thread does not exist here; leave it alone.
+            std::mem::forget(inherited);
+        }
+        *a = attached.map(|x| (pid, x));
+        drop(a);
         // Release: see the Acquire load in `process_slot`.
         self.reg.store(pid << 32 | (slot as u64 + 1), Release);
         crate::capacity::recompute(&self.seg, self.config());
@@ -453,6 +464,13 @@ impl Table {
                 out.push(r);
             }
         }
+        self.announce(&out);
+        Ok(out)
+    }
+
+    /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the
+    /// units that came back.
+    fn announce(&self, out: &[Reaped]) {
         if !out.is_empty() {
             crate::capacity::recompute(&self.seg, self.config());
             for (p, &units) in out.iter().flat_map(|r| r.units_returned.iter().enumerate()) {
@@ -461,7 +479,33 @@ impl Table {
                 }
             }
         }
-        Ok(out)
+    }
+}
+
+impl Drop for Table {
+    /// Deregisters this process if this handle registered it: detaches its anchor,
+    /// releases what leases detached with `Lease::into_id` still hold, and frees its
+    /// slot, so opening and dropping tables leaks neither slots nor threads. A forked
+    /// child's inherited handle that never registered the child touches nothing.
+    fn drop(&mut self) {
+        let pid = crate::selfid::pid() as u64;
+        match self
+            .anchor
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            Some((p, a)) if p == pid => a.detach(),
+            Some((_, inherited)) => std::mem::forget(inherited),
+            None => {}
+        }
+        let r = self.reg.load(Acquire);
+        if r >> 32 == pid && r as u32 != 0 {
+            let slot = (r as u32 - 1) as usize;
+            if let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32) {
+                self.announce(&[gone]);
+            }
+        }
     }
 }
 

@@ -145,3 +145,37 @@ fn a_zombie_main_thread_with_live_threads_is_not_dead() {
     assert!(saw_zombie_main, "the main thread never showed as a zombie");
     assert_eq!(wait(child), 0);
 }
+
+#[test]
+fn dropping_a_table_deregisters_frees_the_slot_and_ends_the_anchor() {
+    let seg = Seg::new("dropreg");
+    let observer = seg.create(&one_pool(4));
+    let t = Table::open(&seg.name).unwrap();
+    let slot = t.register().unwrap();
+    let owner_word::Owner::Alive { tid, .. } = owner_word::decode(owner(&t, slot)) else {
+        panic!("no anchor");
+    };
+    // A lease detached from its guard is still held when the table goes.
+    let id = t
+        .try_acquire(&fairshm::Request::new("requests", "a").units(3))
+        .unwrap()
+        .unwrap()
+        .into_id();
+    assert_eq!(observer.snapshot().pool("requests").unwrap().in_use, 3);
+    drop(t);
+    let snap = observer.snapshot();
+    assert!(snap.processes.is_empty(), "{:?}", snap.processes);
+    assert_eq!(snap.pool("requests").unwrap().in_use, 0);
+    assert_eq!(snap.held("requests", "a"), 0);
+    assert!(snap.leases.is_empty(), "lease {id} left behind");
+    assert_eq!(owner(&observer, slot), 0, "owner word cleared");
+    assert_eq!(comm_of_thread(tid), None, "the anchor thread ended");
+    // Opening and dropping again and again leaks neither slots nor threads.
+    for _ in 0..300 {
+        let t = Table::open(&seg.name).unwrap();
+        t.register().unwrap();
+    }
+    assert!(observer.snapshot().processes.is_empty());
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    assert!(threads < 50, "{threads} threads: anchors leaked");
+}

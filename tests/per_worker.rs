@@ -27,12 +27,15 @@ fn workers(name: &str, n: usize) -> Vec<nix::unistd::Pid> {
             let (rd, wr) = nix::unistd::pipe().unwrap();
             let (name, wr_fd) = (name.to_owned(), wr.as_raw_fd());
             let pid = common::fork_child(move || {
-                Table::open(&name).unwrap().register().unwrap();
+                // Kept open: dropping the table would deregister the worker.
+                let t = Table::open(&name).unwrap();
+                t.register().unwrap();
                 // SAFETY: our copy of the pipe's write end; closing it tells the parent
                 // we are registered.
                 unsafe { libc::close(wr_fd) };
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs(60));
+                    let _ = &t;
                 }
             });
             drop(wr);
