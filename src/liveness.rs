@@ -87,12 +87,14 @@ pub fn view<R: Region>(r: &R, s: usize) -> SlotView {
     }
 }
 
-/// Whether slot `s` belongs to a process that is gone, judged by `dead(pid, start)`.
-/// A slot still being claimed has no start time yet: judged by its pid alone.
+/// Whether slot `s` belongs to a process that is gone, judged by `dead(pid, start)`
+/// alone, not by the owner word: for rare checks (a tenant slot left WRITING), where a
+/// corrupt owner word claiming a live anchor must not stall the caller. A slot still
+/// being claimed has no start time yet: judged by its pid alone.
 pub fn slot_dead<R: Region>(r: &R, s: usize, dead: &dyn Fn(u32, u64) -> bool) -> bool {
     let v = view(r, s);
     match v.status {
-        ps::LIVE => live_slot_dead(r, s, v.pid, v.start_time, dead),
+        ps::LIVE => dead(v.pid, v.start_time),
         ps::CLAIMING => proc_info(v.pid).is_none(),
         _ => false,
     }

@@ -30,6 +30,9 @@ fn image() -> &'static [u8] {
         let _ = lease.into_id(); // left held, so the image has a live lease
         let bytes = std::fs::read(fairshm::segment::path_of(&name)).unwrap();
         Table::unlink(&name).unwrap();
+        // Kept registered (dropping it would deregister and release the lease), so the
+        // image has a live process slot with an anchor, as a worker's segment has.
+        std::mem::forget(t);
         bytes
     })
 }
