@@ -13,8 +13,9 @@
 //!
 //! Modules, one responsibility each: `layout` (the bytes), `segment` (the mapping),
 //! `ops` (the crash-safe op protocol), `admission` (the fair-share rule), `tenants`,
-//! `liveness`, `recovery`, `stats`, `refusal`, `table` (the API), `sync` (the atomics
-//! shim that loom swaps out).
+//! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake),
+//! `waiting` (futexes), `recovery`, `capacity` (`per_worker` sizing), `stats`,
+//! `refusal`, `table` (the API), `sync` (the atomics shim that loom swaps out).
 
 pub mod admission;
 pub mod capacity;
