@@ -4,7 +4,13 @@
 //! stamps its grant. Baseline in the same run: SysV `semop` with `SEM_UNDO` (Semian),
 //! measured the same way (`GETNCNT` for "the other is asleep").
 //!
-//! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000).
+//! Then the death wake: a holder process is SIGKILLed while a waiter (another process)
+//! is asleep behind it; kill -> waiter granted. fairshm's backup sweep is set to an
+//! hour, so only the kernel's robust-futex wake can serve the waiter; the baseline is
+//! `SEM_UNDO`, which the kernel applies at the holder's exit.
+//!
+//! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000;
+//! FAIRSHM_DEATH_ROUNDS, default 100).
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -58,7 +64,10 @@ fn asleep(pid: u64) -> bool {
 }
 
 fn report(what: &str, lat: &[AtomicU64], n: usize) -> (f64, f64) {
-    let mut v: Vec<u64> = lat[2..=n].iter().map(|a| a.load(SeqCst)).collect();
+    report_ns(what, lat[2..=n].iter().map(|a| a.load(SeqCst)).collect())
+}
+
+fn report_ns(what: &str, mut v: Vec<u64>) -> (f64, f64) {
     v.sort_unstable();
     let p = |q: f64| v[((v.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
     println!(
@@ -165,6 +174,142 @@ fn main() {
     unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
     println!(
         "ratio fairshm / semop: p50 {:.2}, p99 {:.2}",
+        f50 / s50,
+        f99 / s99
+    );
+    death_wake();
+}
+
+/// Forks `f` as a child that `_exit`s with 0 when `f` returns.
+fn spawn(f: impl FnOnce()) -> nix::unistd::Pid {
+    // SAFETY: the bench is single-threaded when it forks; the child runs `f` and exits.
+    match unsafe { nix::unistd::fork() }.unwrap() {
+        nix::unistd::ForkResult::Child => {
+            f();
+            // SAFETY: leave without the parent's destructors.
+            unsafe { libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { child } => child,
+    }
+}
+
+/// One death round: `hold` (in a child) takes the only permit and sets `w[1]`; `wait`
+/// (in another child) blocks for it and stamps `w[2]` when granted. Once the waiter is
+/// asleep (`asleep_too` also agrees), the holder is SIGKILLed at stamp `w[0]`.
+fn death_round(
+    w: &[AtomicU64],
+    hold: impl FnOnce(),
+    wait: impl FnOnce(),
+    asleep_too: impl Fn() -> bool,
+) -> u64 {
+    for x in w {
+        x.store(0, SeqCst);
+    }
+    let holder = spawn(hold);
+    while w[1].load(SeqCst) == 0 {
+        std::hint::spin_loop();
+    }
+    let waiter = spawn(wait);
+    while !asleep_too() || !asleep(waiter.as_raw() as u64) {
+        std::thread::yield_now();
+    }
+    w[0].store(now_ns(), SeqCst);
+    nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
+    for (pid, code) in [(holder, None), (waiter, Some(0))] {
+        let st = nix::sys::wait::waitpid(pid, None).unwrap();
+        if let Some(c) = code {
+            assert!(
+                matches!(st, nix::sys::wait::WaitStatus::Exited(_, x) if x == c),
+                "{st:?}"
+            );
+        }
+    }
+    w[2].load(SeqCst).saturating_sub(w[0].load(SeqCst))
+}
+
+fn death_wake() {
+    let n: usize = std::env::var("FAIRSHM_DEATH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+        .clamp(3, 10_000);
+    println!("death wake: holder SIGKILLed -> waiter in another process granted, {n} kills");
+    let w = shm::shared_words(3);
+
+    let name = format!("fairshm-bench-death-{}", std::process::id());
+    let _ = Table::unlink(&name);
+    let t = Table::create(
+        &name,
+        &Config::with_pools(vec![PoolConfig::new("requests", 1)]),
+    )
+    .unwrap();
+    let fairshm_ns: Vec<u64> = (0..n)
+        .map(|_| {
+            death_round(
+                w,
+                || {
+                    let t = Table::open(&name).unwrap();
+                    let _lease = t
+                        .try_acquire(&Request::new("requests", "a"))
+                        .unwrap()
+                        .unwrap();
+                    w[1].store(1, SeqCst);
+                    std::thread::sleep(Duration::from_secs(60));
+                },
+                || {
+                    let t = Table::open(&name).unwrap();
+                    t.set_sweep_interval(Duration::from_secs(3600));
+                    let got = t
+                        .acquire(&Request::new("requests", "b"), Duration::from_secs(30))
+                        .unwrap();
+                    w[2].store(now_ns(), SeqCst);
+                    assert!(got.is_ok(), "no death wake within 30 s");
+                },
+                || t.region().pool(0).waiters.load(SeqCst) > 0,
+            )
+        })
+        .collect();
+    let (f50, f99) = report_ns("fairshm robust futex", fairshm_ns);
+    drop(t);
+    Table::unlink(&name).unwrap();
+
+    // SAFETY: a private SysV set of one semaphore; removed below.
+    let semid = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
+    assert!(semid >= 0);
+    let op = |delta: i16| {
+        let mut b = libc::sembuf {
+            sem_num: 0,
+            sem_op: delta,
+            sem_flg: libc::SEM_UNDO as i16,
+        };
+        // SAFETY: a valid sembuf on our own set.
+        assert_eq!(unsafe { libc::semop(semid, &mut b, 1) }, 0);
+    };
+    let sem_ns: Vec<u64> = (0..n)
+        .map(|_| {
+            // SAFETY: SETVAL on our own set.
+            assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 1) }, 0);
+            death_round(
+                w,
+                || {
+                    op(-1);
+                    w[1].store(1, SeqCst);
+                    std::thread::sleep(Duration::from_secs(60));
+                },
+                || {
+                    op(-1);
+                    w[2].store(now_ns(), SeqCst);
+                },
+                // SAFETY: GETNCNT on our own set.
+                || unsafe { libc::semctl(semid, 0, libc::GETNCNT) } > 0,
+            )
+        })
+        .collect();
+    let (s50, s99) = report_ns("SysV SEM_UNDO at exit", sem_ns);
+    // SAFETY: removing our own set.
+    unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
+    println!(
+        "ratio fairshm / SEM_UNDO: p50 {:.2}, p99 {:.2}",
         f50 / s50,
         f99 / s99
     );

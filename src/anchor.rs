@@ -246,8 +246,25 @@ pub fn arm(word: &AtomicU32) -> Option<u32> {
 pub struct Behind {
     /// LIVE slots whose anchor has died: reap them before sleeping.
     pub dying: usize,
+    /// The first few of those, as (pid, start time), to wait for their exit.
+    pub dying_procs: [(u32, u64); 4],
     /// LIVE slots with no anchor, which only the sweep can judge.
     pub unanchored: usize,
+}
+
+impl Behind {
+    fn note_dying(&mut self, rec: &crate::layout::ProcRec) {
+        if let Some(p) = self.dying_procs.get_mut(self.dying) {
+            // Relaxed: read after the Acquire load of LIVE in `watch`.
+            *p = (rec.pid.load(Relaxed), rec.start_time.load(Relaxed));
+        }
+        self.dying += 1;
+    }
+
+    /// The dying processes noted, as (pid, start time).
+    pub fn dying_procs(&self) -> &[(u32, u64)] {
+        &self.dying_procs[..self.dying.min(self.dying_procs.len())]
+    }
 }
 
 /// Arms the owner words of the live processes other than slot `me` and adds them to
@@ -263,7 +280,7 @@ pub fn watch<'a, R: Region>(r: &'a R, me: usize, p: usize, out: &mut Vec<Watch<'
         }
         match owner_word::decode(rec.owner_futex.load(Acquire)) {
             Owner::Alive { .. } => alive.push(s),
-            Owner::Died => behind.dying += 1,
+            Owner::Died => behind.note_dying(rec),
             Owner::Unanchored => behind.unanchored += 1,
         }
     }
@@ -275,7 +292,7 @@ pub fn watch<'a, R: Region>(r: &'a R, me: usize, p: usize, out: &mut Vec<Watch<'
         let word = &r.proc_slot(s).owner_futex;
         match arm(word) {
             Some(val) => out.push(Watch { word, val }),
-            None => behind.dying += 1,
+            None => behind.note_dying(r.proc_slot(s)),
         }
     }
     behind

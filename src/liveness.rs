@@ -61,6 +61,58 @@ pub fn is_dead(pid: u32, start_time: u64) -> bool {
     }
 }
 
+/// Waits until one of `procs` (pid, start time) has wholly exited, or `timeout`. The
+/// kernel makes a pidfd readable when the last thread of its process is gone, which is
+/// the moment [`is_dead`] turns true; a pidfd pins its pid, so the start time is
+/// checked once it is open. Without pidfds (Linux before 5.3) this just sleeps.
+#[cfg(not(loom))]
+pub fn wait_exit(procs: &[(u32, u64)], timeout: std::time::Duration) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for &(pid, start) in procs {
+        // SAFETY: pidfd_open takes a pid and flags 0; it returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                return; // gone already
+            }
+            continue;
+        }
+        // SAFETY: `fd` was just returned to us and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        if is_dead(pid, start) {
+            return; // exited, or the pid is another process's now
+        }
+        fds.push(fd);
+    }
+    if fds.is_empty() {
+        std::thread::sleep(timeout);
+        return;
+    }
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
+    // SAFETY: `polls` holds `polls.len()` valid pollfds on fds we own; the timeout is a
+    // valid relative timespec; a null sigmask leaves the mask alone.
+    unsafe {
+        libc::ppoll(
+            polls.as_mut_ptr(),
+            polls.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+}
+
 /// This process's pid and start time.
 pub fn me() -> (u32, u64) {
     let pid = std::process::id();

@@ -23,8 +23,9 @@ use crate::waiting::{self, Class};
 /// How often a blocked acquirer sweeps for dead processes itself, by default: the
 /// backup to the kernel's robust-futex wake (see `acquire`).
 pub const DEFAULT_SWEEP: Duration = Duration::from_millis(250);
-/// First pause of a waiter that found a process dying but not yet dead; it doubles.
-const DYING_PAUSE: Duration = Duration::from_micros(200);
+/// First bound on a waiter's wait for a dying process to finish exiting; it doubles
+/// (the wait ends as soon as the process is gone: see `liveness::wait_exit`).
+const DYING_PAUSE: Duration = Duration::from_millis(1);
 
 /// What to acquire.
 #[derive(Clone, Copy, Debug)]
@@ -359,14 +360,16 @@ impl Table {
             }
             watch.clear();
             let behind = anchor::watch(&self.seg, self.process_slot()?, p, &mut watch);
-            let mut until = deadline.min(next_sweep);
+            let until = deadline.min(next_sweep);
             if behind.dying > 0 {
-                // A process died: reap it now. If it is still exiting, look again soon.
-                if !self.reap_dead()?.is_empty() {
-                    continue;
+                // A process died: reap it now. If it is still exiting (its anchor went
+                // first), wait for its last thread to go, then look again.
+                if self.reap_dead()?.is_empty() {
+                    let left = until.saturating_duration_since(Instant::now());
+                    liveness::wait_exit(behind.dying_procs(), pause.min(left));
+                    pause = (pause * 2).min(sweep);
                 }
-                until = until.min(now + pause);
-                pause = (pause * 2).min(sweep);
+                continue;
             }
             pool.waiters.fetch_add(1, SeqCst);
             let seq = waiting::half(seqs, class);
