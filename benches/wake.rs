@@ -35,20 +35,7 @@ fn now_ns() -> u64 {
 
 /// Runs `player(0)` and `player(1)` in two forked processes and waits for both.
 fn two_players(player: impl Fn(usize) + Copy) {
-    let kids: Vec<_> = (0..2)
-        .map(|me| {
-            // SAFETY: the bench is single-threaded at this point; the child runs the
-            // player and `_exit`s.
-            match unsafe { nix::unistd::fork() }.unwrap() {
-                nix::unistd::ForkResult::Child => {
-                    player(me);
-                    // SAFETY: leave without the parent's destructors.
-                    unsafe { libc::_exit(0) }
-                }
-                nix::unistd::ForkResult::Parent { child } => child,
-            }
-        })
-        .collect();
+    let kids: Vec<_> = (0..2).map(|me| spawn(move || player(me))).collect();
     for k in kids {
         let st = nix::sys::wait::waitpid(k, None).unwrap();
         assert!(

@@ -6,19 +6,7 @@ use std::sync::Mutex;
 
 use crate::sync::{AtomicU32, Ordering::Relaxed};
 
-/// Every labelled step between two atomic steps of acquire, release and registration.
-pub const LABELS: &[&str] = &[
-    "acquire.claimed",
-    "acquire.before_install",
-    "acquire.installed",
-    "complete.decided",
-    "apply.before_cas",
-    "complete.before_clear",
-    "release.published",
-    "release.installed",
-    "register.claimed",
-    "register.live",
-];
+pub use crate::ops::CRASH_LABELS as LABELS;
 
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);

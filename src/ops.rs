@@ -55,6 +55,20 @@ pub struct Desc {
     pub active_weight: u64,
 }
 
+/// Every labelled step between two atomic steps of acquire, release and registration.
+pub const CRASH_LABELS: &[&str] = &[
+    "acquire.claimed",
+    "acquire.before_install",
+    "acquire.installed",
+    "complete.decided",
+    "apply.before_cas",
+    "complete.before_clear",
+    "release.published",
+    "release.installed",
+    "register.claimed",
+    "register.live",
+];
+
 /// Labels a point between two atomic steps. The `crash-points` feature lets a test kill
 /// the process there (see `crash.rs`); under loom a model thread can stop there, which
 /// is an `Err` that every caller passes straight up, taking no further step (see
