@@ -10,15 +10,15 @@
 use std::sync::atomic::Ordering::SeqCst;
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
-use fairshm::{Config, PoolConfig, Request, Table};
+use fairshm::Request;
 
-#[path = "../tests/common/shm.rs"]
-mod shm;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 fn pairs(c: &mut Criterion) {
     let mut g = c.benchmark_group("acquire_release_pair");
 
-    let word = &shm::shared_words(1)[0];
+    let word = &common::shared_words(1)[0];
     g.bench_function("bare_atomic", |b| {
         b.iter(|| {
             black_box(word.fetch_add(1, SeqCst));
@@ -26,13 +26,8 @@ fn pairs(c: &mut Criterion) {
         })
     });
 
-    let name = format!("fairshm-bench-{}", std::process::id());
-    let _ = Table::unlink(&name);
-    let table = Table::create(
-        &name,
-        &Config::with_pools(vec![PoolConfig::new("requests", 64)]),
-    )
-    .unwrap();
+    let seg = common::Seg::new("bench-acquire");
+    let table = seg.create(&common::one_pool(64));
     let req = Request::new("requests", "acme");
     g.bench_function("fairshm_explicit_now", |b| {
         b.iter(|| {
@@ -73,7 +68,7 @@ fn pairs(c: &mut Criterion) {
 
     // A sem_t (32 bytes) in 64 bytes of shared memory; the atomics' UnsafeCell makes
     // writing through this pointer sound.
-    let sem = shm::shared_words(8).as_ptr() as *mut libc::sem_t;
+    let sem = common::shared_words(8).as_ptr() as *mut libc::sem_t;
     // SAFETY: `sem` points into a shared page large enough for a sem_t; pshared = 1.
     assert_eq!(unsafe { libc::sem_init(sem, 1, 64) }, 0);
     g.bench_function("posix_sem", |b| {
@@ -88,8 +83,7 @@ fn pairs(c: &mut Criterion) {
     // SAFETY: no waiter exists; destroyed once.
     unsafe { libc::sem_destroy(sem) };
     g.finish();
-    drop(table);
-    let _ = Table::unlink(&name);
+    drop((table, seg));
 }
 
 criterion_group! {

@@ -17,31 +17,25 @@ use std::time::Duration;
 
 use fairshm::region::Region;
 
-#[path = "../tests/common/shm.rs"]
-mod shm;
-use fairshm::{Config, PoolConfig, Request, Table};
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{Seg, env_or, fork_child, one_pool, shared_words, wait};
+use fairshm::{Request, Table};
 
 const MAX_ROUNDS: usize = 100_000;
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Runs `player(0)` and `player(1)` in two forked processes and waits for both.
 fn two_players(player: impl Fn(usize) + Copy) {
-    let kids: Vec<_> = (0..2).map(|me| spawn(move || player(me))).collect();
+    let kids: Vec<_> = (0..2)
+        .map(|me| {
+            fork_child(move || {
+                player(me);
+                0
+            })
+        })
+        .collect();
     for k in kids {
-        let st = nix::sys::wait::waitpid(k, None).unwrap();
-        assert!(
-            matches!(st, nix::sys::wait::WaitStatus::Exited(_, 0)),
-            "{st:?}"
-        );
+        assert_eq!(wait(k), 0, "a player failed");
     }
 }
 
@@ -67,26 +61,17 @@ fn report_ns(what: &str, mut v: Vec<u64>) -> (f64, f64) {
 }
 
 fn main() {
-    let n: usize = std::env::var("FAIRSHM_WAKE_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
-    let n = n.clamp(10, MAX_ROUNDS);
+    let n = env_or("FAIRSHM_WAKE_ROUNDS", 2000).clamp(10, MAX_ROUNDS);
     println!("wake latency: release -> blocked waiter in another process granted, {n} handoffs");
 
-    let name = format!("fairshm-bench-wake-{}", std::process::id());
-    let _ = Table::unlink(&name);
-    let t = Table::create(
-        &name,
-        &Config::with_pools(vec![PoolConfig::new("requests", 1)]),
-    )
-    .unwrap();
+    let seg = Seg::new("bench-wake");
+    let (name, t) = (seg.name.clone(), seg.create(&one_pool(1)));
     // [release stamp, latency of round k at k + 1 ..., rounds granted so far]. A player
     // asks for round k only once round k - 1 was granted (to the other player), so the
     // rounds alternate even though a releaser may otherwise barge back in first.
     // ... then each player's pid at n + 2 + me: a holder releases only once the other
     // player is asleep in the kernel, so every round measures a real wake.
-    let lat = shm::shared_words(n + 4);
+    let lat = shared_words(n + 4);
     two_players(|me| {
         lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
         let t = Table::open(&name).unwrap();
@@ -99,7 +84,10 @@ fn main() {
                 .acquire(&Request::new("requests", tenant), Duration::from_secs(10))
                 .unwrap()
                 .unwrap();
-            lat[k + 1].store(now_ns().saturating_sub(lat[0].load(SeqCst)), SeqCst);
+            lat[k + 1].store(
+                fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
+                SeqCst,
+            );
             lat[n + 1].store(k as u64 + 1, SeqCst);
             if k + 1 < n {
                 let other = n + 2 + (1 - me);
@@ -109,20 +97,19 @@ fn main() {
                     std::hint::spin_loop();
                 }
             }
-            lat[0].store(now_ns(), SeqCst);
+            lat[0].store(fairshm::clock::now_ns(), SeqCst);
             lease.release().unwrap();
         }
     });
     let (f50, f99) = report("fairshm futex", lat, n);
-    drop(t);
-    Table::unlink(&name).unwrap();
+    drop((t, seg));
 
     // SAFETY: a private SysV set of one semaphore, value 1; removed below.
     let semid = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
     assert!(semid >= 0);
     // SAFETY: SETVAL on our own set.
     assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 1) }, 0);
-    let lat = shm::shared_words(n + 4);
+    let lat = shared_words(n + 4);
     two_players(|me| {
         lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
         for k in (me..n).step_by(2) {
@@ -136,7 +123,10 @@ fn main() {
             };
             // SAFETY: valid sembuf on our set; blocks until the other releases.
             assert_eq!(unsafe { libc::semop(semid, &mut down, 1) }, 0);
-            lat[k + 1].store(now_ns().saturating_sub(lat[0].load(SeqCst)), SeqCst);
+            lat[k + 1].store(
+                fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
+                SeqCst,
+            );
             lat[n + 1].store(k as u64 + 1, SeqCst);
             if k + 1 < n {
                 let other = n + 2 + (1 - me);
@@ -146,7 +136,7 @@ fn main() {
                     std::hint::spin_loop();
                 }
             }
-            lat[0].store(now_ns(), SeqCst);
+            lat[0].store(fairshm::clock::now_ns(), SeqCst);
             let mut up = libc::sembuf {
                 sem_num: 0,
                 sem_op: 1,
@@ -167,69 +157,47 @@ fn main() {
     death_wake();
 }
 
-/// Forks `f` as a child that `_exit`s with 0 when `f` returns.
-fn spawn(f: impl FnOnce()) -> nix::unistd::Pid {
-    // SAFETY: the bench is single-threaded when it forks; the child runs `f` and exits.
-    match unsafe { nix::unistd::fork() }.unwrap() {
-        nix::unistd::ForkResult::Child => {
-            f();
-            // SAFETY: leave without the parent's destructors.
-            unsafe { libc::_exit(0) }
-        }
-        nix::unistd::ForkResult::Parent { child } => child,
-    }
-}
-
-/// One death round: `hold` (in a child) takes the only permit and sets `w[1]`; `wait`
+/// One death round: `hold` (in a child) takes the only permit and sets `w[1]`;
+/// `wait_for_it`
 /// (in another child) blocks for it and stamps `w[2]` when granted. Once the waiter is
 /// asleep (`asleep_too` also agrees), the holder is SIGKILLed at stamp `w[0]`.
 fn death_round(
     w: &[AtomicU64],
     hold: impl FnOnce(),
-    wait: impl FnOnce(),
+    wait_for_it: impl FnOnce(),
     asleep_too: impl Fn() -> bool,
 ) -> u64 {
     for x in w {
         x.store(0, SeqCst);
     }
-    let holder = spawn(hold);
+    let holder = fork_child(|| {
+        hold();
+        0
+    });
     while w[1].load(SeqCst) == 0 {
         std::hint::spin_loop();
     }
-    let waiter = spawn(wait);
+    let waiter = fork_child(|| {
+        wait_for_it();
+        0
+    });
     while !asleep_too() || !asleep(waiter.as_raw() as u64) {
         std::thread::yield_now();
     }
-    w[0].store(now_ns(), SeqCst);
+    w[0].store(fairshm::clock::now_ns(), SeqCst);
     nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
-    for (pid, code) in [(holder, None), (waiter, Some(0))] {
-        let st = nix::sys::wait::waitpid(pid, None).unwrap();
-        if let Some(c) = code {
-            assert!(
-                matches!(st, nix::sys::wait::WaitStatus::Exited(_, x) if x == c),
-                "{st:?}"
-            );
-        }
-    }
+    assert_eq!(wait(holder), 128 + 9);
+    assert_eq!(wait(waiter), 0, "the waiter failed");
     w[2].load(SeqCst).saturating_sub(w[0].load(SeqCst))
 }
 
 fn death_wake() {
-    let n: usize = std::env::var("FAIRSHM_DEATH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100)
-        .clamp(3, 10_000);
+    let n = env_or("FAIRSHM_DEATH_ROUNDS", 100).clamp(3, 10_000);
     println!("death wake: holder SIGKILLed -> waiter in another process granted, {n} kills");
-    let w = shm::shared_words(3);
+    let w = shared_words(3);
 
-    let name = format!("fairshm-bench-death-{}", std::process::id());
-    let _ = Table::unlink(&name);
-    let t = Table::create(
-        &name,
-        &Config::with_pools(vec![PoolConfig::new("requests", 1)]),
-    )
-    .unwrap();
+    let seg = Seg::new("bench-death");
+    let (name, t) = (seg.name.clone(), seg.create(&one_pool(1)));
     let fairshm_ns: Vec<u64> = (0..n)
         .map(|_| {
             death_round(
@@ -249,7 +217,7 @@ fn death_wake() {
                     let got = t
                         .acquire(&Request::new("requests", "b"), Duration::from_secs(30))
                         .unwrap();
-                    w[2].store(now_ns(), SeqCst);
+                    w[2].store(fairshm::clock::now_ns(), SeqCst);
                     assert!(got.is_ok(), "no death wake within 30 s");
                 },
                 || t.region().pool(0).waiters.load(SeqCst) > 0,
@@ -257,8 +225,7 @@ fn death_wake() {
         })
         .collect();
     let (f50, f99) = report_ns("fairshm robust futex", fairshm_ns);
-    drop(t);
-    Table::unlink(&name).unwrap();
+    drop((t, seg));
 
     // SAFETY: a private SysV set of one semaphore; removed below.
     let semid = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
@@ -285,7 +252,7 @@ fn death_wake() {
                 },
                 || {
                     op(-1);
-                    w[2].store(now_ns(), SeqCst);
+                    w[2].store(fairshm::clock::now_ns(), SeqCst);
                 },
                 // SAFETY: GETNCNT on our own set.
                 || unsafe { libc::semctl(semid, 0, libc::GETNCNT) } > 0,

@@ -84,18 +84,10 @@ fn word_ptr(pool: &PoolRec, class: Class) -> *mut u32 {
 
 /// An absolute CLOCK_MONOTONIC deadline for `until`.
 fn deadline(until: Instant) -> Option<libc::timespec> {
-    let now = Instant::now();
-    if until <= now {
-        return None;
-    }
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let abs = (Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32) + (until - now))
-        .min(Duration::from_secs(i32::MAX as u64));
+    let left = until
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())?;
+    let abs = (crate::clock::monotonic() + left).min(Duration::from_secs(i32::MAX as u64));
     Some(libc::timespec {
         tv_sec: abs.as_secs() as libc::time_t,
         tv_nsec: abs.subsec_nanos() as _,

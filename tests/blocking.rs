@@ -8,16 +8,6 @@ use common::{Seg, fork_child, one_pool, wait};
 use fairshm::region::Region;
 use fairshm::{Reason, Request, Table};
 
-fn mono_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
-}
-
 fn waiters(t: &Table) -> u32 {
     t.region().pool(0).waiters.load(SeqCst)
 }
@@ -39,14 +29,14 @@ fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
             let got = t
                 .acquire(&Request::new("requests", "b"), Duration::from_secs(5))
                 .unwrap();
-            w[1].store(mono_us(), SeqCst);
+            w[1].store(fairshm::clock::now_ns() / 1000, SeqCst);
             if got.is_ok() { 0 } else { 3 }
         });
         while waiters(&t) == 0 {
             std::thread::sleep(Duration::from_micros(200));
         }
         std::thread::sleep(Duration::from_millis(1));
-        w[0].store(mono_us(), SeqCst);
+        w[0].store(fairshm::clock::now_ns() / 1000, SeqCst);
         lease.release().unwrap();
         assert_eq!(wait(child), 0, "round {round}: the waiter was not granted");
         lat.push(w[1].load(SeqCst).saturating_sub(w[0].load(SeqCst)));

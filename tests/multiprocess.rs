@@ -14,10 +14,7 @@ const PROCS: usize = 8;
 const CAP: u32 = 4;
 
 fn ops() -> u64 {
-    std::env::var("FAIRSHM_MP_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000)
+    common::env_or("FAIRSHM_MP_OPS", 100_000)
 }
 
 #[test]

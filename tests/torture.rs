@@ -15,10 +15,7 @@ const CAP: u32 = 4;
 const WORKERS: usize = 6;
 
 fn kills() -> usize {
-    std::env::var("FAIRSHM_TORTURE_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000)
+    common::env_or("FAIRSHM_TORTURE_KILLS", 1000)
 }
 
 fn spawn(name: &str, i: usize, witness: &'static [AtomicU64]) -> nix::unistd::Pid {

@@ -1,5 +1,5 @@
 //! Test helpers: unique segment names removed on drop, and forked children.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)] // each test binary and bench uses a part
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -61,8 +61,7 @@ pub fn wait(pid: nix::unistd::Pid) -> i32 {
 }
 
 mod shm;
-#[allow(unused_imports)] // not every test binary forks
-pub use shm::shared_words;
+pub use shm::{env_or, shared_words};
 
 /// One xorshift64 step: cheap, deterministic randomness for workers.
 pub fn xorshift(x: &mut u64) -> u64 {

@@ -1,4 +1,13 @@
-//! Memory shared across fork, for tests and benches (included by both).
+//! Helpers for tests and benches (included by both): memory shared across fork, and
+//! knobs read from the environment.
+
+/// The environment variable `name` parsed, or `default` if unset or unparsable.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
 
 /// `n` zeroed u64 words in an anonymous `MAP_SHARED` mapping, which forked children
 /// share with the parent (memmap2's anonymous maps are private across fork). Never
