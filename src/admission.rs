@@ -166,6 +166,9 @@ pub struct Attempt {
     pub window_ms: u64,
     pub weight: u32,
     pub tid: u32,
+    /// The pool's `limits` word (capacity, floor) as the caller read it, once: it is
+    /// frozen into the descriptor, and the caller checked `units` against it.
+    pub limits: u64,
 }
 
 /// The facts a refusal is explained by.
@@ -205,17 +208,14 @@ pub fn admit<R: Region>(
     d.generation = generation;
     let lease = r.lease(l);
     ops::publish_acquire(lease, &d, tid, now, hold_ms);
-    let outcome = ops::acquire(r, l, &mut d);
-    // A model thread stopped at a crash point takes no further step, as a dead process.
-    #[cfg(loom)]
-    if let Err(crate::Error::Crashed) = outcome {
-        return Err(crate::Error::Crashed);
-    }
-    if !matches!(outcome, Ok(AcqOutcome::Granted)) {
-        // Never installed (or corrupt): ours alone to free.
+    // On an error (a corrupt table, or a loom thread stopped at a crash point) the lease
+    // is left as it is, to be recovered like a dead process's: it may be installed.
+    let outcome = ops::acquire(r, l, &mut d)?;
+    if outcome != AcqOutcome::Granted {
+        // Refused on the snapshot, never installed: ours alone to free.
         ops::free_lease(lease, d.generation, crate::layout::lease_state::PENDING_ACQ);
     }
-    Ok((l, d, outcome?))
+    Ok((l, d, outcome))
 }
 
 /// The protocol part of a release, which loom checks (see [`ops::release`]).
@@ -228,10 +228,7 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
     let pool = r.pool(a.pool);
     debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
     let active_weight = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
-    // Relaxed: capacity and floor are inputs frozen into the descriptor; the decision
-    // made under serialization uses the frozen values.
-    let limits = pool.limits.load(Relaxed);
-    let (cap, floor) = (pair::lo(limits), pair::hi(limits));
+    let (cap, floor) = (pair::lo(a.limits), pair::hi(a.limits));
     let d = Desc {
         generation: 0,
         pool: a.pool as u32,

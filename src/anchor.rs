@@ -70,7 +70,6 @@ struct RobustAnchor {
 
 /// A running anchor thread of this process.
 pub struct Anchor {
-    pub tid: u32,
     stop: mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -85,7 +84,7 @@ impl Anchor {
 }
 
 /// Starts this process's anchor for the owner word at byte `offset` of `file`, and
-/// returns it once the word holds its tid.
+/// returns it once the word holds the anchor's tid.
 pub fn attach(file: &File, offset: u64) -> io::Result<Anchor> {
     debug_assert_eq!(offset % 4, 0, "a futex word is 4-byte aligned");
     let file = file.try_clone()?;
@@ -101,7 +100,7 @@ pub fn attach(file: &File, offset: u64) -> io::Result<Anchor> {
             }
         })?;
     match rx.recv_timeout(ATTACH_WAIT) {
-        Ok(Ok(tid)) => Ok(Anchor { tid, stop, thread }),
+        Ok(Ok(())) => Ok(Anchor { stop, thread }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -131,7 +130,7 @@ fn wake_all(word: *mut u32) {
 fn run(
     file: File,
     offset: u64,
-    tx: &mpsc::Sender<io::Result<u32>>,
+    tx: &mpsc::Sender<io::Result<()>>,
     stop: &mpsc::Receiver<()>,
 ) -> io::Result<()> {
     // SAFETY: sigfillset initialises `set`; pthread_sigmask only reads it and changes
@@ -197,7 +196,7 @@ fn run(
     let word = unsafe { AtomicU32::from_ptr(word_ptr) };
     // Release: a process that reads the tid (Acquire) also sees the slot as LIVE.
     word.store(tid, Release);
-    let _ = tx.send(Ok(tid));
+    let _ = tx.send(Ok(()));
     // Until `Anchor::detach` (or the sender is dropped).
     let _ = stop.recv();
     // 0 first: from here the kernel would leave the word alone at our exit (it no
@@ -248,8 +247,6 @@ pub struct Behind {
     pub dying: usize,
     /// The first few of those, as (pid, start time), to wait for their exit.
     pub dying_procs: [(u32, u64); 4],
-    /// LIVE slots with no anchor, which only the sweep can judge.
-    pub unanchored: usize,
 }
 
 impl Behind {
@@ -275,13 +272,15 @@ pub fn watch<'a, R: Region>(r: &'a R, me: usize, p: usize, out: &mut Vec<Watch<'
     let mut alive = Vec::new();
     for s in 0..r.geometry().procs {
         let rec = r.proc_slot(s);
+        // Acquire, both: the slot's fields (read by `note_dying`) and its owner's tid
+        // are published by Release stores.
         if s == me || ps::status(rec.state.load(Acquire)) != ps::LIVE {
             continue;
         }
         match owner_word::decode(rec.owner_futex.load(Acquire)) {
             Owner::Alive { .. } => alive.push(s),
             Owner::Died => behind.note_dying(rec),
-            Owner::Unanchored => behind.unanchored += 1,
+            Owner::Unanchored => {} // only the sweep can judge it
         }
     }
     let room = WAITV_MAX - 1;

@@ -181,6 +181,7 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
     for i in 0..n {
         let s = (start + i) % n;
         let rec = r.proc_slot(s);
+        // Relaxed: a probe; the CAS below re-checks with Acquire.
         let st = rec.state.load(Relaxed);
         if ps::status(st) != ps::FREE {
             continue;
@@ -194,6 +195,8 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
             continue;
         }
         crate::ops::crash_point("register.claimed")?;
+        // Relaxed, these five: the slot is ours while CLAIMING; the Release store of
+        // LIVE below publishes them.
         rec.pid.store(pid, Relaxed);
         rec.start_time.store(start_time, Relaxed);
         rec.registered_ms.store(now, Relaxed);

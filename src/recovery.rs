@@ -45,6 +45,8 @@ pub fn reap_slot<R: Region>(
     dead: &dyn Fn(u32, u64) -> bool,
 ) -> Result<Option<Reaped>> {
     let rec = r.proc_slot(s);
+    // Acquire: pairs with the Release store of LIVE, so pid and start time (Relaxed)
+    // are the registrant's.
     let st = rec.state.load(Acquire);
     let pid = rec.pid.load(Relaxed);
     let start = rec.start_time.load(Relaxed);
@@ -97,6 +99,7 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
         recover_lease(r, l, &mut out)?;
     }
     crate::tenants::clear_writer(r, s);
+    // Relaxed: the slot is ours while REAPING; the Release store of FREE publishes it.
     rec.pid.store(0, Relaxed);
     rec.start_time.store(0, Relaxed);
     // Release: everything above happens before the slot is claimed again.
@@ -108,6 +111,7 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
 fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
     let lease = r.lease(l);
     loop {
+        // Acquire: the state publishes the lease's fields (seqlock writer side in ops).
         let sw = lease.state.load(Acquire);
         let (generation, state) = (ls::generation(sw), ls::state(sw));
         if matches!(state, ls::FREE | ls::CLAIMED) {
@@ -154,6 +158,7 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
 }
 
 fn checked_pool<R: Region>(r: &R, l: usize) -> Result<usize> {
+    // Relaxed: read after the Acquire load of the lease's state in `recover_lease`.
     let p = pair::lo(r.lease(l).pool_tenant.load(Relaxed)) as usize;
     if p >= r.geometry().pools {
         return Err(Error::Corrupt(format!("lease {l} names pool {p}")));

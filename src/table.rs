@@ -190,20 +190,26 @@ impl Table {
     /// This process's slot, registering it (again, after a fork) if needed.
     pub fn process_slot(&self) -> Result<usize> {
         let pid = crate::selfid::pid() as u64;
-        // Acquire: pairs with the Release store below (same process, other thread).
-        let r = self.reg.load(Acquire);
-        if r >> 32 == pid && r as u32 != 0 {
-            return Ok((r as u32 - 1) as usize);
+        match self.registered(pid) {
+            Some(slot) => Ok(slot),
+            None => self.register_slow(pid),
         }
-        self.register_slow(pid)
+    }
+
+    /// The slot this handle registered for process `pid`, if it did (a forked child's
+    /// inherited handle names the parent's).
+    fn registered(&self, pid: u64) -> Option<usize> {
+        // Acquire: pairs with the Release store in `register_slow` (same process, other
+        // thread), so the registration it names is complete.
+        let r = self.reg.load(Acquire);
+        (r >> 32 == pid && r as u32 != 0).then(|| (r as u32 - 1) as usize)
     }
 
     #[cold]
     fn register_slow(&self, pid: u64) -> Result<usize> {
         let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let r = self.reg.load(Acquire);
-        if r >> 32 == pid && r as u32 != 0 {
-            return Ok((r as u32 - 1) as usize);
+        if let Some(slot) = self.registered(pid) {
+            return Ok(slot);
         }
         let (pid32, start) = liveness::me();
         let now = clock::now_ms();
@@ -270,7 +276,10 @@ impl Table {
         }
         // Registered first: a per_worker pool counts this process before sizing.
         let slot = self.process_slot()?;
-        let cap = crate::layout::pair::lo(self.seg.pool(p).limits.load(Relaxed));
+        // Relaxed: capacity and floor are inputs, frozen into the lease descriptor; the
+        // decision made under serialization uses the frozen values.
+        let limits = self.seg.pool(p).limits.load(Relaxed);
+        let cap = crate::layout::pair::lo(limits);
         if req.units > cap {
             return Err(Error::UnitsExceedCapacity {
                 pool: req.pool.to_owned(),
@@ -291,8 +300,10 @@ impl Table {
             now: now.max(1),
             window_ms: self.config().pools[p].window_ms as u64,
             // The weight the tenant was claimed with (all processes share the config).
+            // Relaxed: written before the slot's READY, which `find_or_claim` acquired.
             weight: self.seg.tenant(t).weight.load(Relaxed).max(1),
             tid: crate::selfid::tid(),
+            limits,
         };
         // Relaxed: a hint only; any start finds a free lease if there is one.
         let hint = self.hint.fetch_add(1, Relaxed) as usize;
@@ -332,6 +343,7 @@ impl Table {
         let deadline = start + timeout;
         let p = self.pool_index(req.pool)?;
         let pool = self.seg.pool(p);
+        // Relaxed: a tuning value, no data hangs on it.
         let sweep = Duration::from_micros(self.sweep_us.load(Relaxed));
         let mut next_sweep = start + sweep;
         let mut pause = DYING_PAUSE;
@@ -371,6 +383,7 @@ impl Table {
                 }
                 continue;
             }
+            // SeqCst, these three: the waiter's half of the Dekker pair in `waiting`.
             pool.waiters.fetch_add(1, SeqCst);
             let seq = waiting::half(seqs, class);
             if waiting::half(pool.wake.load(SeqCst), class) == seq {
@@ -432,9 +445,7 @@ impl Table {
                 "lease {id} is beyond the lease table"
             )));
         }
-        let pid = crate::selfid::pid() as u64;
-        let r = self.reg.load(Acquire);
-        if r >> 32 != pid || r as u32 == 0 || l / geo.leases_per_proc != (r as u32 - 1) as usize {
+        if self.registered(crate::selfid::pid() as u64) != Some(l / geo.leases_per_proc) {
             return Err(Error::NotOwner {
                 lease: id.to_string(),
             });
@@ -502,9 +513,7 @@ impl Drop for Table {
             Some((_, inherited)) => std::mem::forget(inherited),
             None => {}
         }
-        let r = self.reg.load(Acquire);
-        if r >> 32 == pid && r as u32 != 0 {
-            let slot = (r as u32 - 1) as usize;
+        if let Some(slot) = self.registered(pid) {
             if let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32) {
                 self.announce(&[gone]);
             }
