@@ -103,8 +103,15 @@ pub fn scan_active<R: Region>(r: &R, p: usize, now: u64, window: u64) -> (usize,
 pub fn touch<R: Region>(r: &R, p: usize, t: usize, weight: u32, now: u64, window: u64) -> u64 {
     let pool = r.pool(p);
     let tp = r.tenant_pool(p, t);
-    // Relaxed throughout: see the module docs (a priority input, not the bound).
-    let prev = tp.last_active_ms.fetch_max(now, Relaxed);
+    // Relaxed throughout: see the module docs (a priority input, not the bound). The
+    // stamp is written only when it moves (ms resolution), and then by `fetch_max`,
+    // whose result says which of two racing arrivals adds the weight.
+    let seen = tp.last_active_ms.load(Relaxed);
+    let prev = if seen < now {
+        tp.last_active_ms.fetch_max(now, Relaxed)
+    } else {
+        seen
+    };
     if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, now, window) {
         pool.active_weight.fetch_add(weight as u64, Relaxed);
     }
@@ -141,9 +148,10 @@ pub fn retry_after_ms(hold_ewma_us: u64, declared_hold_ms: u64, short: u32, in_u
     us.div_ceil(1000).max(1)
 }
 
-/// Folds one observed hold time into the pool's moving average (weight 1/8).
-pub fn observe_hold<R: Region>(r: &R, p: usize, hold_us: u64) {
-    let ewma = &r.pool(p).hold_ewma_us;
+/// Folds one observed hold time into tenant `t`'s moving average in pool `p` (weight
+/// 1/8). The line is the tenant's own, which its release just wrote.
+pub fn observe_hold<R: Region>(r: &R, p: usize, t: usize, hold_us: u64) {
+    let ewma = &r.tenant_pool(p, t).hold_ewma_us;
     let sample = hold_us.clamp(1, u32::MAX as u64) as u32;
     // Relaxed load/store: a lost update only skips one sample of an estimate.
     let old = ewma.load(Relaxed);
@@ -152,7 +160,9 @@ pub fn observe_hold<R: Region>(r: &R, p: usize, hold_us: u64) {
     } else {
         old - old / 8 + sample / 8
     };
-    ewma.store(new.max(1), Relaxed);
+    if new.max(1) != old {
+        ewma.store(new.max(1), Relaxed);
+    }
 }
 
 /// One acquire attempt, as the core sees it (indices already resolved and checked).
@@ -191,31 +201,20 @@ pub enum Admitted {
     Refused(RefusalFacts),
 }
 
-/// The protocol part of an acquire, which loom checks: claims a lease of process slot
-/// `slot`, publishes `d` (its generation is filled in), runs the op, and frees the
-/// lease unless granted. Returns the lease index, the descriptor and the outcome.
+/// The protocol part of an acquire, which loom checks (see [`ops::acquire`]): claims a
+/// lease of process slot `slot` if the rule admits, applies the grant, and frees the
+/// lease unless granted. Returns the lease index (none if refused before claiming
+/// one), the descriptor and the outcome.
 pub fn admit<R: Region>(
     r: &R,
     slot: usize,
     hint: usize,
-    mut d: Desc,
+    d: Desc,
     tid: u32,
     now: u64,
     hold_ms: u64,
-) -> Result<(usize, Desc, AcqOutcome)> {
-    let (l, generation) = ops::claim_lease(r, slot, hint)?;
-    ops::crash_point("acquire.claimed")?;
-    d.generation = generation;
-    let lease = r.lease(l);
-    ops::publish_acquire(lease, &d, tid, now, hold_ms);
-    // On an error (a corrupt table, or a loom thread stopped at a crash point) the lease
-    // is left as it is, to be recovered like a dead process's: it may be installed.
-    let outcome = ops::acquire(r, l, &mut d)?;
-    if outcome != AcqOutcome::Granted {
-        // Refused on the snapshot, never installed: ours alone to free.
-        ops::free_lease(lease, d.generation, crate::layout::lease_state::PENDING_ACQ);
-    }
-    Ok((l, d, outcome))
+) -> Result<(Option<usize>, Desc, AcqOutcome)> {
+    ops::acquire(r, slot, hint, d, tid, now, hold_ms)
 }
 
 /// The protocol part of a release, which loom checks (see [`ops::release`]).
@@ -225,7 +224,6 @@ pub fn unadmit<R: Region>(r: &R, l: usize, generation: u32, known: Option<&Desc>
 
 /// Marks activity, freezes the decision inputs, runs [`admit`], and keeps statistics.
 pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> Result<Admitted> {
-    let pool = r.pool(a.pool);
     debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
     let active_weight = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
     let (cap, floor) = (pair::lo(a.limits), pair::hi(a.limits));
@@ -241,26 +239,29 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
     };
     let (l, d, outcome) = admit(r, slot, hint, d, a.tid, a.now, a.hold_ms)?;
     let tp = r.tenant_pool(a.pool, a.tenant);
-    // Relaxed: statistics.
-    match outcome {
-        AcqOutcome::Granted => {
+    // Relaxed: statistics, on the tenant's own line (its held word's), which the grant
+    // just wrote; the pool's totals are their sums (see `stats`).
+    match (outcome, l) {
+        (AcqOutcome::Granted, Some(l)) => {
             tp.grants.fetch_add(1, Relaxed);
-            pool.grants.fetch_add(1, Relaxed);
             Ok(Admitted::Granted { lease: l, desc: d })
         }
-        AcqOutcome::Refused {
-            in_use,
-            held,
-            decision,
-        } => {
+        (AcqOutcome::Granted, None) => unreachable!("a grant has a lease"),
+        (
+            AcqOutcome::Refused {
+                in_use,
+                held,
+                decision,
+            },
+            _,
+        ) => {
             let (code, short) = match decision {
                 Decision::PoolFull { short } => (1, short),
                 Decision::OverShare { short } => (2, short),
                 Decision::Admit => unreachable!("a refusal carries a refusing decision"),
             };
             tp.refusals[code - 1].fetch_add(1, Relaxed);
-            pool.refusals.fetch_add(1, Relaxed);
-            let ewma = pool.hold_ewma_us.load(Relaxed) as u64;
+            let ewma = tp.hold_ewma_us.load(Relaxed) as u64;
             Ok(Admitted::Refused(RefusalFacts {
                 decision,
                 in_use,
@@ -289,8 +290,11 @@ pub fn release<R: Region>(
     let d = unadmit(r, l, generation, known)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
     // Relaxed: activity and the hold estimate are soft (module docs).
-    r.tenant_pool(p, t).last_active_ms.fetch_max(now, Relaxed);
-    observe_hold(r, p, now.saturating_sub(granted).saturating_mul(1000));
+    let stamp = &r.tenant_pool(p, t).last_active_ms;
+    if stamp.load(Relaxed) < now {
+        stamp.fetch_max(now, Relaxed);
+    }
+    observe_hold(r, p, t, now.saturating_sub(granted).saturating_mul(1000));
     Ok(d)
 }
 

@@ -305,7 +305,7 @@ fn uses_pool<R: Region>(r: &R, s: usize, p: usize) -> bool {
         // Relaxed: a heuristic for which processes to watch; a wrong guess costs only
         // a later wake-up (by the sweep).
         let st = ls::state(lease.state.load(Relaxed));
-        matches!(st, ls::PENDING_ACQ | ls::HELD | ls::PENDING_REL)
+        matches!(st, ls::ACQUIRING | ls::HELD | ls::RELEASING)
             && pair::lo(lease.pool_tenant.load(Relaxed)) as usize == p
     })
 }

@@ -12,8 +12,8 @@ use crate::layout::{Geometry, MAX_LEASES, MAX_NAME};
 pub const DEFAULT_FLOOR_PERCENT: u32 = 5;
 /// Default activity window: a tenant is active if it held or asked in the last second.
 pub const DEFAULT_WINDOW_MS: u32 = 1000;
-/// Largest capacity, so that `in_use + units` never overflows 32 bits.
-pub const MAX_CAPACITY: u32 = 1 << 30;
+/// Largest capacity: what the 24-bit count of an op word holds (16,777,215).
+pub const MAX_CAPACITY: u32 = crate::layout::op_word::MAX_COUNT;
 pub const MAX_POOLS: usize = 64;
 pub const MAX_TENANTS: usize = 65_535;
 pub const MAX_PROCESSES: usize = 65_535;

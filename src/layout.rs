@@ -12,11 +12,14 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
-/// Every record is one cache line, so that two records never share one.
+/// Every record but `PoolRec` is one cache line, so that two records never share one.
 pub const RECORD: usize = 64;
+/// `PoolRec` is two 128-byte halves: the pool word alone in the first (128 bytes, since
+/// x86 prefetches cache lines in adjacent pairs), everything else in the second.
+pub const POOL_RECORD: usize = 256;
 /// Longest tenant or pool name, in bytes.
 pub const MAX_NAME: usize = 48;
 /// Lease indices are stored in 16 bits (as index + 1), so at most this many leases.
@@ -41,10 +44,15 @@ pub struct Header {
 }
 
 /// One pool's live state.
+///
+/// The pool word, which every acquire and release of the pool CASes, sits alone in the
+/// first 128 bytes; the fields every op only reads (`limits`, `active_weight`,
+/// `waiters`) sit in the second half, so reading them never steals the word's line.
 #[repr(C)]
 pub struct PoolRec {
-    /// See [`pool_word`]: units in use plus the one operation in progress.
+    /// See [`op_word`]: units in use plus the tag of the last op applied to them.
     pub word: AtomicU64,
+    pub pad: [AtomicU64; 15],
     /// See [`pair`]: effective capacity (`POOL`, low half) and floor (`SHARE_FLOOR`,
     /// high half), one word so that one load reads a consistent pair.
     pub limits: AtomicU64,
@@ -52,16 +60,15 @@ pub struct PoolRec {
     pub active_weight: AtomicU64,
     /// When `active_weight` was last recomputed by a full scan, in ms.
     pub active_at_ms: AtomicU64,
-    /// Moving average of observed hold times, in µs, saturating (drives retry-after).
-    pub hold_ewma_us: AtomicU32,
-    /// Number of waiters about to sleep or asleep on `wake`.
+    /// Number of waiters about to sleep or asleep on `wake`; a release wakes (and
+    /// bumps `wake`) only when it is not zero.
     pub waiters: AtomicU32,
-    /// Two futex words, one per waiter class: the low half (bytes 40..44) for waiters
-    /// refused under their share, the high half (44..48) for those at or over it. A
-    /// release bumps both in one `fetch_add` (see `waiting`).
+    pub reserved32: AtomicU32,
+    /// Two futex words, one per waiter class: the low half (bytes 160..164) for
+    /// waiters refused under their share, the high half (164..168) for those at or
+    /// over it (see `waiting`).
     pub wake: AtomicU64,
-    pub grants: AtomicU64,
-    pub refusals: AtomicU64,
+    pub reserved: [AtomicU64; 11],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -77,17 +84,21 @@ pub struct TenantRec {
     pub name: [AtomicU64; 6],
 }
 
-/// Counters of one tenant in one pool.
+/// Counters of one tenant in one pool. Every field is on the line that the tenant's own
+/// ops already own (they CAS `held`), so the bookkeeping costs no extra cache miss.
 #[repr(C)]
 pub struct TenantPoolRec {
-    /// See [`held_word`]: units held plus the tag of the last operation applied.
+    /// See [`op_word`]: units held plus the tag of the last op applied to them.
     pub held: AtomicU64,
     /// Last acquire attempt or release, in ms (0 = never).
     pub last_active_ms: AtomicU64,
     pub grants: AtomicU64,
     /// Refusals by reason code, index = `ReasonCode as usize - 1`.
     pub refusals: [AtomicU64; 4],
-    pub reserved: AtomicU64,
+    /// Moving average of this tenant's hold times in this pool, in µs, saturating
+    /// (drives retry-after).
+    pub hold_ewma_us: AtomicU32,
+    pub reserved: AtomicU32,
 }
 
 /// One process slot.
@@ -151,104 +162,110 @@ pub mod pair {
     }
 }
 
-/// The pool word: `in_use` and the single operation in progress, changed only by CAS.
+/// The two op words: a pool's `word` and a (pool, tenant)'s `held`. Each holds a count
+/// and the *tag* of the last op that changed it, changed only by CAS.
 ///
-/// | bits   | field      | meaning                                             |
-/// |--------|------------|-----------------------------------------------------|
-/// | 0..32  | `in_use`   | units granted and not yet released                  |
-/// | 32..48 | `pend_idx` | 0: idle; else lease index + 1 of the pending op      |
-/// | 48     | `pend_rel` | 0: the pending op is an acquire; 1: a release       |
-/// | 49..64 | `pend_gen` | low 15 bits of that lease's claim generation        |
-pub mod pool_word {
-    pub const IN_USE_MASK: u64 = 0xFFFF_FFFF;
-    pub const IDX_SHIFT: u32 = 32;
-    pub const IDX_MASK: u64 = 0xFFFF;
-    pub const REL_BIT: u64 = 1 << 48;
-    pub const GEN_SHIFT: u32 = 49;
-    pub const GEN_MASK: u64 = 0x7FFF;
+/// | bits   | field     | meaning                                                   |
+/// |--------|-----------|-----------------------------------------------------------|
+/// | 0..24  | `count`   | units in use (pool word) or held (held word)              |
+/// | 24..40 | `lease`   | 0: no op yet; else lease index + 1 of the last op applied |
+/// | 40     | `release` | that op was a release (0: an acquire)                     |
+/// | 41..64 | `gen`     | low 23 bits of that lease's claim generation              |
+///
+/// The tag attributes the last change of each word to a lease, so that a process that
+/// dies right after its CAS can be told to have made it. Whoever replaces a tag first
+/// records the change in that lease's state word ([`lease_state::POOL_DONE`] /
+/// [`lease_state::HELD_DONE`]): see `ops`.
+pub mod op_word {
+    pub const COUNT_BITS: u32 = 24;
+    pub const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+    /// Largest count a word holds: the largest capacity a pool may have.
+    pub const MAX_COUNT: u32 = (1 << COUNT_BITS) - 1;
+    pub const LEASE_MASK: u64 = 0xFFFF;
+    pub const REL_BIT: u64 = 1 << 16; // within the tag
+    pub const GEN_SHIFT: u32 = 17; // within the tag
+    pub const GEN_MASK: u32 = (1 << 23) - 1;
+
+    /// The op a tag names.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Tag {
+        pub lease: usize,
+        pub release: bool,
+        /// Low 23 bits of the lease's claim generation.
+        pub generation: u32,
+    }
 
     #[inline]
-    pub fn in_use(w: u64) -> u32 {
-        (w & IN_USE_MASK) as u32
+    pub fn count(w: u64) -> u32 {
+        (w & COUNT_MASK) as u32
+    }
+    /// The raw tag (bits 24..64 shifted down).
+    #[inline]
+    pub fn raw_tag(w: u64) -> u64 {
+        w >> COUNT_BITS
     }
     #[inline]
-    pub fn is_idle(w: u64) -> bool {
-        (w >> IDX_SHIFT) & IDX_MASK == 0
+    pub fn make(count: u32, raw_tag: u64) -> u64 {
+        debug_assert!(count <= MAX_COUNT, "count {count} exceeds 24 bits");
+        (count as u64 & COUNT_MASK) | (raw_tag << COUNT_BITS)
     }
-    /// The pending lease index, if any.
+    /// The raw tag of lease `idx`'s acquire or release in cycle `generation`.
     #[inline]
-    pub fn pending(w: u64) -> Option<usize> {
-        match (w >> IDX_SHIFT) & IDX_MASK {
-            0 => None,
-            i => Some(i as usize - 1),
-        }
-    }
-    #[inline]
-    pub fn is_release(w: u64) -> bool {
-        w & REL_BIT != 0
-    }
-    #[inline]
-    pub fn generation(w: u64) -> u32 {
-        ((w >> GEN_SHIFT) & GEN_MASK) as u32
-    }
-    #[inline]
-    pub fn idle(in_use: u32) -> u64 {
-        in_use as u64
-    }
-    /// `in_use` with lease `idx`'s operation pending.
-    #[inline]
-    pub fn with_pending(in_use: u32, idx: usize, release: bool, generation: u32) -> u64 {
+    pub fn make_tag(idx: usize, release: bool, generation: u32) -> u64 {
         debug_assert!(idx < super::MAX_LEASES);
-        in_use as u64
-            | ((idx as u64 + 1) << IDX_SHIFT)
+        (idx as u64 + 1)
             | if release { REL_BIT } else { 0 }
-            | ((generation as u64 & GEN_MASK) << GEN_SHIFT)
+            | (((generation & GEN_MASK) as u64) << GEN_SHIFT)
+    }
+    #[inline]
+    pub fn tag(w: u64) -> Option<Tag> {
+        let t = raw_tag(w);
+        match t & LEASE_MASK {
+            0 => None,
+            i => Some(Tag {
+                lease: i as usize - 1,
+                release: t & REL_BIT != 0,
+                generation: (t >> GEN_SHIFT) as u32 & GEN_MASK,
+            }),
+        }
     }
 }
 
-/// The held word of a (pool, tenant): units held, tagged with the last op applied.
-///
-/// | bits   | field  | meaning                                                      |
-/// |--------|--------|--------------------------------------------------------------|
-/// | 0..32  | `held` | units this tenant holds in this pool                         |
-/// | 32..64 | `tag`  | 0: none; else `(lease index + 1) << 1 | is_release` of the last op |
-///
-/// The tag makes applying an op idempotent: a helper that finds its own tag knows the
-/// op was applied already (see `admission` for why no stale tag can match).
+/// The pool word ([`op_word`]): `in_use` and the last op's tag.
+pub mod pool_word {
+    pub use super::op_word::count as in_use;
+}
+
+/// The held word of a (pool, tenant) ([`op_word`]): units held and the last op's tag.
 pub mod held_word {
-    #[inline]
-    pub fn held(w: u64) -> u32 {
-        w as u32
-    }
-    #[inline]
-    pub fn tag(w: u64) -> u32 {
-        (w >> 32) as u32
-    }
-    #[inline]
-    pub fn make_tag(idx: usize, release: bool) -> u32 {
-        debug_assert!(idx < super::MAX_LEASES);
-        ((idx as u32 + 1) << 1) | release as u32
-    }
-    #[inline]
-    pub fn make(held: u32, tag: u32) -> u64 {
-        held as u64 | ((tag as u64) << 32)
-    }
+    pub use super::op_word::count as held;
 }
 
 /// Lease state word. See `shm-layout.md` for the transition table.
 ///
-/// | bits  | field   | meaning                                                   |
-/// |-------|---------|-----------------------------------------------------------|
-/// | 0..8  | `state` | one of the constants below                                |
-/// | 8..32 | `generation`   | claim generation, bumped by the claiming CAS (wraps at 2^24) |
+/// | bits  | field        | meaning                                                 |
+/// |-------|--------------|---------------------------------------------------------|
+/// | 0..4  | `state`      | one of the states below                                 |
+/// | 4     | `HELD_DONE`  | the current op's change to the tenant's held word is made |
+/// | 5     | `POOL_DONE`  | the current op's change to the pool word is made        |
+/// | 8..32 | `generation` | claim generation, bumped by the claiming CAS (wraps at 2^24) |
 ///
-/// Every CAS on this word names the full generation, so a helper that lags behind can
-/// never move a later cycle of the same slot.
+/// The two flags are set only in `ACQUIRING` and `RELEASING`, by whoever replaces the
+/// op's tag in a word before the owner has finished (or by a reaper converting an
+/// interrupted acquire into a release: see `recovery`). Every CAS on this word names
+/// the full generation, so a helper that lags behind can never move a later cycle.
 pub mod lease_state {
     pub const GEN_MASK: u32 = 0xFF_FFFF;
+    pub const HELD_DONE: u32 = 0x10;
+    pub const POOL_DONE: u32 = 0x20;
+    pub const FLAGS: u32 = HELD_DONE | POOL_DONE;
     #[inline]
     pub fn state(s: u32) -> u32 {
-        s & 0xFF
+        s & 0x0F
+    }
+    #[inline]
+    pub fn flags(s: u32) -> u32 {
+        s & FLAGS
     }
     #[inline]
     pub fn generation(s: u32) -> u32 {
@@ -262,26 +279,20 @@ pub mod lease_state {
     pub const FREE: u32 = 0;
     /// Owned by its process, fields being written, not visible to anyone.
     pub const CLAIMED: u32 = 1;
-    /// Acquire published; counted nowhere until its op completes.
-    pub const PENDING_ACQ: u32 = 2;
-    /// Granted: counted in pool `in_use` and tenant `held` once its op completes.
+    /// An acquire is applying its units: to the held word, then to the pool word.
+    pub const ACQUIRING: u32 = 2;
+    /// Granted: counted in the pool's `in_use` and the tenant's `held`.
     pub const HELD: u32 = 3;
-    /// Refused: counted nowhere.
-    pub const REFUSED: u32 = 4;
-    /// Release published; still counted until its op completes.
-    pub const PENDING_REL: u32 = 5;
-    /// Released: counted nowhere; the owner (or a reaper) frees it.
-    pub const RELEASED: u32 = 6;
+    /// A release is taking its units back: from the pool word, then the held word.
+    pub const RELEASING: u32 = 4;
 
     pub fn name(s: u32) -> &'static str {
         match s {
             FREE => "free",
             CLAIMED => "claimed",
-            PENDING_ACQ => "pending_acquire",
+            ACQUIRING => "acquiring",
             HELD => "held",
-            REFUSED => "refused",
-            PENDING_REL => "pending_release",
-            RELEASED => "released",
+            RELEASING => "releasing",
             _ => "corrupt",
         }
     }
@@ -418,8 +429,8 @@ impl Geometry {
         config_len: usize,
     ) -> Self {
         let config_off = RECORD; // the header is one record
-        let pools_off = align_up(config_off + config_len);
-        let tenants_off = pools_off + pools * RECORD;
+        let pools_off = (config_off + config_len).div_ceil(128) * 128;
+        let tenants_off = pools_off + pools * POOL_RECORD;
         let tenant_pools_off = tenants_off + tenants * RECORD;
         let procs_off = tenant_pools_off + pools * tenants * RECORD;
         let leases_off = procs_off + procs * RECORD;
@@ -442,6 +453,15 @@ impl Geometry {
 
     pub fn leases(&self) -> usize {
         self.procs * self.leases_per_proc
+    }
+}
+
+/// Every record's size in bytes, by name.
+pub fn record_size(record: &str) -> Option<usize> {
+    match record {
+        "PoolRec" => Some(POOL_RECORD),
+        "Header" | "TenantRec" | "TenantPoolRec" | "ProcRec" | "LeaseRec" => Some(RECORD),
+        _ => None,
     }
 }
 
@@ -469,11 +489,11 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
         config_off, config_len, pools_off, tenants_off, tenant_pools_off, procs_off,
         leases_off, creator_pid);
-    fields!(v, PoolRec, "PoolRec": word, limits, active_weight, active_at_ms,
-        hold_ewma_us, waiters, wake, grants, refusals);
+    fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, active_at_ms,
+        waiters, reserved32, wake, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
-        reserved);
+        hold_ewma_us, reserved);
     fields!(v, ProcRec, "ProcRec": state, pid, start_time, owner_futex, generation,
         registered_ms, reserved);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, limits, weights, granted_ms,
@@ -485,7 +505,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
 const _: () = {
     use std::mem::{align_of, size_of};
     assert!(size_of::<Header>() == RECORD);
-    assert!(size_of::<PoolRec>() == RECORD);
+    assert!(size_of::<PoolRec>() == POOL_RECORD);
     assert!(size_of::<TenantRec>() == RECORD);
     assert!(size_of::<TenantPoolRec>() == RECORD);
     assert!(size_of::<ProcRec>() == RECORD);

@@ -52,6 +52,9 @@ pub use refusal::{Reason, Refusal};
 #[cfg(not(loom))]
 pub use table::{Lease, LeaseId, Request, Table};
 
+#[cfg(all(not(loom), feature = "count-locked"))]
+pub use sync::locked_instructions;
+
 #[cfg(loom)]
 mod loom_crash;
 #[cfg(all(test, loom))]

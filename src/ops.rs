@@ -1,46 +1,72 @@
-//! The operation protocol: how one acquire or release changes a pool's counters so that
-//! a process killed between any two of its steps leaves a state that others can finish.
+//! The operation protocol: how one acquire or release changes a pool's counters with as
+//! few shared read-modify-writes as possible, so that a process killed between any two
+//! of its steps leaves a state that others can finish exactly.
 //!
-//! Each pool's `word` ([`pool_word`]) holds `in_use` and at most one *pending op*: the
-//! index, kind and generation of the lease whose acquire or release is under way. An op
-//! takes effect in four steps, each of which any process may perform (helping), so none
-//! of them is a lock:
+//! Two words change per op: the pool's `word` (units in use) and the tenant's `held`
+//! word in that pool. Both are [`op_word`]s: a count plus the *tag* of the last op that
+//! changed it (lease index, kind, generation). An op changes each word with one CAS
+//! that also writes its own tag, so a process that dies right after a CAS is known to
+//! have made it while its tag is still there. Whoever replaces a tag first *settles* it
+//! ([`settle`]): if the lease it names is still in that op and has not recorded the
+//! change, the replacer sets the flag (`HELD_DONE` / `POOL_DONE`) in the lease's state
+//! word. So at any instant, for an op in progress, "is this step done?" is answered by
+//! the word's tag or the lease's flag.
 //!
-//! 1. **install**: CAS the word from `(x, idle)` to `(x, pending op)`. From here until
-//!    step 4 no other op on this pool can start, so the tenant's held word can change
-//!    only through this op.
-//! 2. **decide** (acquires): the fair-share rule on `x`, the tenant's held units and the
-//!    inputs the initiator froze in the lease; the outcome is CASed into the lease state
-//!    (`PENDING_ACQ` -> `HELD` | `REFUSED`). Every helper computes the same outcome.
-//! 3. **apply**: CAS the tenant's held word by `±units`, tagged with `(lease, kind)`; a
-//!    helper that finds the tag knows the op was applied (idempotence). Releases then
-//!    CAS the lease `PENDING_REL` -> `RELEASED`.
-//! 4. **clear**: CAS the word from `(x, pending op)` to `(x ± units, idle)`.
+//! **Acquire** (owner only; nobody helps):
+//! 1. read the pool word `w` (in use `x`) and the tenant's held word (`h`); decide. A
+//!    refusal writes nothing at all;
+//! 2. claim a lease of the process, write its descriptor, publish it `ACQUIRING`;
+//! 3. CAS the held word `h -> h + u` with the acquire's tag (the held word only ever
+//!    *overstates* what is granted: see below);
+//! 4. CAS the pool word `w -> x + u` with the tag. If the word moved since step 1, the
+//!    rule is decided again on the new word and the held word as it is now (less our own
+//!    `u`); a refusal then backs out step 3 as a release would (step 7 of a release
+//!    whose pool part is marked done);
+//! 5. store `HELD`.
+//!
+//! **Release** (owner, or the reaper of a dead owner):
+//! 1. CAS the lease `HELD -> RELEASING` (exactly one releaser wins);
+//! 2. CAS the pool word `x -> x - u` with the release's tag, unless done;
+//! 3. CAS the held word `h -> h - u` with the tag, unless done;
+//! 4. store `FREE`.
+//!
+//! An uncontended pair is six locked instructions: the lease claim, two CASes per op,
+//! and the release's `HELD -> RELEASING`.
 //!
 //! Invariants (cited as (I1)... below):
-//! 1. A lease's units are counted in `in_use` and its tenant's `held` exactly when its
-//!    state is `HELD` or `PENDING_REL`, or it is `RELEASED` while its release op is still
-//!    pending, or it is `HELD` while its acquire op is still pending *and applied*.
-//!    Outside a pending op, the state alone tells whether it is counted.
-//! 2. A lease's descriptor fields change only while it is `CLAIMED`, and its state word
+//! 1. **Attribution.** A tag in a word is replaced only after [`settle`] has recorded its
+//!    op's change in the lease (or found that op finished). Hence for a lease in
+//!    `ACQUIRING`/`RELEASING`, a step is done iff the word still carries its tag or the
+//!    lease carries the step's flag; the word must be read *before* the flag (a settler
+//!    sets the flag before its CAS replaces the tag).
+//! 2. **Conservative held.** For every tenant, the held word is at least the units of
+//!    its leases that are counted in the pool word: acquires add to it before the pool,
+//!    releases take from it after. So a decision that uses the held word never judges a
+//!    tenant further under its share than it is.
+//! 3. **Validated snapshot.** An acquire's pool CAS succeeds only if the pool word is
+//!    still the `w` its decision read, and the decision's held value was read after `w`.
+//!    Every op counted in `w` applied its held change before its pool CAS, hence before
+//!    our read of `w`, hence before our read of the held word; and no op was counted
+//!    between our read and our CAS (the word would differ; an ABA needs 2^23 cycles of
+//!    one lease slot with the same count). With (I2), the tenant held at most what the
+//!    decision used at the instant of the CAS, so the capacity bound and the floor hold.
+//! 4. A lease's descriptor fields change only while it is `CLAIMED`, and its state word
 //!    carries the claim generation, so a CAS that names a state names one cycle.
-//! 3. A tenant's held word in pool `p` changes only in step 3 of an op pending in `p`.
-//!    Hence no stale tag can match: the last op applied to that word before an acquire
-//!    of lease `L` is never `(L, acquire)` (that acquire was followed by its release),
-//!    and before a release of `L` it is never `(L, release)`.
 //!
-//! Memory orderings. The one synchronizing pair per op is the install CAS (Release,
-//! publishing the descriptor written while `CLAIMED`) with every helper's Acquire load
-//! of the word. The lease state and held words use Acquire/Release so that a reaper that
-//! reads a lease without the pool word still sees the fields behind it. Descriptor
-//! fields are read under a seqlock on the state word's generation (Acquire load, Relaxed
-//! fields, Acquire fence, Relaxed re-load), matching the claimant's Release fence.
+//! Memory orderings. The lease is published by a Release store of `ACQUIRING` before
+//! its tag can appear in any word, and every settler loads the lease state with
+//! Acquire, so it sees the descriptor. Word CASes are AcqRel (the pool word's SeqCst,
+//! for the waiter handshake in `waiting`): a settler's flag (AcqRel CAS) happens before
+//! its word CAS, which happens before any later Acquire read of the word, so a reader
+//! that sees the tag gone also sees the flag (I1). Descriptor fields are read under a
+//! seqlock on the state word's generation (Acquire load, Relaxed fields, Acquire fence,
+//! Acquire re-load), matching the claimant's Release fence in [`claim_lease`].
 
 use crate::admission::{Decision, decide};
 use crate::error::{Error, Result};
-use crate::layout::{LeaseRec, held_word, lease_state as ls, pair, pool_word as pw};
+use crate::layout::{LeaseRec, lease_state as ls, op_word, pair};
 use crate::region::Region;
-use crate::sync::{Backoff, Ordering::*, fence};
+use crate::sync::{AtomicU64, Backoff, Ordering::*, fence, store_over_rmw};
 
 /// The decision inputs of an acquire, frozen by its initiator in the lease record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,13 +84,12 @@ pub struct Desc {
 /// Every labelled step between two atomic steps of acquire, release and registration.
 pub const CRASH_LABELS: &[&str] = &[
     "acquire.claimed",
-    "acquire.before_install",
-    "acquire.installed",
-    "complete.decided",
-    "apply.before_cas",
-    "complete.before_clear",
+    "acquire.published",
+    "acquire.held_applied",
+    "acquire.pool_applied",
     "release.published",
-    "release.installed",
+    "release.pool_applied",
+    "release.held_applied",
     "register.claimed",
     "register.live",
 ];
@@ -112,7 +137,7 @@ pub(crate) fn claim_lease<R: Region>(r: &R, slot: usize, hint: usize) -> Result<
     Err(Error::LeaseTableFull { max: n })
 }
 
-/// Writes the descriptor of a claimed lease and publishes it as `PENDING_ACQ`.
+/// Writes the descriptor of a claimed lease and publishes it as `ACQUIRING`.
 pub(crate) fn publish_acquire(lease: &LeaseRec, d: &Desc, tid: u32, now: u64, hold_ms: u64) {
     debug_assert_eq!(
         lease.state.load(Relaxed),
@@ -129,10 +154,10 @@ pub(crate) fn publish_acquire(lease: &LeaseRec, d: &Desc, tid: u32, now: u64, ho
     lease.granted_ms.store(now, Relaxed);
     lease.hold_ms.store(hold_ms, Relaxed);
     lease.tid.store(tid, Relaxed);
-    // Release: a reaper that Acquire-loads PENDING_ACQ sees the fields.
+    // Release: a settler or reaper that Acquire-loads ACQUIRING sees the fields.
     lease
         .state
-        .store(ls::make(d.generation, ls::PENDING_ACQ), Release);
+        .store(ls::make(d.generation, ls::ACQUIRING), Release);
 }
 
 /// Returns a lease to `FREE` if it is still in `state` of generation `generation`.
@@ -149,12 +174,20 @@ pub(crate) fn free_lease(lease: &LeaseRec, generation: u32, state: u32) -> bool 
         .is_ok()
 }
 
-/// Reads a lease's descriptor if its generation's low bits are `gen15` (a pool word's)
-/// or, with `full`, if its generation is exactly `full`. `None` if the slot moved on.
-pub(crate) fn read_desc(lease: &LeaseRec, gen15: u32, full: Option<u32>) -> Option<Desc> {
+/// Returns a lease to `FREE` if its state word is still exactly `s`.
+pub(crate) fn free_lease_from(lease: &LeaseRec, s: u32) -> bool {
+    // Release: as in `free_lease`.
+    lease
+        .state
+        .compare_exchange(s, ls::make(ls::generation(s), ls::FREE), Release, Relaxed)
+        .is_ok()
+}
+
+/// Reads a lease's descriptor if its generation is exactly `generation`, under the
+/// seqlock (I4). `None` if the slot is not published in that cycle.
+pub(crate) fn read_desc(lease: &LeaseRec, generation: u32) -> Option<Desc> {
     let s1 = lease.state.load(Acquire);
-    let g = ls::generation(s1);
-    if g & pw::GEN_MASK as u32 != gen15 || full.is_some_and(|f| f != g) {
+    if ls::generation(s1) != generation || ls::state(s1) == ls::CLAIMED {
         return None;
     }
     let (pt, limits, weights) = (
@@ -163,7 +196,7 @@ pub(crate) fn read_desc(lease: &LeaseRec, gen15: u32, full: Option<u32>) -> Opti
         lease.weights.load(Relaxed),
     );
     let d = Desc {
-        generation: g,
+        generation,
         pool: pair::lo(pt),
         tenant: pair::hi(pt),
         units: lease.units.load(Relaxed),
@@ -174,12 +207,58 @@ pub(crate) fn read_desc(lease: &LeaseRec, gen15: u32, full: Option<u32>) -> Opti
     };
     // Acquire fence: if any field above came from a later cycle, the claim CAS of that
     // cycle is visible to the re-load below (pairs with the fence in `claim_lease`).
-    // The re-load itself is Acquire too: a caller that finds the slot moved on then
-    // judges the pool word (`still()`) after the owner's step that moved it, so it
-    // cannot read the old word and report a live lease as corrupt (found by loom).
     fence(Acquire);
     let s2 = lease.state.load(Acquire);
-    (ls::generation(s2) == g && ls::state(s2) != ls::CLAIMED).then_some(d)
+    (ls::generation(s2) == generation && ls::state(s2) != ls::CLAIMED).then_some(d)
+}
+
+/// The tenant a held word belongs to, or `None` for a pool word.
+type WordOf = Option<u32>;
+
+/// Records, before a word's tag `raw` is replaced, the change its op made, if that op is
+/// still in progress and has not recorded it (I1). `p` and `t` say which word it is,
+/// to tell the op from a later cycle of the same lease after a generation wrap.
+pub(crate) fn settle<R: Region>(r: &R, raw: u64, p: usize, t: WordOf) -> Result<()> {
+    let Some(tag) = op_word::tag(raw << op_word::COUNT_BITS) else {
+        return Ok(()); // no op has changed this word yet
+    };
+    if tag.lease >= r.geometry().leases() {
+        return Err(Error::Corrupt(format!(
+            "pool {p} word names lease {}, beyond the table",
+            tag.lease
+        )));
+    }
+    let lease = r.lease(tag.lease);
+    let (phase, flag) = match (tag.release, t.is_some()) {
+        (false, true) => (ls::ACQUIRING, ls::HELD_DONE),
+        (false, false) => (ls::ACQUIRING, ls::POOL_DONE),
+        (true, true) => (ls::RELEASING, ls::HELD_DONE),
+        (true, false) => (ls::RELEASING, ls::POOL_DONE),
+    };
+    loop {
+        // Acquire: pairs with the publishing Release store, for the fields below.
+        let s = lease.state.load(Acquire);
+        if ls::generation(s) & op_word::GEN_MASK != tag.generation
+            || ls::state(s) != phase
+            || s & flag != 0
+        {
+            return Ok(()); // finished (or recorded) already: the common case
+        }
+        // The op is in progress. Make sure it is this word's (not a later cycle of the
+        // lease, 2^23 generations on, working on another pool or tenant).
+        match read_desc(lease, ls::generation(s)) {
+            Some(d) if d.pool as usize == p && t.is_none_or(|t| t == d.tenant) => {}
+            _ => return Ok(()),
+        }
+        // AcqRel: the flag happens before our CAS of the word (I1).
+        if lease
+            .state
+            .compare_exchange(s, s | flag, AcqRel, Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+    }
 }
 
 /// What an acquire came to, with the numbers its refusal explains itself by.
@@ -193,82 +272,167 @@ pub enum AcqOutcome {
     },
 }
 
-/// Runs a published acquire (`PENDING_ACQ`) to its outcome. On refusal the lease is
-/// left `PENDING_ACQ` and never installed; the caller frees it. A retry inside bumps
-/// `d.generation`.
-pub(crate) fn acquire<R: Region>(r: &R, l: usize, d: &mut Desc) -> Result<AcqOutcome> {
+/// Runs an acquire for `d` (its generation is filled in) by a thread of process slot
+/// `slot`. Returns the lease (if one was claimed: a refusal on the first look claims
+/// none), the descriptor and the outcome. A granted lease is `HELD`; any other claimed
+/// lease is `FREE` again.
+pub(crate) fn acquire<R: Region>(
+    r: &R,
+    slot: usize,
+    hint: usize,
+    mut d: Desc,
+    tid: u32,
+    now: u64,
+    hold_ms: u64,
+) -> Result<(Option<usize>, Desc, AcqOutcome)> {
+    let p = d.pool as usize;
+    let t = d.tenant as usize;
+    let pool = r.pool(p);
+    let tp = r.tenant_pool(p, t);
+    let backoff = Backoff::new();
+    let mut lease: Option<usize> = None;
+    loop {
+        // SeqCst: the waiter's half of the handshake in `waiting` (a waiter announced
+        // in `waiters` must then see every release that did not see it).
+        let w = pool.word.load(SeqCst);
+        let tw = tp.held.load(Acquire);
+        let (x, h) = (op_word::count(w), op_word::count(tw));
+        let decision = decide(x, h, &d);
+        if decision != Decision::Admit {
+            if let Some(l) = lease {
+                free_lease(r.lease(l), d.generation, ls::ACQUIRING);
+            }
+            let refused = AcqOutcome::Refused {
+                in_use: x,
+                held: h,
+                decision,
+            };
+            return Ok((lease, d, refused));
+        }
+        let l = match lease {
+            Some(l) => l,
+            None => {
+                let (l, generation) = claim_lease(r, slot, hint)?;
+                crash_point("acquire.claimed")?;
+                d.generation = generation;
+                publish_acquire(r.lease(l), &d, tid, now, hold_ms);
+                crash_point("acquire.published")?;
+                lease = Some(l);
+                l
+            }
+        };
+        let tag = op_word::make_tag(l, false, d.generation);
+        let Some(nh) = h.checked_add(d.units).filter(|&n| n <= op_word::MAX_COUNT) else {
+            return Err(Error::Corrupt(format!(
+                "pool {p} tenant {t}: held {h} + {} overflows",
+                d.units
+            )));
+        };
+        settle(r, op_word::raw_tag(tw), p, Some(d.tenant))?;
+        // AcqRel: Acquire to see what the previous op published; Release so that a
+        // settler that sees our tag sees our published lease (already Released).
+        if tp
+            .held
+            .compare_exchange(tw, op_word::make(nh, tag), AcqRel, Relaxed)
+            .is_err()
+        {
+            backoff.snooze();
+            continue;
+        }
+        crash_point("acquire.held_applied")?;
+        match apply_pool_acquire(r, l, &d, w, tag)? {
+            None => {}
+            Some(refused) => {
+                back_out(r, l, &d)?;
+                return Ok((lease, d, refused));
+            }
+        }
+        crash_point("acquire.pool_applied")?;
+        // Release: the grant's effects happen before any later release of the lease.
+        // A plain store: a settler's concurrent flag CAS names ACQUIRING and so either
+        // lands before this (and is overwritten by HELD, which implies both flags) or
+        // fails (see `sync::store_over_rmw` for how loom is told so).
+        store_over_rmw(&r.lease(l).state, ls::make(d.generation, ls::HELD));
+        return Ok((lease, d, AcqOutcome::Granted));
+    }
+}
+
+/// Step 4 of an acquire: adds `d.units` to the pool word, starting from `w` (the word
+/// the first decision read). If the word moved, decides again. `Some(refusal)` if the
+/// rule now refuses (nothing was added to the pool).
+fn apply_pool_acquire<R: Region>(
+    r: &R,
+    l: usize,
+    d: &Desc,
+    mut w: u64,
+    tag: u64,
+) -> Result<Option<AcqOutcome>> {
     let p = d.pool as usize;
     let pool = r.pool(p);
     let tp = r.tenant_pool(p, d.tenant as usize);
-    let lease = r.lease(l);
     let backoff = Backoff::new();
+    let mut first = true;
     loop {
-        let w = pool.word.load(Acquire);
-        if !pw::is_idle(w) {
-            complete(r, p, w, None)?;
-            continue;
-        }
-        let x = pw::in_use(w);
-        let tw = tp.held.load(Acquire);
-        // Re-load: `tw` was read while no op was pending, so the pair is a snapshot
-        // (modulo ABA, which the decision under serialization in `complete` corrects).
-        if pool.word.load(Acquire) != w {
-            backoff.snooze();
-            continue;
-        }
-        let decision = decide(x, held_word::held(tw), &*d);
-        if decision != Decision::Admit {
-            return Ok(AcqOutcome::Refused {
-                in_use: x,
-                held: held_word::held(tw),
-                decision,
-            });
-        }
-        let nw = pw::with_pending(x, l, false, d.generation);
-        crash_point("acquire.before_install")?;
-        // AcqRel: Release publishes the descriptor to helpers (see module docs);
-        // Acquire orders our later reads after the previous op's clear.
-        if pool.word.compare_exchange(w, nw, AcqRel, Acquire).is_err() {
-            backoff.snooze();
-            continue;
-        }
-        crash_point("acquire.installed")?;
-        complete(r, p, nw, Some(&*d))?;
-        let sw = lease.state.load(Acquire);
-        match ls::state(sw) {
-            ls::HELD if ls::generation(sw) == d.generation => return Ok(AcqOutcome::Granted),
-            ls::REFUSED if ls::generation(sw) == d.generation => {
-                // Refused under serialization although the snapshot admitted (an ABA
-                // on the snapshot). Retry under a new generation: a helper of the first
-                // attempt that still holds REFUSED for this generation must never match
-                // the retry's pool word, or its clear would erase the retry's grant.
-                let next = ls::make(d.generation.wrapping_add(1), ls::CLAIMED);
-                // AcqRel: Release so that a helper that sees the new generation also sees
-                // the clear we observed (its `still()` check must not read the old word);
-                // the fence below is the seqlock's writer side, as in `claim_lease`.
-                let moved = lease.state.compare_exchange(sw, next, AcqRel, Relaxed);
-                debug_assert!(moved.is_ok(), "only the owner moves a REFUSED lease");
-                fence(Release);
-                d.generation = ls::generation(next);
-                lease
-                    .state
-                    .store(ls::make(d.generation, ls::PENDING_ACQ), Release);
+        let x = op_word::count(w);
+        if !first {
+            // The word moved: decide again on it, with the held word as it is now less
+            // our own units (I3: read after `w`; I2: it overstates, never understates).
+            let h = op_word::count(tp.held.load(Acquire)).saturating_sub(d.units);
+            let decision = decide(x, h, d);
+            if decision != Decision::Admit {
+                return Ok(Some(AcqOutcome::Refused {
+                    in_use: x,
+                    held: h,
+                    decision,
+                }));
             }
-            _ => {
-                return Err(Error::Corrupt(format!(
-                    "lease {l} left acquire in state {sw:#x}"
-                )));
+        }
+        first = false;
+        debug_assert!(x + d.units <= d.cap, "decide admitted past the capacity");
+        settle(r, op_word::raw_tag(w), p, None)?;
+        // SeqCst: the pool word is the releaser's side of the waiter handshake too;
+        // Release so that a settler that sees our tag sees our lease.
+        match pool
+            .word
+            .compare_exchange(w, op_word::make(x + d.units, tag), SeqCst, SeqCst)
+        {
+            Ok(_) => {
+                debug_assert!(r.lease(l).units.load(Relaxed) == d.units);
+                return Ok(None);
+            }
+            Err(now) => {
+                w = now;
+                backoff.snooze();
             }
         }
     }
 }
 
-/// Releases lease `l` of generation `generation`: `HELD` -> `PENDING_REL` -> counted out ->
-/// `FREE`. Exactly one caller can win the first step; any other gets `AlreadyReleased`.
-/// Returns the released descriptor and the lease's grant time.
+/// An acquire that added to the held word and was then refused on the pool: it turns
+/// into a release whose pool part is already done, and runs that to `FREE`.
+fn back_out<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
+    let lease = r.lease(l);
+    let releasing = ls::make(d.generation, ls::RELEASING | ls::POOL_DONE);
+    loop {
+        let s = lease.state.load(Acquire);
+        debug_assert_eq!(ls::state(s), ls::ACQUIRING);
+        // AcqRel: as any state change a settler may race with.
+        if lease
+            .state
+            .compare_exchange(s, releasing, AcqRel, Relaxed)
+            .is_ok()
+        {
+            break;
+        }
+    }
+    finish_release(r, l, d.generation, Some(d)).map(|_| ())
+}
+
+/// Releases lease `l` of generation `generation`: `HELD` -> `RELEASING` -> `FREE`.
+/// Exactly one caller can win the first step; any other gets `AlreadyReleased`.
 ///
 /// `known` is the caller's copy of the descriptor (the owner has it); without it the
-/// descriptor is read from the lease under the seqlock.
+/// descriptor is read from the lease.
 pub(crate) fn release<R: Region>(
     r: &R,
     l: usize,
@@ -276,24 +440,25 @@ pub(crate) fn release<R: Region>(
     known: Option<&Desc>,
 ) -> Result<Desc> {
     let lease = r.lease(l);
-    let id = || format!("#{l}/{generation}");
     // AcqRel: Acquire to read the fields of this cycle; Release publishes the change.
     let won = lease.state.compare_exchange(
         ls::make(generation, ls::HELD),
-        ls::make(generation, ls::PENDING_REL),
+        ls::make(generation, ls::RELEASING),
         AcqRel,
-        Acquire,
+        Relaxed,
     );
     if won.is_err() {
-        return Err(Error::AlreadyReleased { lease: id() });
+        return Err(Error::AlreadyReleased {
+            lease: format!("#{l}/{generation}"),
+        });
     }
     crash_point("release.published")?;
     finish_release(r, l, generation, known)
 }
 
-/// Drives a lease in `PENDING_REL` (of generation `generation`) to `FREE`, installing its
-/// release op if nobody has yet. The caller must be its only driver: the owner, or the
-/// reaper of a dead owner.
+/// Drives a lease in `RELEASING` (of generation `generation`) to `FREE`: its pool step,
+/// then its held step, each unless done (I1). The caller must be its only driver: the
+/// owner, or the reaper of a dead owner.
 pub(crate) fn finish_release<R: Region>(
     r: &R,
     l: usize,
@@ -303,48 +468,73 @@ pub(crate) fn finish_release<R: Region>(
     let lease = r.lease(l);
     let d = match known {
         Some(d) => *d,
-        None => read_desc(lease, generation & pw::GEN_MASK as u32, Some(generation))
+        None => read_desc(lease, generation)
             .ok_or_else(|| Error::Corrupt(format!("lease {l} changed generation mid-release")))?,
     };
     debug_assert_eq!(d.generation, generation);
-    let p = d.pool as usize;
     check_desc(r, l, &d)?;
-    let pool = r.pool(p);
-    let backoff = Backoff::new();
-    loop {
-        let sw = lease.state.load(Acquire);
-        if sw != ls::make(generation, ls::PENDING_REL) {
-            break; // RELEASED: our op was installed and completed (by us or a helper)
-        }
-        let w = pool.word.load(Acquire);
-        if !pw::is_idle(w) {
-            complete(r, p, w, None)?;
-            continue;
-        }
-        // The state was re-read before the word, and no op of ours is pending in it,
-        // so the release was not installed yet (I1: it completes only via RELEASED).
-        let x = pw::in_use(w);
-        if x < d.units {
-            return Err(Error::Corrupt(format!(
-                "pool {p} has {x} in use but lease {l} holds {}",
-                d.units
-            )));
-        }
-        let nw = pw::with_pending(x, l, true, generation);
-        // AcqRel: as in `acquire`.
-        if pool.word.compare_exchange(w, nw, AcqRel, Acquire).is_err() {
-            backoff.snooze();
-            continue;
-        }
-        crash_point("release.installed")?;
-        complete(r, p, nw, Some(&d))?;
-    }
-    let freed = free_lease(lease, generation, ls::RELEASED);
-    debug_assert!(freed, "lease {l} not RELEASED after its release op");
+    let (p, t) = (d.pool as usize, d.tenant as usize);
+    let tag = op_word::make_tag(l, true, generation);
+    take_back(r, l, &d, &r.pool(p).word, tag, ls::POOL_DONE, None)?;
+    crash_point("release.pool_applied")?;
+    take_back(
+        r,
+        l,
+        &d,
+        &r.tenant_pool(p, t).held,
+        tag,
+        ls::HELD_DONE,
+        Some(d.tenant),
+    )?;
+    crash_point("release.held_applied")?;
+    // Release: every change of this cycle happens before the slot is claimed again. A
+    // plain store: a settler's flag CAS names RELEASING and fails or is overwritten.
+    store_over_rmw(&lease.state, ls::make(generation, ls::FREE));
     Ok(d)
 }
 
-fn check_desc<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
+/// Takes `d.units` back from `word` with the release's `tag`, unless that step is done:
+/// the word carries the tag, or the lease the step's `flag` (read in that order: I1).
+fn take_back<R: Region>(
+    r: &R,
+    l: usize,
+    d: &Desc,
+    word: &AtomicU64,
+    tag: u64,
+    flag: u32,
+    t: WordOf,
+) -> Result<()> {
+    let lease = r.lease(l);
+    let backoff = Backoff::new();
+    loop {
+        // SeqCst (the pool word): the releaser's half of the waiter handshake.
+        let w = word.load(SeqCst);
+        if op_word::raw_tag(w) == tag || lease.state.load(Acquire) & flag != 0 {
+            return Ok(());
+        }
+        let n = op_word::count(w);
+        let Some(left) = n.checked_sub(d.units) else {
+            return Err(Error::Corrupt(format!(
+                "pool {} {}: {n} counted but lease {l} gives back {}",
+                d.pool,
+                t.map_or_else(|| "in use".to_owned(), |t| format!("tenant {t} held")),
+                d.units
+            )));
+        };
+        settle(r, op_word::raw_tag(w), d.pool as usize, t)?;
+        // SeqCst: see the load above; Release publishes the settle before it.
+        if word
+            .compare_exchange(w, op_word::make(left, tag), SeqCst, Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        backoff.snooze();
+    }
+}
+
+/// Checks that a descriptor read from shared memory names a real pool and tenant.
+pub(crate) fn check_desc<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
     let geo = r.geometry();
     if d.pool as usize >= geo.pools || d.tenant as usize >= geo.tenants {
         return Err(Error::Corrupt(format!(
@@ -355,157 +545,44 @@ fn check_desc<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
     Ok(())
 }
 
-/// Finishes the op pending in word `w` of pool `p` (steps 2 to 4 of the module docs).
-/// Returns once the word is no longer `w`. `known` is the initiator's own descriptor.
-pub(crate) fn complete<R: Region>(r: &R, p: usize, w: u64, known: Option<&Desc>) -> Result<()> {
-    let pool = r.pool(p);
-    let still = || pool.word.load(Acquire) == w;
-    let corrupt = |what: String| {
-        if still() {
-            Err(Error::Corrupt(what))
-        } else {
-            Ok(())
-        }
-    };
-    let Some(l) = pw::pending(w) else {
-        return Ok(());
-    };
-    if l >= r.geometry().leases() {
-        return corrupt(format!(
-            "pool {p} word {w:#x} names lease {l}, beyond the table"
-        ));
-    }
-    let lease = r.lease(l);
-    // The initiator's own slot cannot be reused while it runs this call.
-    let owned = known.is_some();
-    let d = match known {
-        Some(d) => *d,
-        None => match read_desc(lease, pw::generation(w), None) {
-            Some(d) => d,
-            // The slot moved on, so this op completed; else the word is garbage.
-            None => {
-                return corrupt(format!(
-                    "pool {p} word {w:#x} names lease {l}, whose state is {:#x}",
-                    lease.state.load(Acquire)
-                ));
-            }
-        },
-    };
-    if d.pool as usize != p || check_desc(r, l, &d).is_err() {
-        return corrupt(format!("pool {p} word {w:#x}: lease {l} descriptor {d:?}"));
-    }
-    let tp = r.tenant_pool(p, d.tenant as usize);
-    let release = pw::is_release(w);
-    let tag = held_word::make_tag(l, release);
-    let x = pw::in_use(w);
-    let new_in_use = if !release {
-        // Step 2: decide, once (the first CAS wins; all helpers compute the same).
-        let mut sw = lease.state.load(Acquire);
-        while sw == ls::make(d.generation, ls::PENDING_ACQ) {
-            let tw = tp.held.load(Acquire);
-            if !still() {
-                return Ok(());
-            }
-            // (I3): the held word cannot carry our tag unless we applied.
-            let admit =
-                held_word::tag(tw) == tag || decide(x, held_word::held(tw), &d) == Decision::Admit;
-            let to = ls::make(d.generation, if admit { ls::HELD } else { ls::REFUSED });
-            // AcqRel: the outcome is published before we apply it.
-            sw = match lease.state.compare_exchange(sw, to, AcqRel, Acquire) {
-                Ok(_) => to,
-                Err(seen) => seen,
-            };
-            crash_point("complete.decided")?;
-        }
-        if sw == ls::make(d.generation, ls::HELD) {
-            if !apply(r, p, w, l, &d, tag, false, owned)? {
-                return Ok(());
-            }
-            x.checked_add(d.units)
-        } else if sw == ls::make(d.generation, ls::REFUSED) {
-            Some(x)
-        } else {
-            return corrupt(format!("lease {l} state {sw:#x} under a pending acquire"));
-        }
-    } else {
-        if !apply(r, p, w, l, &d, tag, true, owned)? {
-            return Ok(());
-        }
-        // AcqRel: RELEASED is published after the held word changed (I1).
-        let _ = lease.state.compare_exchange(
-            ls::make(d.generation, ls::PENDING_REL),
-            ls::make(d.generation, ls::RELEASED),
-            AcqRel,
-            Acquire,
-        );
-        x.checked_sub(d.units)
-    };
-    let Some(new_in_use) = new_in_use else {
-        return corrupt(format!(
-            "pool {p}: in_use {x} {} {} overflows",
-            tag & 1,
-            d.units
-        ));
-    };
-    crash_point("complete.before_clear")?;
-    // AcqRel: Release publishes this op's effects to the next installer.
-    let _ = pool
-        .word
-        .compare_exchange(w, pw::idle(new_in_use), AcqRel, Acquire);
-    Ok(())
-}
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::HeapRegion;
 
-/// Step 3: applies `±units` to the tenant's held word, tagged, at most once.
-/// Returns `false` if the op is no longer pending (someone finished it).
-#[allow(clippy::too_many_arguments)]
-fn apply<R: Region>(
-    r: &R,
-    p: usize,
-    w: u64,
-    l: usize,
-    d: &Desc,
-    tag: u32,
-    release: bool,
-    owned: bool,
-) -> Result<bool> {
-    let pool = r.pool(p);
-    let tp = r.tenant_pool(p, d.tenant as usize);
-    let lease = r.lease(l);
-    loop {
-        let tw = tp.held.load(Acquire);
-        // Checked after reading `tw`: the op was pending when `tw` was read, so `tw`
-        // is this tenant's value just before or just after our apply (I3). The full
-        // generation check narrows a word ABA to 2^24 cycles of one slot.
-        if pool.word.load(Acquire) != w
-            || (!owned && ls::generation(lease.state.load(Acquire)) != d.generation)
-        {
-            return Ok(false);
+    fn desc(tenant: u32) -> Desc {
+        Desc {
+            generation: 0,
+            pool: 0,
+            tenant,
+            units: 1,
+            cap: 2,
+            floor: 1,
+            weight: 1,
+            active_weight: 2,
         }
-        if held_word::tag(tw) == tag {
-            return Ok(true);
+    }
+
+    #[test]
+    fn a_pair_leaves_everything_free_and_counts_exact() {
+        let r = HeapRegion::new(1, 2, 3, 1);
+        let (lb, db, o) = acquire(&r, 2, 0, desc(1), 0, 10, 0).unwrap();
+        assert_eq!(o, AcqOutcome::Granted);
+        let (la, da, o) = acquire(&r, 0, 0, desc(0), 0, 10, 0).unwrap();
+        assert_eq!(o, AcqOutcome::Granted);
+        assert_eq!(op_word::count(r.pool(0).word.load(Relaxed)), 2);
+        release(&r, la.unwrap(), da.generation, Some(&da)).unwrap();
+        release(&r, lb.unwrap(), db.generation, None).unwrap();
+        assert_eq!(op_word::count(r.pool(0).word.load(Relaxed)), 0);
+        for l in 0..3 {
+            assert_eq!(
+                ls::state(r.lease(l).state.load(Relaxed)),
+                ls::FREE,
+                "lease {l}"
+            );
         }
-        let h = held_word::held(tw);
-        let nh = if release {
-            h.checked_sub(d.units)
-        } else {
-            h.checked_add(d.units)
-        };
-        let Some(nh) = nh else {
-            return Err(Error::Corrupt(format!(
-                "pool {p} tenant {}: held {h}, {} {}",
-                d.tenant,
-                if release { "releasing" } else { "adding" },
-                d.units
-            )));
-        };
-        crash_point("apply.before_cas")?;
-        // AcqRel: ordered between the decision (before) and the clear (after).
-        if tp
-            .held
-            .compare_exchange(tw, held_word::make(nh, tag), AcqRel, Acquire)
-            .is_ok()
-        {
-            return Ok(true);
+        for t in 0..2 {
+            assert_eq!(op_word::count(r.tenant_pool(0, t).held.load(Relaxed)), 0);
         }
     }
 }

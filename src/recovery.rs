@@ -1,24 +1,25 @@
 //! Returning a dead process's permits, exactly.
 //!
 //! A reaper takes a dead process's slot (`LIVE` -> `REAPING`, naming itself), then
-//! walks that process's lease range. By invariant (I1) of `ops`, once any op pending
-//! on the lease's pool is settled, the lease state alone says what is counted:
+//! walks that process's lease range. By invariant (I1) of `ops`, what each lease still
+//! counts is told by its state, and, for an op in progress, by the tags in its two
+//! words and the flags in its state word:
 //!
-//! | state found     | meaning                                   | the reaper            |
-//! |-----------------|-------------------------------------------|-----------------------|
-//! | `FREE`          | nothing                                   | -                     |
-//! | `CLAIMED`       | private, counted nowhere                   | frees it              |
-//! | `PENDING_ACQ`   | installed: finish it; else counted nowhere | helps, or frees it    |
-//! | `REFUSED`, `RELEASED` | counted nowhere                     | frees it              |
-//! | `HELD`          | counted once its acquire op is cleared    | finishes it, releases |
-//! | `PENDING_REL`   | counted until its op completes            | finishes the release  |
+//! | state found   | meaning                                   | the reaper                     |
+//! |---------------|-------------------------------------------|--------------------------------|
+//! | `FREE`        | nothing                                   | -                              |
+//! | `CLAIMED`     | private, counted nowhere                  | frees it                       |
+//! | `ACQUIRING`   | held word, then pool word, maybe changed  | undoes what was done, as a release |
+//! | `HELD`        | counted in both words                     | releases it                    |
+//! | `RELEASING`   | pool word, then held word, maybe given back | finishes the release         |
 //!
-//! Only one reaper works on a slot at a time (the `REAPING` CAS), which is what makes
-//! "not installed yet, so install it" safe for `PENDING_REL`: the owner is dead and no
-//! other reaper can install the same release.
+//! An interrupted acquire is turned into a release whose steps that the acquire never
+//! made are marked done (`POOL_DONE`, `HELD_DONE`), then finished like any release; if
+//! it made neither, the lease is simply freed. Only one reaper works on a slot at a
+//! time (the `REAPING` CAS), and the owner is dead, so nothing else drives its leases.
 
 use crate::error::{Error, Result};
-use crate::layout::{lease_state as ls, pair, pool_word as pw, proc_state as ps};
+use crate::layout::{lease_state as ls, op_word, proc_state as ps};
 use crate::ops;
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -114,59 +115,84 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
         // Acquire: the state publishes the lease's fields (seqlock writer side in ops).
         let sw = lease.state.load(Acquire);
         let (generation, state) = (ls::generation(sw), ls::state(sw));
-        if matches!(state, ls::FREE | ls::CLAIMED) {
-            // FREE: nothing. CLAIMED: private, never published, counted nowhere.
-            if state == ls::CLAIMED {
-                ops::free_lease(lease, generation, state);
-            }
-            return Ok(());
-        }
-        // Published: first finish any op of this lease still pending in its pool (the
-        // owner may have died anywhere between install and clear). By (I1) the state
-        // alone then says what is counted, and the slot may be freed.
-        let p = checked_pool(r, l)?;
-        let w = r.pool(p).word.load(Acquire);
-        if is_ours(w, l, generation) {
-            ops::complete(r, p, w, None)?;
-            continue;
-        }
         match state {
-            ls::REFUSED | ls::RELEASED => {
+            ls::FREE => return Ok(()),
+            ls::CLAIMED => {
+                // Private, never published, counted nowhere.
                 ops::free_lease(lease, generation, state);
+                return Ok(());
             }
             ls::HELD => {
                 let d = ops::release(r, l, generation, None)?;
                 out.leases_released += 1;
                 out.units_returned[d.pool as usize] += d.units as u64;
+                return Ok(());
             }
-            ls::PENDING_ACQ => {
-                // Not pending now and still undecided: never installed (I1). Re-read
-                // first: a helper may have just finished an install we did not see.
-                if lease.state.load(Acquire) == sw {
-                    ops::free_lease(lease, generation, state);
-                    out.in_flight += 1;
-                }
-            }
-            ls::PENDING_REL => {
+            ls::RELEASING => {
                 let d = ops::finish_release(r, l, generation, None)?;
                 out.leases_released += 1;
                 out.units_returned[d.pool as usize] += d.units as u64;
+                return Ok(());
+            }
+            ls::ACQUIRING => {
+                if let Some(returned) = undo_acquire(r, l, generation)? {
+                    out.in_flight += 1;
+                    if let Some((p, units)) = returned {
+                        out.units_returned[p] += units as u64;
+                    }
+                    return Ok(());
+                }
+                // A settler set a flag meanwhile: look again.
             }
             _ => return Err(Error::Corrupt(format!("lease {l} has state word {sw:#x}"))),
         }
     }
 }
 
-fn checked_pool<R: Region>(r: &R, l: usize) -> Result<usize> {
-    // Relaxed: read after the Acquire load of the lease's state in `recover_lease`.
-    let p = pair::lo(r.lease(l).pool_tenant.load(Relaxed)) as usize;
-    if p >= r.geometry().pools {
-        return Err(Error::Corrupt(format!("lease {l} names pool {p}")));
+/// Undoes what an interrupted acquire of lease `l` made. `None` if its state word
+/// changed under us (a settler's flag): the caller looks again. Otherwise
+/// `Some(Some((pool, units)))` if units went back to a pool, `Some(None)` if not.
+#[allow(clippy::type_complexity)]
+fn undo_acquire<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+) -> Result<Option<Option<(usize, u32)>>> {
+    let lease = r.lease(l);
+    let d = ops::read_desc(lease, generation)
+        .ok_or_else(|| Error::Corrupt(format!("lease {l} changed generation mid-acquire")))?;
+    ops::check_desc(r, l, &d)?;
+    let (p, t) = (d.pool as usize, d.tenant as usize);
+    let tag = op_word::make_tag(l, false, generation);
+    // The words first, then the flags (I1 of `ops`): a settler flags, then replaces.
+    let pool_w = r.pool(p).word.load(Acquire);
+    let held_w = r.tenant_pool(p, t).held.load(Acquire);
+    let s = lease.state.load(Acquire);
+    if ls::generation(s) != generation || ls::state(s) != ls::ACQUIRING {
+        return Ok(None);
     }
-    Ok(p)
-}
-
-/// Whether pool word `w` has an op (of either kind) of lease `l`'s cycle `generation` pending.
-fn is_ours(w: u64, l: usize, generation: u32) -> bool {
-    pw::pending(w) == Some(l) && pw::generation(w) == generation & pw::GEN_MASK as u32
+    let pool_done = op_word::raw_tag(pool_w) == tag || s & ls::POOL_DONE != 0;
+    let held_done = op_word::raw_tag(held_w) == tag || s & ls::HELD_DONE != 0;
+    if !pool_done && !held_done {
+        return Ok(ops::free_lease_from(lease, s).then_some(None));
+    }
+    // As a release: the steps the acquire never made are marked done.
+    let mut flags = 0;
+    if !pool_done {
+        flags |= ls::POOL_DONE;
+    }
+    if !held_done {
+        flags |= ls::HELD_DONE;
+    }
+    let releasing = ls::make(generation, ls::RELEASING | flags);
+    // AcqRel: as every state change a settler may race with.
+    if lease
+        .state
+        .compare_exchange(s, releasing, AcqRel, Relaxed)
+        .is_err()
+    {
+        return Ok(None);
+    }
+    ops::finish_release(r, l, generation, Some(&d))?;
+    Ok(Some(pool_done.then_some((p, d.units))))
 }

@@ -47,14 +47,14 @@ impl HeapRegion {
             pools: (0..pools)
                 .map(|_| PoolRec {
                     word: a64(),
+                    pad: std::array::from_fn(|_| a64()),
                     limits: a64(),
                     active_weight: a64(),
                     active_at_ms: a64(),
-                    hold_ewma_us: a32(),
                     waiters: a32(),
+                    reserved32: a32(),
                     wake: a64(),
-                    grants: a64(),
-                    refusals: a64(),
+                    reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),
             tenants: (0..tenants)
@@ -71,7 +71,8 @@ impl HeapRegion {
                     last_active_ms: a64(),
                     grants: a64(),
                     refusals: [a64(), a64(), a64(), a64()],
-                    reserved: a64(),
+                    hold_ewma_us: a32(),
+                    reserved: a32(),
                 })
                 .collect(),
             procs: (0..procs)

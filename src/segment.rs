@@ -16,8 +16,8 @@ use memmap2::MmapMut;
 use crate::config::{Config, floor_of, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
-    Geometry, Header, LAYOUT_VERSION, LeaseRec, MAGIC, PoolRec, ProcRec, READY, RECORD,
-    TenantPoolRec, TenantRec, pair,
+    Geometry, Header, LAYOUT_VERSION, LeaseRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
+    RECORD, TenantPoolRec, TenantRec, pair,
 };
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -374,7 +374,7 @@ impl Region for Segment {
     #[inline]
     fn pool(&self, p: usize) -> &PoolRec {
         assert!(p < self.geo.pools);
-        self.rec(self.geo.pools_off + p * RECORD)
+        self.rec(self.geo.pools_off + p * POOL_RECORD)
     }
     #[inline]
     fn tenant(&self, t: usize) -> &TenantRec {

@@ -8,8 +8,8 @@
 use crate::admission::{recent, scan_active, share};
 use crate::config::Config;
 use crate::layout::{
-    held_word, lease_state as ls, owner_word as ow, pair, pool_word as pw, proc_state as ps,
-    tenant_state,
+    held_word, lease_state as ls, op_word, owner_word as ow, pair, pool_word as pw,
+    proc_state as ps, tenant_state,
 };
 use crate::refusal::Reason;
 use crate::region::Region;
@@ -32,13 +32,13 @@ pub struct PoolSnap {
     pub capacity: u32,
     pub in_use: u32,
     pub floor: u32,
-    /// An op was in progress when the word was read.
-    pub op_pending: bool,
+    /// The last op applied to the pool word: `"#lease/generation acquire|release"`.
+    pub last_op: Option<String>,
     pub active_tenants: usize,
     pub active_weight: u64,
+    /// Sums of the tenants' counters.
     pub grants: u64,
     pub refusals: u64,
-    pub hold_ewma_us: u64,
     pub tenants: Vec<TenantSnap>,
 }
 
@@ -54,6 +54,8 @@ pub struct TenantSnap {
     pub grants: u64,
     /// `(reason, count)` for each reason with a count.
     pub refusals: Vec<(String, u64)>,
+    /// Moving average of this tenant's holds in this pool, in µs (0: none seen yet).
+    pub hold_ewma_us: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -163,20 +165,27 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                         last_active_ms: last,
                         grants,
                         refusals,
+                        hold_ewma_us: tp.hold_ewma_us.load(Relaxed) as u64,
                     })
                 })
                 .collect();
+            let tenants: Vec<TenantSnap> = tenants;
             PoolSnap {
                 name: pc.name.clone(),
                 capacity: cap,
                 in_use: pw::in_use(w),
                 floor,
-                op_pending: !pw::is_idle(w),
+                last_op: op_word::tag(w).map(|t| {
+                    let kind = if t.release { "release" } else { "acquire" };
+                    format!("#{}/{} {kind}", t.lease, t.generation)
+                }),
                 active_tenants,
                 active_weight,
-                grants: rec.grants.load(Relaxed),
-                refusals: rec.refusals.load(Relaxed),
-                hold_ewma_us: rec.hold_ewma_us.load(Relaxed) as u64,
+                grants: tenants.iter().map(|t| t.grants).sum(),
+                refusals: tenants
+                    .iter()
+                    .flat_map(|t| t.refusals.iter().map(|(_, c)| c))
+                    .sum(),
                 tenants,
             }
         })

@@ -12,8 +12,121 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-#[cfg(not(loom))]
+#[cfg(all(not(loom), not(feature = "count-locked")))]
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+#[cfg(all(not(loom), feature = "count-locked"))]
+pub use counting::locked_instructions;
+#[cfg(all(not(loom), feature = "count-locked"))]
+pub(crate) use counting::{AtomicU32, AtomicU64};
+#[cfg(all(not(loom), feature = "count-locked"))]
+pub(crate) use std::sync::atomic::{Ordering, fence};
+
+/// The feature `count-locked` (tests only) wraps std's atomics to count, per thread,
+/// the operations that x86-64 compiles to a locked instruction: every read-modify-write
+/// (`lock cmpxchg`, `lock xadd`, `xchg`) and every SeqCst store (`xchg`). Same size and
+/// alignment (`repr(transparent)`), so the layout is unchanged. `tests/locked.rs` uses
+/// it to count the locked instructions of an uncontended pair, a figure no host changes.
+#[cfg(all(not(loom), feature = "count-locked"))]
+mod counting {
+    use std::cell::Cell;
+    use std::sync::atomic::Ordering;
+
+    std::thread_local! {
+        static LOCKED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    #[inline]
+    fn locked() {
+        LOCKED.with(|c| c.set(c.get() + 1));
+    }
+
+    /// Locked instructions this thread has executed on fairshm's atomics so far.
+    pub fn locked_instructions() -> u64 {
+        LOCKED.with(|c| c.get())
+    }
+
+    macro_rules! counted {
+        ($name:ident, $inner:ty, $int:ty) => {
+            #[repr(transparent)]
+            #[derive(Debug, Default)]
+            pub struct $name($inner);
+
+            impl $name {
+                pub const fn new(v: $int) -> Self {
+                    Self(<$inner>::new(v))
+                }
+                #[inline]
+                pub fn load(&self, o: Ordering) -> $int {
+                    self.0.load(o)
+                }
+                #[inline]
+                pub fn store(&self, v: $int, o: Ordering) {
+                    if o == Ordering::SeqCst {
+                        locked();
+                    }
+                    self.0.store(v, o)
+                }
+                #[inline]
+                pub fn swap(&self, v: $int, o: Ordering) -> $int {
+                    locked();
+                    self.0.swap(v, o)
+                }
+                #[inline]
+                pub fn compare_exchange(
+                    &self,
+                    a: $int,
+                    b: $int,
+                    s: Ordering,
+                    f: Ordering,
+                ) -> Result<$int, $int> {
+                    locked();
+                    self.0.compare_exchange(a, b, s, f)
+                }
+                #[inline]
+                pub fn compare_exchange_weak(
+                    &self,
+                    a: $int,
+                    b: $int,
+                    s: Ordering,
+                    f: Ordering,
+                ) -> Result<$int, $int> {
+                    locked();
+                    self.0.compare_exchange_weak(a, b, s, f)
+                }
+                #[inline]
+                pub fn fetch_add(&self, v: $int, o: Ordering) -> $int {
+                    locked();
+                    self.0.fetch_add(v, o)
+                }
+                #[inline]
+                pub fn fetch_sub(&self, v: $int, o: Ordering) -> $int {
+                    locked();
+                    self.0.fetch_sub(v, o)
+                }
+                #[inline]
+                pub fn fetch_max(&self, v: $int, o: Ordering) -> $int {
+                    locked();
+                    self.0.fetch_max(v, o)
+                }
+                #[inline]
+                pub fn as_ptr(&self) -> *mut $int {
+                    self.0.as_ptr()
+                }
+                /// # Safety
+                /// As `std`'s `from_ptr`: `ptr` is aligned, valid for the lifetime
+                /// `'a`, and only accessed atomically meanwhile.
+                pub unsafe fn from_ptr<'a>(ptr: *mut $int) -> &'a Self {
+                    // SAFETY: `repr(transparent)` over the std atomic, which is itself
+                    // `repr(C, align)` over the integer; the caller's contract.
+                    unsafe { &*(ptr as *const Self) }
+                }
+            }
+        };
+    }
+    counted!(AtomicU32, std::sync::atomic::AtomicU32, u32);
+    counted!(AtomicU64, std::sync::atomic::AtomicU64, u64);
+}
 
 /// Back-off for a CAS loop that lost a race.
 ///
@@ -53,4 +166,20 @@ impl Backoff {
         #[cfg(not(loom))]
         self.inner.snooze();
     }
+}
+
+/// A Release store to a word that other processes may CAS at the same time (a lease's
+/// state word, which settlers flag).
+///
+/// On the hardware a store is ordered in the word's modification order like any write,
+/// so a concurrent CAS either lands before it (and is overwritten) or fails. loom 0.7
+/// does not apply RMW atomicity to plain stores (tokio-rs/loom#254: a CAS can read the
+/// value before the store and still be ordered after it), so under loom this is a
+/// `swap`, which it models correctly and which has the same meaning here.
+#[inline]
+pub(crate) fn store_over_rmw(word: &AtomicU32, val: u32) {
+    #[cfg(loom)]
+    word.swap(val, Ordering::Release);
+    #[cfg(not(loom))]
+    word.store(val, Ordering::Release);
 }

@@ -305,8 +305,11 @@ impl Table {
             tid: crate::selfid::tid(),
             limits,
         };
-        // Relaxed: a hint only; any start finds a free lease if there is one.
-        let hint = self.hint.fetch_add(1, Relaxed) as usize;
+        // Relaxed, and a load and a store rather than an RMW: a hint only (threads that
+        // race may start at the same lease; any start finds a free one if there is one).
+        let hint = self.hint.load(Relaxed);
+        self.hint.store(hint.wrapping_add(1), Relaxed);
+        let hint = hint as usize;
         match admission::try_acquire(&self.seg, slot, hint, &attempt)? {
             Admitted::Granted { lease, desc } => Ok(Ok(Lease {
                 table: self,
@@ -350,14 +353,25 @@ impl Table {
         let mut woken_at: Option<u64> = None;
         let mut watch = Vec::new();
         loop {
-            // SeqCst: the waiter's half of the protocol in `waiting`.
+            // SeqCst, these three: the waiter's half of the handshake in `waiting`: we
+            // announce ourselves, read `wake`, then try (whose first load of the pool
+            // word is SeqCst); a release we do not see will see us and bump `wake`.
+            pool.waiters.fetch_add(1, SeqCst);
             let seqs = pool.wake.load(SeqCst);
-            let refusal = match self.try_acquire(req)? {
-                Ok(lease) => return Ok(Ok(lease)),
-                Err(r) => r,
+            let refusal = match self.try_acquire(req) {
+                Ok(Ok(lease)) => {
+                    pool.waiters.fetch_sub(1, SeqCst);
+                    return Ok(Ok(lease));
+                }
+                Ok(Err(r)) => r,
+                Err(e) => {
+                    pool.waiters.fetch_sub(1, SeqCst);
+                    return Err(e);
+                }
             };
             let now = Instant::now();
             if now >= deadline {
+                pool.waiters.fetch_sub(1, SeqCst);
                 return Ok(Err(self.timed_out(req, refusal, now - start)));
             }
             let class = if refusal.reason == Reason::OverShare {
@@ -371,9 +385,16 @@ impl Table {
                 waiting::pass_on(pool);
             }
             watch.clear();
-            let behind = anchor::watch(&self.seg, self.process_slot()?, p, &mut watch);
+            let behind = match self.process_slot() {
+                Ok(me) => anchor::watch(&self.seg, me, p, &mut watch),
+                Err(e) => {
+                    pool.waiters.fetch_sub(1, SeqCst);
+                    return Err(e);
+                }
+            };
             let until = deadline.min(next_sweep);
             if behind.dying > 0 {
+                pool.waiters.fetch_sub(1, SeqCst);
                 // A process died: reap it now. If it is still exiting (its anchor went
                 // first), wait for its last thread to go, then look again.
                 if self.reap_dead()?.is_empty() {
@@ -383,8 +404,6 @@ impl Table {
                 }
                 continue;
             }
-            // SeqCst, these three: the waiter's half of the Dekker pair in `waiting`.
-            pool.waiters.fetch_add(1, SeqCst);
             let seq = waiting::half(seqs, class);
             if waiting::half(pool.wake.load(SeqCst), class) == seq {
                 waiting::sleep(pool, class, seq, &watch, until);

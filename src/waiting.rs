@@ -8,17 +8,24 @@
 //! `wake` is two futex words in one u64, one per waiter [`Class`]: the low half for
 //! waiters refused under their share, the high half for those at or over it.
 //!
-//! Protocol (no lost wake-up):
-//! - a waiter reads `wake`, tries to acquire, and when refused bumps `waiters`,
-//!   re-reads `wake`, and sleeps only if its class's half is unchanged; the kernel
-//!   re-checks the half atomically with going to sleep;
-//! - a releaser bumps both halves in one `fetch_add`, then reads `waiters` and wakes if
-//!   there are any.
+//! Protocol (no lost wake-up), std's futex mutex idea of "wake only if someone waits"
+//! carried across processes:
+//! - a waiter first announces itself (`waiters += 1`), then reads `wake`, then tries to
+//!   acquire (its first load of the pool word), and when refused sleeps only if its
+//!   class's half of `wake` is unchanged; the kernel re-checks the half atomically with
+//!   going to sleep;
+//! - a releaser changes the pool word (its CAS), then reads `waiters`; only if it is
+//!   not zero does it bump both halves of `wake` (one `fetch_add`) and wake.
 //!
-//! Those accesses are SeqCst: it is a store-load pattern on two words (Dekker), and
-//! only a single total order forbids both sides reading the old value of the other's
-//! word. A release of `n` units wakes at most `n` waiters, under-share ones first, so
-//! no herd wakes for one permit and the tenant the rule favours is served first.
+//! Those four accesses are SeqCst, a store-load pattern on two words (Dekker): in the
+//! single total order, either the releaser's read of `waiters` comes after the
+//! waiter's announcement (so the releaser bumps `wake` after the waiter read it, and
+//! the waiter's sleep returns at once or is woken), or it comes before it, and then the
+//! waiter's try, which follows its announcement, reads the pool word after the
+//! release. So an uncontended release costs one load of `waiters`, no RMW.
+//!
+//! A release of `n` units wakes at most `n` waiters, under-share ones first, so no herd
+//! wakes for one permit and the tenant the rule favours is served first.
 //!
 //! A waiter may also watch owner words ([`Watch`], armed by `anchor::arm`): it then
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
@@ -181,14 +188,20 @@ pub fn pass_on(pool: &PoolRec) {
     }
 }
 
-/// After `units` came free in `pool`: bumps both sequences and wakes up to `units`
-/// waiters, under-share ones first.
+/// After `units` came free in `pool` (the pool word's SeqCst CAS is done): if anyone
+/// waits, bumps both sequences and wakes up to `units` waiters, under-share ones first.
+#[inline]
 pub fn released(pool: &PoolRec, units: u32) {
-    // SeqCst: see the module docs (pairs with the waiter's `waiters` bump and re-read).
-    pool.wake.fetch_add(BOTH, SeqCst);
-    if pool.waiters.load(SeqCst) == 0 {
-        return;
+    // SeqCst: see the module docs (pairs with the waiter's announcement and its try).
+    if pool.waiters.load(SeqCst) != 0 {
+        wake_waiters(pool, units);
     }
+}
+
+#[cold]
+fn wake_waiters(pool: &PoolRec, units: u32) {
+    // SeqCst: see the module docs.
+    pool.wake.fetch_add(BOTH, SeqCst);
     let woke = wake(pool, Class::Under, units);
     if woke < units {
         wake(pool, Class::Over, units - woke);

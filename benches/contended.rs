@@ -1,0 +1,183 @@
+//! The multi-process harness: acquire + release pairs in plain loops, run by 1, 2 and 4
+//! forked single-threaded processes on one pool, fairshm side by side with its
+//! baselines in the same run:
+//! - `bare_atomic`: `fetch_add` / `fetch_sub` on one word of a `MAP_SHARED` page (the
+//!   limit: no bound, no fairness, no recovery);
+//! - `semop_undo`: SysV `semop` -1 / +1 with `SEM_UNDO` on a semaphore of the pool's
+//!   size, blocking when it is empty (Semian's bulkhead mechanism);
+//! - `fairshm`: `try_acquire_at` + `release_at` (explicit `now`, so the clock is not
+//!   measured), falling back to the blocking `acquire` when refused.
+//!
+//! Pools of 2 (every process contends for the permits) and 1,000 (every process
+//! contends only for the pool's word). Each cell is the median of 5 runs of the
+//! aggregate wall time per pair: (last process done - start) / pairs of all processes.
+//!
+//! Run: `cargo bench --bench contended` (FAIRSHM_PAIRS per process, default 100000;
+//! FAIRSHM_RUNS, default 5).
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use fairshm::{Config, PoolConfig, Request, Table};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{Seg, env_or, fork_child, shared_words, wait};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mech {
+    Bare,
+    Semop,
+    Fairshm,
+}
+
+impl Mech {
+    fn name(self) -> &'static str {
+        match self {
+            Mech::Bare => "bare_atomic",
+            Mech::Semop => "semop_undo",
+            Mech::Fairshm => "fairshm",
+        }
+    }
+}
+
+/// Shared words: [0] start flag, [1] ready count, [2 + i] process i's end stamp (ns).
+fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
+    let w = shared_words(2 + procs);
+    let word = &shared_words(1)[0];
+    let seg = Seg::new("bench-contended");
+    let table = (mech == Mech::Fairshm).then(|| {
+        let cfg = Config::with_pools(vec![PoolConfig::new("requests", cap)]);
+        seg.create(&cfg)
+    });
+    let semid = if mech == Mech::Semop {
+        // SAFETY: a private SysV set of one semaphore; the result is checked.
+        let id = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
+        assert!(id >= 0, "semget failed");
+        // SAFETY: SETVAL on semaphore 0 of the set we own.
+        assert_eq!(
+            unsafe { libc::semctl(id, 0, libc::SETVAL, cap as libc::c_int) },
+            0
+        );
+        id
+    } else {
+        -1
+    };
+    let kids: Vec<_> = (0..procs)
+        .map(|i| {
+            let name = seg.name.clone();
+            fork_child(move || {
+                let t = (mech == Mech::Fairshm).then(|| {
+                    let t = Table::open(&name).expect("open");
+                    t.register().expect("register");
+                    t
+                });
+                w[1].fetch_add(1, SeqCst);
+                while w[0].load(SeqCst) == 0 {
+                    std::hint::spin_loop();
+                }
+                match mech {
+                    Mech::Bare => bare(word, pairs),
+                    Mech::Semop => semop(semid, pairs),
+                    Mech::Fairshm => fairshm(t.as_ref().unwrap(), pairs),
+                }
+                w[2 + i].store(fairshm::clock::now_ns(), SeqCst);
+                0
+            })
+        })
+        .collect();
+    while w[1].load(SeqCst) < procs as u64 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let start = fairshm::clock::now_ns();
+    w[0].store(1, SeqCst);
+    for k in kids {
+        assert_eq!(wait(k), 0, "a {} worker failed", mech.name());
+    }
+    let end = (0..procs).map(|i| w[2 + i].load(SeqCst)).max().unwrap();
+    if semid >= 0 {
+        // SAFETY: removing the set we created; no process uses it any more.
+        unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
+    }
+    if let Some(t) = &table {
+        let snap = t.snapshot();
+        assert_eq!(snap.pools[0].in_use, 0, "fairshm pool not back to 0");
+    }
+    drop(table);
+    (end - start) as f64 / (procs as u64 * pairs) as f64
+}
+
+fn bare(word: &AtomicU64, pairs: u64) {
+    for _ in 0..pairs {
+        std::hint::black_box(word.fetch_add(1, SeqCst));
+        std::hint::black_box(word.fetch_sub(1, SeqCst));
+    }
+}
+
+fn semop(semid: i32, pairs: u64) {
+    let mut down = libc::sembuf {
+        sem_num: 0,
+        sem_op: -1,
+        sem_flg: libc::SEM_UNDO as i16,
+    };
+    let mut up = libc::sembuf {
+        sem_num: 0,
+        sem_op: 1,
+        sem_flg: libc::SEM_UNDO as i16,
+    };
+    for _ in 0..pairs {
+        // SAFETY: valid sembuf pointers, count 1, on a set that outlives the loop.
+        unsafe {
+            while libc::semop(semid, &mut down, 1) != 0 {
+                assert_eq!(*libc::__errno_location(), libc::EINTR, "semop down");
+            }
+            assert_eq!(libc::semop(semid, &mut up, 1), 0, "semop up");
+        }
+    }
+}
+
+fn fairshm(t: &Table, pairs: u64) {
+    let req = Request::new("requests", "acme");
+    for k in 0..pairs {
+        let now = 1000 + k / 1000;
+        let lease = match t.try_acquire_at(&req, now).expect("try_acquire") {
+            Ok(lease) => lease,
+            Err(_) => t
+                .acquire(&req, Duration::from_secs(30))
+                .expect("acquire")
+                .expect("granted within 30 s"),
+        };
+        lease.release_at(now).expect("release");
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; any filter argument is ignored.
+    let pairs: u64 = env_or("FAIRSHM_PAIRS", 100_000);
+    let runs: usize = env_or("FAIRSHM_RUNS", 5).max(1);
+    println!(
+        "contended acquire+release pairs: aggregate ns per pair, median of {runs} runs, \
+         {pairs} pairs per process"
+    );
+    println!(
+        "{:>5} {:>6} {:>12} {:>12} {:>12} {:>11} {:>12}",
+        "pool", "procs", "bare_atomic", "semop_undo", "fairshm", "fs/bare", "semop/fs"
+    );
+    for cap in [2u32, 1000] {
+        for procs in [1usize, 2, 4] {
+            let cell =
+                |m: Mech| median((0..runs).map(|_| run_once(m, cap, procs, pairs)).collect());
+            let (b, s, f) = (cell(Mech::Bare), cell(Mech::Semop), cell(Mech::Fairshm));
+            println!(
+                "{cap:>5} {procs:>6} {b:>12.1} {s:>12.1} {f:>12.1} {:>10.1}x {:>11.2}x",
+                f / b,
+                s / f
+            );
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The locked instructions of an uncontended acquire + release pair, counted by the
+//! `count-locked` shim (every RMW and SeqCst store on fairshm's atomics): a figure that
+//! no host changes. Run: `cargo test --release --features count-locked --test locked`.
+mod common;
+
+use common::{Seg, one_pool};
+use fairshm::{Request, locked_instructions};
+
+/// Counts one pair after a warm-up pair (registration, the tenant's claim, the
+/// activity stamp of this `now`), so only the steady state is counted.
+fn pair_cost(now_of_pair: u64) -> (u64, u64) {
+    let seg = Seg::new("locked");
+    let t = seg.create(&one_pool(64));
+    let req = Request::new("requests", "acme").hold_ms(5);
+    t.try_acquire_at(&req, 1000)
+        .unwrap()
+        .unwrap()
+        .release_at(1000)
+        .unwrap();
+    let before = locked_instructions();
+    let lease = t.try_acquire_at(&req, now_of_pair).unwrap().unwrap();
+    let acquired = locked_instructions();
+    lease.release_at(now_of_pair).unwrap();
+    (acquired - before, locked_instructions() - acquired)
+}
+
+#[test]
+fn an_uncontended_pair_is_at_most_eight_locked_instructions() {
+    let (acq, rel) = pair_cost(1000);
+    eprintln!(
+        "uncontended pair, same ms: acquire {acq} + release {rel} = {} locked",
+        acq + rel
+    );
+    assert!(
+        acq + rel <= 8,
+        "acquire {acq} + release {rel} locked instructions"
+    );
+    // The first pair of a new millisecond also moves the tenant's activity stamp.
+    let (acq, rel) = pair_cost(1001);
+    eprintln!(
+        "uncontended pair, new ms: acquire {acq} + release {rel} = {} locked",
+        acq + rel
+    );
+    assert!(
+        acq + rel <= 9,
+        "acquire {acq} + release {rel} locked instructions, new ms"
+    );
+}
+
+#[test]
+fn a_refusal_is_at_most_two_locked_instructions() {
+    let seg = Seg::new("locked-refusal");
+    let t = seg.create(&one_pool(2));
+    let full = Request::new("requests", "acme").units(2);
+    let lease = t.try_acquire_at(&full, 1000).unwrap().unwrap();
+    let req = Request::new("requests", "acme");
+    assert!(t.try_acquire_at(&req, 1000).unwrap().is_err());
+    let before = locked_instructions();
+    assert!(t.try_acquire_at(&req, 1000).unwrap().is_err());
+    let n = locked_instructions() - before;
+    eprintln!("refusal: {n} locked");
+    assert!(n <= 2, "a refusal took {n} locked instructions");
+    drop(lease);
+}
