@@ -5,8 +5,11 @@
 //!   limit: no bound, no fairness, no recovery);
 //! - `semop_undo`: SysV `semop` -1 / +1 with `SEM_UNDO` on a semaphore of the pool's
 //!   size, blocking when it is empty (Semian's bulkhead mechanism);
-//! - `fairshm`: `try_acquire_at` + `release_at` (explicit `now`, so the clock is not
-//!   measured), falling back to the blocking `acquire` when refused.
+//! - `fairshm`: the engine's `acquire` + `release` on handles resolved once (explicit
+//!   `now`, so the clock is not measured), falling back to the blocking `acquire` when
+//!   refused;
+//! - `fairshm_by_name`: the façade's `try_acquire_at` + `release_at` with a `Request`
+//!   of names (pool and tenant looked up on every call).
 //!
 //! Pools of 2 (every process contends for the permits) and 1,000 (every process
 //! contends only for the pool's word). Each cell is the median of 5 runs of the
@@ -18,7 +21,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
-use fairshm::{Config, PoolConfig, Request, Table};
+use fairshm::{Config, Outcome, PoolConfig, Request, Table};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -29,6 +32,7 @@ enum Mech {
     Bare,
     Semop,
     Fairshm,
+    ByName,
 }
 
 impl Mech {
@@ -37,6 +41,7 @@ impl Mech {
             Mech::Bare => "bare_atomic",
             Mech::Semop => "semop_undo",
             Mech::Fairshm => "fairshm",
+            Mech::ByName => "fairshm_by_name",
         }
     }
 }
@@ -46,7 +51,8 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
     let w = shared_words(2 + procs);
     let word = &shared_words(1)[0];
     let seg = Seg::new("bench-contended");
-    let table = (mech == Mech::Fairshm).then(|| {
+    let fs = matches!(mech, Mech::Fairshm | Mech::ByName);
+    let table = fs.then(|| {
         let cfg = Config::with_pools(vec![PoolConfig::new("requests", cap)]);
         seg.create(&cfg)
     });
@@ -55,10 +61,8 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
         let id = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
         assert!(id >= 0, "semget failed");
         // SAFETY: SETVAL on semaphore 0 of the set we own.
-        assert_eq!(
-            unsafe { libc::semctl(id, 0, libc::SETVAL, cap as libc::c_int) },
-            0
-        );
+        let rc = unsafe { libc::semctl(id, 0, libc::SETVAL, cap as libc::c_int) };
+        assert_eq!(rc, 0, "semctl SETVAL");
         id
     } else {
         -1
@@ -67,7 +71,7 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
         .map(|i| {
             let name = seg.name.clone();
             fork_child(move || {
-                let t = (mech == Mech::Fairshm).then(|| {
+                let t = fs.then(|| {
                     let t = Table::open(&name).expect("open");
                     t.register().expect("register");
                     t
@@ -80,8 +84,9 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
                     Mech::Bare => bare(word, pairs),
                     Mech::Semop => semop(semid, pairs),
                     Mech::Fairshm => fairshm(t.as_ref().unwrap(), pairs),
+                    Mech::ByName => by_name(t.as_ref().unwrap(), pairs),
                 }
-                w[2 + i].store(fairshm::clock::now_ns(), SeqCst);
+                w[2 + i].store(now_ns(), SeqCst);
                 0
             })
         })
@@ -89,7 +94,7 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
     while w[1].load(SeqCst) < procs as u64 {
         std::thread::sleep(Duration::from_micros(100));
     }
-    let start = fairshm::clock::now_ns();
+    let start = now_ns();
     w[0].store(1, SeqCst);
     for k in kids {
         assert_eq!(wait(k), 0, "a {} worker failed", mech.name());
@@ -137,6 +142,24 @@ fn semop(semid: i32, pairs: u64) {
 }
 
 fn fairshm(t: &Table, pairs: u64) {
+    let e = t.engine();
+    let (pool, tenant) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
+    let req = Request::new("requests", "acme");
+    for k in 0..pairs {
+        let now = 1000 + k / 1000;
+        let id = match e.acquire(pool, tenant, 1, 0, now).expect("acquire") {
+            Outcome::Granted(id) => id,
+            Outcome::Refused(_) => t
+                .acquire(&req, Duration::from_secs(30))
+                .expect("acquire")
+                .expect("granted within 30 s")
+                .into_id(),
+        };
+        e.release(id, now).expect("release");
+    }
+}
+
+fn by_name(t: &Table, pairs: u64) {
     let req = Request::new("requests", "acme");
     for k in 0..pairs {
         let now = 1000 + k / 1000;
@@ -149,6 +172,17 @@ fn fairshm(t: &Table, pairs: u64) {
         };
         lease.release_at(now).expect("release");
     }
+}
+
+/// CLOCK_MONOTONIC in ns: one clock for every process.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -165,16 +199,24 @@ fn main() {
          {pairs} pairs per process"
     );
     println!(
-        "{:>5} {:>6} {:>12} {:>12} {:>12} {:>11} {:>12}",
-        "pool", "procs", "bare_atomic", "semop_undo", "fairshm", "fs/bare", "semop/fs"
+        "{:>5} {:>6} {:>12} {:>12} {:>12} {:>16} {:>9} {:>9}",
+        "pool",
+        "procs",
+        "bare_atomic",
+        "semop_undo",
+        "fairshm",
+        "fairshm_by_name",
+        "fs/bare",
+        "semop/fs"
     );
     for cap in [2u32, 1000] {
         for procs in [1usize, 2, 4] {
             let cell =
                 |m: Mech| median((0..runs).map(|_| run_once(m, cap, procs, pairs)).collect());
-            let (b, s, f) = (cell(Mech::Bare), cell(Mech::Semop), cell(Mech::Fairshm));
+            let (b, s) = (cell(Mech::Bare), cell(Mech::Semop));
+            let (f, n) = (cell(Mech::Fairshm), cell(Mech::ByName));
             println!(
-                "{cap:>5} {procs:>6} {b:>12.1} {s:>12.1} {f:>12.1} {:>10.1}x {:>11.2}x",
+                "{cap:>5} {procs:>6} {b:>12.1} {s:>12.1} {f:>12.1} {n:>16.1} {:>8.1}x {:>8.2}x",
                 f / b,
                 s / f
             );

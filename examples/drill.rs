@@ -74,7 +74,7 @@ fn worker(seg: &str, tenant: &str, run_for: Duration, hold: Duration) -> Report 
                     match r.reason {
                         Reason::PoolFull => rep.pool_full += 1,
                         Reason::OverShare => rep.over_share += 1,
-                        Reason::TimedOut => {}
+                        _ => {}
                     }
                     let ms = r.retry_after_ms.unwrap_or(1);
                     std::thread::sleep(Duration::from_millis(ms));

@@ -111,19 +111,7 @@ pub fn attach(file: &File, offset: u64) -> io::Result<Anchor> {
 
 /// A shared (never private) `FUTEX_WAKE` of every waiter of `word`.
 fn wake_all(word: *mut u32) {
-    // SAFETY: `word` is an aligned u32 in a live shared mapping; FUTEX_WAKE ignores the
-    // timeout, uaddr2 and val3 arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word,
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0,
-        )
-    };
+    crate::waiting::wake_word(word, u32::MAX);
 }
 
 /// The anchor thread's body: attaches, reports, waits for `stop`, detaches.

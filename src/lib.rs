@@ -11,46 +11,81 @@
 //! # Ok::<(), fairshm::Error>(())
 //! ```
 //!
+//! The public surface is the façade ([`Table`], [`Lease`], [`OwnedLease`], [`Request`],
+//! [`Refusal`]), the handle-based [`Engine`] under it ([`PoolId`], [`TenantId`],
+//! [`LeaseId`], [`Outcome`], [`Refused`]), the config and the errors.
+//!
 //! Modules, one responsibility each: `layout` (the bytes), `segment` (the mapping),
 //! `ops` (the crash-safe op protocol), `admission` (the fair-share rule), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake),
-//! `waiting` (futexes), `recovery`, `capacity` (`per_worker` sizing), `stats`,
-//! `refusal`, `table` (the API), `sync` (the atomics shim that loom swaps out).
+//! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
+//! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade),
+//! `sync` (the atomics shim that loom swaps out). They are private; the feature
+//! `internals` makes them public for the project's own tests, benches and fuzz targets.
 
-pub mod admission;
-pub mod capacity;
+/// A module that the feature `internals` makes public (tests, benches, fuzzing).
+macro_rules! internal {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$m])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$m])*
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unreachable_pub)]
+        pub(crate) mod $name;
+    )*};
+}
+
+internal!(
+    admission,
+    capacity,
+    layout,
+    liveness,
+    ops,
+    recovery,
+    region,
+    tenants,
+    #[cfg(not(loom))]
+    anchor,
+    #[cfg(not(loom))]
+    clock,
+    #[cfg(not(loom))]
+    segment,
+    #[cfg(not(loom))]
+    selfid,
+    #[cfg(not(loom))]
+    waiting,
+);
+
 pub mod config;
 pub mod error;
-pub mod layout;
-pub mod liveness;
-pub mod ops;
-pub mod recovery;
 pub mod refusal;
-pub mod region;
 pub mod stats;
 pub(crate) mod sync;
-pub mod tenants;
 
 #[cfg(not(loom))]
-pub mod anchor;
-#[cfg(not(loom))]
-pub mod clock;
+mod blocking;
 #[cfg(feature = "crash-points")]
 pub mod crash;
 #[cfg(not(loom))]
-pub mod segment;
-#[cfg(not(loom))]
-pub mod selfid;
+mod engine;
 #[cfg(not(loom))]
 mod table;
-#[cfg(not(loom))]
-pub mod waiting;
 
-pub use config::{Config, PerWorker, PoolConfig};
-pub use error::{Error, Result};
-pub use refusal::{Reason, Refusal};
 #[cfg(not(loom))]
-pub use table::{Lease, LeaseId, Request, Table};
+pub use blocking::Ended;
+pub use config::{Config, PerWorker, PoolConfig};
+#[cfg(not(loom))]
+pub use engine::{Engine, LeaseId, Outcome, PoolId, TenantId};
+pub use error::{Error, Result};
+pub use recovery::Reaped;
+pub use refusal::{Reason, Refusal, Refused};
+pub use stats::Snapshot;
+#[cfg(not(loom))]
+pub use table::{DEFAULT_SWEEP, Lease, OwnedLease, Request, Table};
+#[cfg(not(loom))]
+pub use waiting::Cancel;
 
 #[cfg(all(not(loom), feature = "count-locked"))]
 pub use sync::locked_instructions;

@@ -1,11 +1,17 @@
-//! A refusal is a value: a stable reason code, a retry-after, and an explanation that
-//! says what was asked, what blocked it and what to do.
+//! A refusal is a value: a stable reason code, a retry-after, and the facts the rule
+//! decided on. [`Refused`] is those facts, `Copy`, built without allocating on the
+//! engine's path; [`Refusal`] adds the pool's and tenant's names for the façade, and
+//! writes the explanation (what was asked, what blocked it, what to do) only when it is
+//! asked for.
 
 use crate::admission::{Decision, RefusalFacts, share};
 use serde::Serialize;
 
-/// Stable reason codes (also the C ABI's integers). Never renumbered.
+/// Stable reason codes (also the C ABI's integers). Never renumbered; later policies
+/// add codes, so matches need a wildcard arm.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 #[repr(u32)]
 pub enum Reason {
     /// Under its share, but the pool has no room for the units asked.
@@ -14,11 +20,18 @@ pub enum Reason {
     OverShare = 2,
     /// A blocking acquire's timeout ran out.
     TimedOut = 3,
+    /// A blocking acquire was cancelled (`Table::acquire_cancellable`).
+    Cancelled = 4,
 }
 
 impl Reason {
     /// Reasons with a per-tenant counter in the segment (index = code - 1).
-    pub const ALL_COUNTED: [Reason; 3] = [Reason::PoolFull, Reason::OverShare, Reason::TimedOut];
+    pub const ALL_COUNTED: [Reason; 4] = [
+        Reason::PoolFull,
+        Reason::OverShare,
+        Reason::TimedOut,
+        Reason::Cancelled,
+    ];
 
     pub fn code(self) -> u32 {
         self as u32
@@ -28,30 +41,102 @@ impl Reason {
             Reason::PoolFull => "pool_full",
             Reason::OverShare => "over_share",
             Reason::TimedOut => "timed_out",
+            Reason::Cancelled => "cancelled",
         }
     }
 }
 
-/// Why an acquire was not granted.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// The facts of a refusal, as the engine returns them: `Copy`, no allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    pub reason: Reason,
+    /// When to try again, in ms, rounded up, at least 1.
+    pub retry_after_ms: u64,
+    /// Units asked for.
+    pub units: u32,
+    /// The pool's units in use, and the tenant's units held, that the rule saw.
+    pub in_use: u32,
+    pub held: u32,
+    /// `POOL` and `SHARE_FLOOR` as frozen for the decision.
+    pub capacity: u32,
+    pub floor: u32,
+    /// The tenant's weight and the active weight it was judged among (its own
+    /// included).
+    pub weight: u32,
+    pub active_weight: u64,
+    /// Units more that would have to be free (`pool_full`), or that would eat into
+    /// the floor (`over_share`).
+    pub short: u32,
+}
+
+impl Refused {
+    #[cfg_attr(loom, allow(dead_code))] // the engine, its caller, is not built under loom
+    pub(crate) fn from_facts(units: u32, f: &RefusalFacts) -> Refused {
+        let (reason, short) = match f.decision {
+            Decision::PoolFull { short } => (Reason::PoolFull, short),
+            Decision::OverShare { short } => (Reason::OverShare, short),
+            Decision::Admit => (Reason::PoolFull, 0),
+        };
+        Refused {
+            reason,
+            retry_after_ms: f.retry_after_ms,
+            units,
+            in_use: f.in_use,
+            held: f.held,
+            capacity: f.cap,
+            floor: f.floor,
+            weight: f.weight,
+            active_weight: f.active_weight.max(f.weight as u64),
+            short,
+        }
+    }
+
+    /// `share(t)` of the tenant when it was refused.
+    pub fn share(&self) -> f64 {
+        share(self.capacity, self.floor, self.weight, self.active_weight)
+    }
+}
+
+/// Why an acquire was not granted, with the names it was asked by.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Refusal {
     pub reason: Reason,
     /// When to try again, in ms, rounded up; `None` when no estimate is honest.
     pub retry_after_ms: Option<u64>,
-    pub explanation: String,
-    pub pool: String,
-    pub tenant: String,
-    pub units: u32,
-    pub in_use: u32,
-    pub capacity: u32,
-    pub floor: u32,
-    pub held: u32,
-    pub share: f64,
+    pub pool: Box<str>,
+    pub tenant: Box<str>,
+    /// The facts of the last refusal by the rule (for `timed_out` and `cancelled`, the
+    /// one before the wait ended).
+    pub facts: Refused,
+    /// How long a blocking acquire waited, for `timed_out` and `cancelled`.
+    pub waited_ms: Option<u64>,
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.reason.as_str(), self.explanation)
+        write!(f, "{}: ", self.reason.as_str())?;
+        self.write_explanation(f)
+    }
+}
+
+impl Serialize for Refusal {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Refusal", 13)?;
+        st.serialize_field("reason", &self.reason)?;
+        st.serialize_field("code", &self.reason.code())?;
+        st.serialize_field("retry_after_ms", &self.retry_after_ms)?;
+        st.serialize_field("explanation", &self.explanation())?;
+        st.serialize_field("pool", &self.pool)?;
+        st.serialize_field("tenant", &self.tenant)?;
+        st.serialize_field("units", &self.facts.units)?;
+        st.serialize_field("in_use", &self.facts.in_use)?;
+        st.serialize_field("capacity", &self.facts.capacity)?;
+        st.serialize_field("floor", &self.facts.floor)?;
+        st.serialize_field("held", &self.facts.held)?;
+        st.serialize_field("share", &self.share())?;
+        st.serialize_field("waited_ms", &self.waited_ms)?;
+        st.end()
     }
 }
 
@@ -64,66 +149,86 @@ fn plural(n: u32, one: &str) -> String {
 }
 
 impl Refusal {
-    /// Builds the refusal of `units` of `pool` for `tenant` from the facts seen.
-    pub fn from_facts(pool: &str, tenant: &str, units: u32, f: &RefusalFacts) -> Refusal {
-        let sh = share(f.cap, f.floor, f.weight, f.active_weight);
-        let others = f.active_weight.saturating_sub(f.weight as u64);
-        let company = if others == 0 {
+    /// The refusal of `pool` / `tenant` described by `facts`.
+    pub fn new(pool: &str, tenant: &str, facts: Refused) -> Refusal {
+        Refusal {
+            reason: facts.reason,
+            retry_after_ms: Some(facts.retry_after_ms),
+            pool: pool.into(),
+            tenant: tenant.into(),
+            facts,
+            waited_ms: None,
+        }
+    }
+
+    /// `share(t)` of the tenant when the rule refused it.
+    pub fn share(&self) -> f64 {
+        self.facts.share()
+    }
+
+    /// What was asked, what blocked it and what to do, in words. Built on each call.
+    pub fn explanation(&self) -> String {
+        struct E<'a>(&'a Refusal);
+        impl std::fmt::Display for E<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.write_explanation(f)
+            }
+        }
+        E(self).to_string()
+    }
+
+    fn write_explanation(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (pool, tenant, units) = (&self.pool, &self.tenant, self.facts.units);
+        if let Some(waited) = self.waited_ms {
+            let what = if self.reason == Reason::Cancelled {
+                "cancelled"
+            } else {
+                "timed out"
+            };
+            write!(
+                f,
+                "{what} after {waited} ms waiting for {} of pool {pool:?} for tenant \
+                 {tenant:?}; what blocked it last: ",
+                plural(units, "unit"),
+            )?;
+        }
+        let x = &self.facts;
+        let sh = x.share();
+        let company = if x.active_weight <= x.weight as u64 {
             "it is the only active tenant".to_owned()
         } else {
-            format!(
-                "active weight {} (its own {})",
-                f.active_weight.max(f.weight as u64),
-                f.weight
-            )
+            format!("active weight {} (its own {})", x.active_weight, x.weight)
         };
-        let retry = f.retry_after_ms;
-        let (reason, explanation) = match f.decision {
-            Decision::PoolFull { .. } | Decision::Admit => (
-                Reason::PoolFull,
-                format!(
-                    "tenant {tenant:?} asked for {} of pool {pool:?}, which is full \
-                     ({} of {} in use). It holds {}, under its share of {sh:.1} ({company}), \
-                     so it is first in line: retry after {retry} ms, when a release is \
-                     expected; it is admitted as soon as {} free{}.",
-                    plural(units, "unit"),
-                    f.in_use,
-                    f.cap,
-                    f.held,
-                    plural(units, "unit"),
-                    if units == 1 { "s" } else { "" },
-                ),
+        let retry = x.retry_after_ms;
+        match x.reason {
+            Reason::OverShare => write!(
+                f,
+                "tenant {tenant:?} asked for {} of pool {pool:?} ({} of {} in use). \
+                 It holds {}, at or past its share of {sh:.1} ({company}), so it may \
+                 use the pool only up to {} (capacity less the floor of {} kept for \
+                 other tenants), and that is {} short. Retry after {retry} ms, or \
+                 lower this tenant's concurrency.",
+                plural(units, "unit"),
+                x.in_use,
+                x.capacity,
+                x.held,
+                x.capacity.saturating_sub(x.floor),
+                x.floor,
+                plural(x.short, "unit"),
             ),
-            Decision::OverShare { short } => (
-                Reason::OverShare,
-                format!(
-                    "tenant {tenant:?} asked for {} of pool {pool:?} ({} of {} in use). \
-                     It holds {}, at or past its share of {sh:.1} ({company}), so it may \
-                     use the pool only up to {} (capacity less the floor of {} kept for \
-                     other tenants), and that is {} short. Retry after {retry} ms, or \
-                     lower this tenant's concurrency.",
-                    plural(units, "unit"),
-                    f.in_use,
-                    f.cap,
-                    f.held,
-                    f.cap.saturating_sub(f.floor),
-                    f.floor,
-                    plural(short, "unit"),
-                ),
+            _ => write!(
+                f,
+                "tenant {tenant:?} asked for {} of pool {pool:?}, which is full \
+                 ({} of {} in use). It holds {}, under its share of {sh:.1} ({company}), \
+                 so it is first in line: retry after {retry} ms, when a release is \
+                 expected; it is admitted as soon as {} free{}.",
+                plural(units, "unit"),
+                x.in_use,
+                x.capacity,
+                x.held,
+                plural(units, "unit"),
+                if units == 1 { "s" } else { "" },
             ),
-        };
-        Refusal {
-            reason,
-            retry_after_ms: Some(retry),
-            explanation,
-            pool: pool.to_owned(),
-            tenant: tenant.to_owned(),
-            units,
-            in_use: f.in_use,
-            capacity: f.cap,
-            floor: f.floor,
-            held: f.held,
-            share: sh,
         }
     }
 }

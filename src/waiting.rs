@@ -165,11 +165,19 @@ pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until:
 
 /// Wakes up to `n` waiters of `class`; returns how many woke.
 pub fn wake(pool: &PoolRec, class: Class, n: u32) -> u32 {
-    // SAFETY: as in `sleep`; FUTEX_WAKE ignores the timeout, uaddr2 and val3 arguments.
+    wake_word(word_ptr(pool, class), n)
+}
+
+/// `FUTEX_WAKE` of up to `n` waiters of the u32 at `word` (process-shared); returns how
+/// many woke.
+pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
+    // SAFETY: `word` is an aligned u32 that lives at least as long as this call (a pool's
+    // `wake` or an owner word in a live mapping, or a `Cancel`'s word); FUTEX_WAKE only
+    // uses the address as a key and ignores the timeout, uaddr2 and val3 arguments.
     let woke = unsafe {
         libc::syscall(
             libc::SYS_futex,
-            word_ptr(pool, class),
+            word,
             libc::FUTEX_WAKE,
             n.min(i32::MAX as u32),
             std::ptr::null::<libc::timespec>(),
@@ -178,6 +186,43 @@ pub fn wake(pool: &PoolRec, class: Class, n: u32) -> u32 {
         )
     };
     woke.max(0) as u32
+}
+
+/// Ends a blocking acquire early, from another thread: `Table::acquire_cancellable`
+/// then returns a `cancelled` refusal. The waiter sleeps on this word too (with
+/// `futex_waitv`), so `cancel` wakes it at once; on a kernel without `futex_waitv` it
+/// is noticed at the next wake, sweep or deadline.
+#[derive(Debug, Default)]
+pub struct Cancel {
+    word: AtomicU32,
+}
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+    /// Cancels every acquire waiting with this token, now and until `reset`.
+    pub fn cancel(&self) {
+        // Release: the canceller's writes before it happen before the waiter's return.
+        self.word.store(1, Release);
+        wake_word(self.word.as_ptr(), u32::MAX);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        // Acquire: pairs with `cancel`.
+        self.word.load(Acquire) != 0
+    }
+    /// Makes the token usable again.
+    pub fn reset(&self) {
+        // Relaxed: the owner of the token resets it between uses.
+        self.word.store(0, Relaxed);
+    }
+    /// The word to sleep on, while not cancelled.
+    pub(crate) fn watch(&self) -> Watch<'_> {
+        Watch {
+            word: &self.word,
+            val: 0,
+        }
+    }
 }
 
 /// Wakes one waiter, under-share first (a woken waiter that was refused again passes

@@ -70,9 +70,9 @@ fn a_timeout_is_a_timed_out_refusal_that_says_what_it_waited_for() {
     assert!(start.elapsed() >= Duration::from_millis(60));
     assert_eq!(r.reason, Reason::TimedOut);
     assert!(
-        r.explanation.contains("timed out") && r.explanation.contains("full"),
+        r.explanation().contains("timed out") && r.explanation().contains("full"),
         "{}",
-        r.explanation
+        r.explanation()
     );
     let snap = t.snapshot();
     let b = snap

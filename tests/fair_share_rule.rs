@@ -1,4 +1,5 @@
 //! The consequences of seed 000, each on a real segment with explicit `now`.
+#![allow(clippy::result_large_err)] // the test helpers return a refusal by value
 mod common;
 
 use common::{Seg, one_pool};
@@ -42,7 +43,7 @@ fn a_lone_tenant_gets_the_whole_pool() {
     // Holding all 8 it holds exactly its share (8), so the literal rule refuses it at
     // the floor; the pool is full either way.
     assert_eq!(refusal.reason, Reason::OverShare);
-    assert_eq!(refusal.share, 8.0);
+    assert_eq!(refusal.share(), 8.0);
     assert_eq!(t.snapshot_at(100).held("requests", "big"), 8);
 }
 
@@ -55,11 +56,11 @@ fn over_share_stops_one_floor_short_and_a_late_arrival_gets_its_floor_at_once() 
     let (big, refusal) = take_all(&t, "big", 101);
     assert_eq!(big.len(), 7, "POOL - FLOOR = 8 - 1");
     assert_eq!(refusal.reason, Reason::OverShare);
-    assert_eq!(refusal.floor, 1);
+    assert_eq!(refusal.facts.floor, 1);
     assert!(
-        refusal.explanation.contains("floor"),
+        refusal.explanation().contains("floor"),
         "{}",
-        refusal.explanation
+        refusal.explanation()
     );
     // The late arrival finds its floor free, with no release needed.
     let small = take(&t, "small", 102).expect("the floor is free");
@@ -77,7 +78,7 @@ fn a_full_pool_refuses_the_over_share_tenant_and_admits_the_under_share_one_on_r
     // small arrives: full, so refused, but under its share (pool_full) and now active.
     let r = take(&t, "small", 101).unwrap_err();
     assert_eq!(r.reason, Reason::PoolFull);
-    assert_eq!(r.held, 0);
+    assert_eq!(r.facts.held, 0);
     assert!(r.retry_after_ms.unwrap() >= 1);
     // One release: big (past its share of 4) may not take it back...
     big.pop().unwrap().release_at(102).unwrap();
@@ -132,7 +133,7 @@ fn weights_change_shares_as_the_formula_says() {
         );
         if let Err(r) = &r {
             assert_eq!(r.reason, Reason::OverShare);
-            assert_eq!(r.share, 50.0);
+            assert_eq!(r.share(), 50.0);
         }
         let snap = t.snapshot_at(101);
         let acme = snap

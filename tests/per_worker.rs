@@ -126,5 +126,5 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
         .try_acquire_at(&Request::new("flights", "b"), 20)
         .unwrap()
         .unwrap_err();
-    assert_eq!(r.capacity, 1);
+    assert_eq!(r.facts.capacity, 1);
 }

@@ -1,0 +1,135 @@
+//! The blocking acquire: try, and when refused sleep on the pool's futex (and on the
+//! owner words of the processes ahead, and on a cancel token) until a release, a death,
+//! the deadline or a cancellation. The handshake with releasers is in `waiting`; the
+//! death wake in `anchor`.
+
+use std::time::{Duration, Instant};
+
+use crate::anchor;
+use crate::clock;
+use crate::engine::{Engine, LeaseId, Outcome, PoolId, TenantId};
+use crate::error::Result;
+use crate::layout::PoolRec;
+use crate::liveness;
+use crate::refusal::{Reason, Refused};
+use crate::region::Region;
+use crate::sync::Ordering::*;
+use crate::waiting::{self, Cancel, Class};
+
+/// First bound on a waiter's wait for a dying process to finish exiting; it doubles
+/// (the wait ends as soon as the process is gone: see `liveness::wait_exit`).
+const DYING_PAUSE: Duration = Duration::from_millis(1);
+
+/// Why a blocking acquire gave up, with the last refusal by the rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// `TimedOut` or `Cancelled`.
+    pub reason: Reason,
+    pub last: Refused,
+}
+
+/// A waiter announced in `waiters` for as long as this lives.
+struct Announced<'a>(&'a PoolRec);
+
+impl<'a> Announced<'a> {
+    fn new(pool: &'a PoolRec) -> Self {
+        // SeqCst: the waiter's half of the handshake in `waiting`.
+        pool.waiters.fetch_add(1, SeqCst);
+        Announced(pool)
+    }
+}
+
+impl Drop for Announced<'_> {
+    fn drop(&mut self) {
+        // SeqCst: as the announcement.
+        self.0.waiters.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Acquires `units` of `pool` for `tenant`, waiting up to `timeout`; sweeps for dead
+/// processes every `sweep` as the backup to the kernel's death wake. `Ok(Err(..))` says
+/// why it gave up and how long it waited.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire(
+    engine: &Engine,
+    pool: PoolId,
+    tenant: TenantId,
+    units: u32,
+    hold_ms: u64,
+    timeout: Duration,
+    sweep: Duration,
+    cancel: Option<&Cancel>,
+) -> Result<std::result::Result<LeaseId, (Ended, Duration)>> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let seg = engine.seg();
+    let p = pool.index();
+    let rec = seg.pool(p);
+    let mut next_sweep = start + sweep;
+    let mut pause = DYING_PAUSE;
+    let mut woken_at: Option<u64> = None;
+    let mut watch = Vec::new();
+    loop {
+        // We announce ourselves, read `wake`, then try (whose first load of the pool
+        // word is SeqCst): a release we do not see will see us and bump `wake`.
+        let announced = Announced::new(rec);
+        // SeqCst: the handshake in `waiting`.
+        let seqs = rec.wake.load(SeqCst);
+        let last = match engine.acquire(pool, tenant, units, hold_ms, clock::now_ms())? {
+            Outcome::Granted(id) => return Ok(Ok(id)),
+            Outcome::Refused(r) => r,
+        };
+        let now = Instant::now();
+        let ended = if cancel.is_some_and(Cancel::is_cancelled) {
+            Some(Reason::Cancelled)
+        } else if now >= deadline {
+            Some(Reason::TimedOut)
+        } else {
+            None
+        };
+        if let Some(reason) = ended {
+            // Relaxed: a statistic.
+            seg.tenant_pool(p, tenant.index()).refusals[reason as usize - 1].fetch_add(1, Relaxed);
+            return Ok(Err((Ended { reason, last }, now - start)));
+        }
+        let class = if last.reason == Reason::OverShare {
+            Class::Over
+        } else {
+            Class::Under
+        };
+        if woken_at.is_some_and(|w| w != seqs) {
+            // Woken, yet refused: pass the wake on once, so a waiter that could use
+            // the permit is not left asleep behind us.
+            waiting::pass_on(rec);
+        }
+        watch.clear();
+        if let Some(c) = cancel {
+            watch.push(c.watch());
+        }
+        let behind = anchor::watch(seg, engine.process_slot()?, p, &mut watch);
+        let until = deadline.min(next_sweep);
+        if behind.dying > 0 {
+            drop(announced);
+            // A process died: reap it now. If it is still exiting (its anchor went
+            // first), wait for its last thread to go, then look again.
+            if engine.reap_dead()?.is_empty() {
+                let left = until.saturating_duration_since(Instant::now());
+                liveness::wait_exit(behind.dying_procs(), pause.min(left));
+                pause = (pause * 2).min(sweep);
+            }
+            continue;
+        }
+        let seq = waiting::half(seqs, class);
+        // SeqCst: the handshake in `waiting`.
+        if waiting::half(rec.wake.load(SeqCst), class) == seq {
+            waiting::sleep(rec, class, seq, &watch, until);
+        }
+        drop(announced);
+        woken_at = Some(seqs);
+        let now = Instant::now();
+        if now >= next_sweep {
+            engine.reap_dead()?; // the backup sweep: wakes us if a holder died
+            next_sweep = now + sweep;
+        }
+    }
+}

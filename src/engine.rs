@@ -1,0 +1,398 @@
+//! The engine: a mapped segment, this process's registration, and acquire / release
+//! by handles. Names are resolved once ([`Engine::pool`], [`Engine::tenant`]) into
+//! small `Copy` handles; an acquire returns a `Copy` [`Outcome`] and allocates nothing,
+//! granted or refused. The Rust façade ([`crate::Table`]), and later the C ABI, sit on
+//! top of it.
+
+use std::sync::Mutex;
+
+use crate::admission::{self, Admitted, Attempt};
+use crate::anchor;
+use crate::clock;
+use crate::config::{Config, check_name_bytes};
+use crate::error::{Error, Result};
+use crate::layout::{pair, tenant_state};
+use crate::liveness;
+use crate::recovery::{self, Reaped};
+use crate::refusal::Refused;
+use crate::region::Region;
+use crate::segment::Segment;
+use crate::stats::{self, Snapshot};
+use crate::sync::{AtomicU64, Ordering::*};
+use crate::tenants;
+
+/// A pool of a table, resolved from its name by [`Engine::pool`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolId(pub(crate) u32);
+
+impl PoolId {
+    /// The pool's index in the table's config.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A tenant of a table, resolved (and claimed on first use) by [`Engine::tenant`]. It
+/// carries the tenant's weight, fixed when the name was claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TenantId {
+    pub(crate) index: u32,
+    pub(crate) weight: u32,
+}
+
+impl TenantId {
+    /// The tenant's slot in the table's directory.
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+    pub fn weight(self) -> u32 {
+        self.weight
+    }
+}
+
+/// A lease's identity: its slot and the slot's claim generation. Round-trips through
+/// one `u64` ([`LeaseId::to_u64`], [`LeaseId::from_u64`]) for bindings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseId {
+    pub index: u32,
+    pub generation: u32,
+}
+
+impl LeaseId {
+    pub fn to_u64(self) -> u64 {
+        (self.index as u64) << 32 | self.generation as u64
+    }
+    pub fn from_u64(v: u64) -> LeaseId {
+        LeaseId {
+            index: (v >> 32) as u32,
+            generation: v as u32,
+        }
+    }
+}
+
+impl std::fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}/{}", self.index, self.generation)
+    }
+}
+
+/// What an acquire came to. `Copy`, no allocation either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Granted(LeaseId),
+    Refused(Refused),
+}
+
+/// A shared table as one process sees it: the mapping and this process's registration.
+pub struct Engine {
+    seg: Segment,
+    /// `pid << 32 | slot + 1` of this process's registration; 0 before it.
+    reg: AtomicU64,
+    reg_lock: Mutex<()>,
+    /// Where this process's next lease search starts.
+    hint: AtomicU64,
+    /// This process's anchor for its registration, with the pid it was started by (a
+    /// forked child inherits the parent's entry, whose thread it does not have).
+    anchor: Mutex<Option<(u64, anchor::Anchor)>>,
+}
+
+impl Engine {
+    pub(crate) fn from_segment(seg: Segment) -> Engine {
+        Engine {
+            seg,
+            reg: AtomicU64::new(0),
+            reg_lock: Mutex::new(()),
+            hint: AtomicU64::new(0),
+            anchor: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn seg(&self) -> &Segment {
+        &self.seg
+    }
+    pub fn name(&self) -> &str {
+        self.seg.name()
+    }
+    pub fn config(&self) -> &Config {
+        self.seg.config()
+    }
+    pub fn size(&self) -> usize {
+        self.seg.size()
+    }
+
+    /// Resolves a pool's name.
+    pub fn pool(&self, name: &str) -> Result<PoolId> {
+        let pools = &self.config().pools;
+        pools
+            .iter()
+            .position(|p| p.name == name)
+            .map(|p| PoolId(p as u32))
+            .ok_or_else(|| Error::UnknownPool {
+                pool: name.to_owned(),
+                known: pools
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// The name of a pool handle.
+    pub fn pool_name(&self, pool: PoolId) -> &str {
+        self.config()
+            .pools
+            .get(pool.index())
+            .map_or("?", |p| p.name.as_str())
+    }
+
+    /// Resolves a tenant's name, claiming a directory slot on its first use (which
+    /// registers this process, the slot's writer).
+    pub fn tenant(&self, name: &str) -> Result<TenantId> {
+        check_tenant(name)?;
+        if let Some(t) = self.find_tenant(name) {
+            return Ok(t);
+        }
+        let slot = self.process_slot()?;
+        // The configured weight is looked up only when the name claims a slot.
+        let weight = || self.config().weight_of(name.as_bytes());
+        let t = tenants::find_or_claim(&self.seg, name.as_bytes(), &weight, slot, &|s| {
+            liveness::slot_dead(&self.seg, s, &liveness::is_dead)
+        })?;
+        Ok(self.tenant_at(t))
+    }
+
+    /// A tenant's handle if the name has a slot already; claims nothing.
+    pub fn find_tenant(&self, name: &str) -> Option<TenantId> {
+        check_tenant(name).ok()?;
+        tenants::find(&self.seg, name.as_bytes()).map(|t| self.tenant_at(t))
+    }
+
+    fn tenant_at(&self, t: usize) -> TenantId {
+        // Relaxed: written before the slot's READY, which the lookup acquired.
+        let weight = self.seg.tenant(t).weight.load(Relaxed).max(1);
+        TenantId {
+            index: t as u32,
+            weight,
+        }
+    }
+
+    /// The name of a tenant handle, read from the directory.
+    pub fn tenant_name(&self, tenant: TenantId) -> Option<String> {
+        let t = tenant.index();
+        if t >= self.seg.geometry().tenants {
+            return None;
+        }
+        let rec = self.seg.tenant(t);
+        let s = rec.state.load(Acquire);
+        (tenant_state::status(s) == tenant_state::READY)
+            .then(|| String::from_utf8_lossy(&tenants::read_name(rec, s)).into_owned())
+    }
+
+    /// Registers this process as a worker now (it would be on its first acquire), so
+    /// that `per_worker` pools count it. Returns its process slot.
+    pub fn register(&self) -> Result<usize> {
+        self.process_slot()
+    }
+
+    /// This process's slot, registering it (again, after a fork) if needed.
+    pub fn process_slot(&self) -> Result<usize> {
+        let pid = crate::selfid::pid() as u64;
+        match self.registered(pid) {
+            Some(slot) => Ok(slot),
+            None => self.register_slow(pid),
+        }
+    }
+
+    /// The slot this handle registered for process `pid`, if it did (a forked child's
+    /// inherited handle names the parent's).
+    #[inline]
+    pub(crate) fn registered(&self, pid: u64) -> Option<usize> {
+        // Acquire: pairs with the Release store in `register_slow` (same process, other
+        // thread), so the registration it names is complete.
+        let r = self.reg.load(Acquire);
+        (r >> 32 == pid && r as u32 != 0).then(|| (r as u32 - 1) as usize)
+    }
+
+    #[cold]
+    fn register_slow(&self, pid: u64) -> Result<usize> {
+        let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = self.registered(pid) {
+            return Ok(slot);
+        }
+        let (pid32, start) = liveness::me();
+        let now = clock::now_ms();
+        let slot = match liveness::register(&self.seg, pid32, start, now) {
+            Err(Error::ProcessTableFull { .. }) => {
+                self.reap_dead()?;
+                liveness::register(&self.seg, pid32, start, now)?
+            }
+            other => other?,
+        };
+        crate::ops::crash_point("register.live")?;
+        // The anchor makes our death wake waiters. Without one (it could not start) we
+        // are judged by `/proc`, through the sweeps; `Snapshot` shows which processes
+        // are anchored.
+        let word = self.seg.geometry().procs_off
+            + slot * crate::layout::RECORD
+            + std::mem::offset_of!(crate::layout::ProcRec, owner_futex);
+        let attached = anchor::attach(self.seg.file(), word as u64).ok();
+        let mut a = self.anchor.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, inherited)) = a.take() {
+            // The parent's: its thread does not exist here; leave it alone.
+            std::mem::forget(inherited);
+        }
+        *a = attached.map(|x| (pid, x));
+        drop(a);
+        // Release: see the Acquire load in `registered`.
+        self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+        crate::capacity::recompute(&self.seg, self.config());
+        Ok(slot)
+    }
+
+    /// Applies the pool's rule to `units` of `pool` for `tenant` at time `now` (ms; any
+    /// monotonic base, at least 1), declaring a hold of `hold_ms` (0: not declared).
+    /// `Err` is something wrong with the request or the table; a refusal is an
+    /// [`Outcome::Refused`].
+    pub fn acquire(
+        &self,
+        pool: PoolId,
+        tenant: TenantId,
+        units: u32,
+        hold_ms: u64,
+        now: u64,
+    ) -> Result<Outcome> {
+        let p = pool.index();
+        let geo = self.seg.geometry();
+        if p >= geo.pools || tenant.index() >= geo.tenants {
+            return Err(Error::InvalidRequest(format!(
+                "handle of pool {p} / tenant {} is not of this table",
+                tenant.index()
+            )));
+        }
+        if units == 0 {
+            return Err(Error::InvalidRequest("asked for 0 units".into()));
+        }
+        // Registered first: a per_worker pool counts this process before sizing.
+        let slot = self.process_slot()?;
+        // Relaxed: capacity and floor are inputs, frozen into the lease descriptor.
+        let limits = self.seg.pool(p).limits.load(Relaxed);
+        let cap = pair::lo(limits);
+        if units > cap {
+            return Err(Error::UnitsExceedCapacity {
+                pool: self.pool_name(pool).to_owned(),
+                units,
+                capacity: cap,
+            });
+        }
+        let attempt = Attempt {
+            pool: p,
+            tenant: tenant.index(),
+            units,
+            hold_ms,
+            now: now.max(1),
+            window_ms: self.config().pools[p].window_ms as u64,
+            weight: tenant.weight.max(1),
+            tid: crate::selfid::tid(),
+            limits,
+        };
+        // Relaxed, and a load and a store rather than an RMW: a hint only (threads that
+        // race may start at the same lease; any start finds a free one if there is one).
+        let hint = self.hint.load(Relaxed);
+        self.hint.store(hint.wrapping_add(1), Relaxed);
+        match admission::try_acquire(&self.seg, slot, hint as usize, &attempt)? {
+            Admitted::Granted { lease, desc } => Ok(Outcome::Granted(LeaseId {
+                index: lease as u32,
+                generation: desc.generation,
+            })),
+            Admitted::Refused(facts) => Ok(Outcome::Refused(Refused::from_facts(units, &facts))),
+        }
+    }
+
+    /// Releases a lease of this process at `now`. A second release of the same lease is
+    /// `AlreadyReleased` and changes nothing. Returns the pool it was released in.
+    pub fn release(&self, id: LeaseId, now: u64) -> Result<PoolId> {
+        let l = id.index as usize;
+        let geo = self.seg.geometry();
+        if l >= geo.leases() {
+            return Err(Error::InvalidRequest(format!(
+                "lease {id} is beyond the lease table"
+            )));
+        }
+        if self.registered(crate::selfid::pid() as u64) != Some(l / geo.leases_per_proc) {
+            return Err(Error::NotOwner {
+                lease: id.to_string(),
+            });
+        }
+        let d = admission::release(&self.seg, l, id.generation, None, now.max(1))?;
+        crate::waiting::released(self.seg.pool(d.pool as usize), d.units);
+        Ok(PoolId(d.pool))
+    }
+
+    /// A snapshot of the whole table, read now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_at(clock::now_ms())
+    }
+
+    /// A snapshot with activity judged at `now`.
+    pub fn snapshot_at(&self, now: u64) -> Snapshot {
+        stats::snapshot(&self.seg, self.config(), now)
+    }
+
+    /// Returns the permits of every registered process that has died.
+    pub fn reap_dead(&self) -> Result<Vec<Reaped>> {
+        let me = crate::selfid::pid();
+        let mut out = Vec::new();
+        for s in 0..self.seg.geometry().procs {
+            if let Some(r) = recovery::reap_slot(&self.seg, s, me, &liveness::is_dead)? {
+                out.push(r);
+            }
+        }
+        self.announce(&out);
+        Ok(out)
+    }
+
+    /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the
+    /// units that came back.
+    fn announce(&self, out: &[Reaped]) {
+        if !out.is_empty() {
+            crate::capacity::recompute(&self.seg, self.config());
+            for (p, &units) in out.iter().flat_map(|r| r.units_returned.iter().enumerate()) {
+                if units > 0 {
+                    crate::waiting::released(self.seg.pool(p), units.min(u32::MAX as u64) as u32);
+                }
+            }
+        }
+    }
+}
+
+fn check_tenant(name: &str) -> Result<()> {
+    check_name_bytes(name.as_bytes()).map_err(|why| Error::InvalidTenant {
+        name: name.to_owned(),
+        why,
+    })
+}
+
+impl Drop for Engine {
+    /// Deregisters this process if this handle registered it: detaches its anchor,
+    /// releases what leases detached with `Lease::into_id` still hold, and frees its
+    /// slot, so opening and dropping tables leaks neither slots nor threads. A forked
+    /// child's inherited handle that never registered the child touches nothing.
+    fn drop(&mut self) {
+        let pid = crate::selfid::pid() as u64;
+        match self
+            .anchor
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            Some((p, a)) if p == pid => a.detach(),
+            Some((_, inherited)) => std::mem::forget(inherited),
+            None => {}
+        }
+        if let Some(slot) = self.registered(pid)
+            && let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32)
+        {
+            self.announce(&[gone]);
+        }
+    }
+}
