@@ -107,6 +107,23 @@ impl Engine {
         }
     }
 
+    /// `Err(ReadOnly)` on an observer's mapping, before `what` could write to it.
+    #[inline]
+    fn writable(&self, what: &'static str) -> Result<()> {
+        if self.seg.read_only() {
+            return Err(Error::ReadOnly {
+                name: self.seg.name().to_owned(),
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether this handle observes only (see `Table::open_observer`).
+    pub fn is_observer(&self) -> bool {
+        self.seg.read_only()
+    }
+
     pub(crate) fn seg(&self) -> &Segment {
         &self.seg
     }
@@ -152,6 +169,7 @@ impl Engine {
         if let Some(t) = self.find_tenant(name) {
             return Ok(t);
         }
+        self.writable("claiming a tenant name")?;
         let slot = self.process_slot()?;
         // The configured weight is looked up only when the name claims a slot.
         let weight = || self.config().weight_of(name.as_bytes());
@@ -215,6 +233,7 @@ impl Engine {
 
     #[cold]
     fn register_slow(&self, pid: u64) -> Result<usize> {
+        self.writable("registering a worker")?;
         let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = self.registered(pid) {
             return Ok(slot);
@@ -311,6 +330,7 @@ impl Engine {
     /// Releases a lease of this process at `now`. A second release of the same lease is
     /// `AlreadyReleased` and changes nothing. Returns the pool it was released in.
     pub fn release(&self, id: LeaseId, now: u64) -> Result<PoolId> {
+        self.writable("releasing")?;
         let l = id.index as usize;
         let geo = self.seg.geometry();
         if l >= geo.leases() {
@@ -340,6 +360,7 @@ impl Engine {
 
     /// Returns the permits of every registered process that has died.
     pub fn reap_dead(&self) -> Result<Vec<Reaped>> {
+        self.writable("reaping")?;
         let me = crate::selfid::pid();
         let mut out = Vec::new();
         for s in 0..self.seg.geometry().procs {

@@ -87,6 +87,9 @@ pub enum Error {
     #[error("lease {lease} is not held by this process")]
     NotOwner { lease: String },
 
+    #[error("segment {name:?} was opened read-only (an observer); {what} needs a worker's open")]
+    ReadOnly { name: String, what: &'static str },
+
     #[error("{op} on segment {name:?} failed: {source}")]
     Io {
         name: String,
@@ -96,4 +99,164 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A stable number per kind (the C ABI's error codes). Never renumbered; new kinds
+    /// take new numbers.
+    pub fn code(&self) -> u32 {
+        match self {
+            #[cfg(loom)]
+            Error::Crashed => 999,
+            Error::InvalidName { .. } => 1,
+            Error::InvalidConfig(_) => 2,
+            Error::NotFound { .. } => 3,
+            Error::AlreadyExists { .. } => 4,
+            Error::Truncated { .. } => 5,
+            Error::BadMagic { .. } => 6,
+            Error::VersionMismatch { .. } => 7,
+            Error::NotReady { .. } => 8,
+            Error::WrongOwner { .. } => 9,
+            Error::ConfigMismatch { .. } => 10,
+            Error::Corrupt(_) => 11,
+            Error::UnknownPool { .. } => 12,
+            Error::InvalidTenant { .. } => 13,
+            Error::TenantTableFull { .. } => 14,
+            Error::LeaseTableFull { .. } => 15,
+            Error::ProcessTableFull { .. } => 16,
+            Error::InvalidRequest(_) => 17,
+            Error::UnitsExceedCapacity { .. } => 18,
+            Error::AlreadyReleased { .. } => 19,
+            Error::NotOwner { .. } => 20,
+            Error::Io { .. } => 21,
+            Error::ReadOnly { .. } => 22,
+        }
+    }
+
+    /// The kind's stable name, as `snake_case` (`"unknown_pool"`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            #[cfg(loom)]
+            Error::Crashed => "crashed",
+            Error::InvalidName { .. } => "invalid_name",
+            Error::InvalidConfig(_) => "invalid_config",
+            Error::NotFound { .. } => "not_found",
+            Error::AlreadyExists { .. } => "already_exists",
+            Error::Truncated { .. } => "truncated",
+            Error::BadMagic { .. } => "bad_magic",
+            Error::VersionMismatch { .. } => "version_mismatch",
+            Error::NotReady { .. } => "not_ready",
+            Error::WrongOwner { .. } => "wrong_owner",
+            Error::ConfigMismatch { .. } => "config_mismatch",
+            Error::Corrupt(_) => "corrupt",
+            Error::UnknownPool { .. } => "unknown_pool",
+            Error::InvalidTenant { .. } => "invalid_tenant",
+            Error::TenantTableFull { .. } => "tenant_table_full",
+            Error::LeaseTableFull { .. } => "lease_table_full",
+            Error::ProcessTableFull { .. } => "process_table_full",
+            Error::InvalidRequest(_) => "invalid_request",
+            Error::UnitsExceedCapacity { .. } => "units_exceed_capacity",
+            Error::AlreadyReleased { .. } => "already_released",
+            Error::NotOwner { .. } => "not_owner",
+            Error::Io { .. } => "io",
+            Error::ReadOnly { .. } => "read_only",
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_distinct_and_stable() {
+        let all = [
+            Error::InvalidName {
+                name: String::new(),
+                why: "",
+            },
+            Error::InvalidConfig(String::new()),
+            Error::NotFound {
+                name: String::new(),
+            },
+            Error::AlreadyExists {
+                name: String::new(),
+            },
+            Error::Truncated {
+                name: String::new(),
+                size: 0,
+                need: 0,
+            },
+            Error::BadMagic {
+                name: String::new(),
+                found: 0,
+                expected: 0,
+            },
+            Error::VersionMismatch {
+                name: String::new(),
+                found: 0,
+                expected: 0,
+            },
+            Error::NotReady {
+                name: String::new(),
+                creator_pid: 0,
+            },
+            Error::WrongOwner {
+                name: String::new(),
+                owner: 0,
+                me: 0,
+            },
+            Error::ConfigMismatch {
+                name: String::new(),
+                what: String::new(),
+            },
+            Error::Corrupt(String::new()),
+            Error::UnknownPool {
+                pool: String::new(),
+                known: String::new(),
+            },
+            Error::InvalidTenant {
+                name: String::new(),
+                why: "",
+            },
+            Error::TenantTableFull {
+                name: String::new(),
+                max: 0,
+            },
+            Error::LeaseTableFull { max: 0 },
+            Error::ProcessTableFull { max: 0 },
+            Error::InvalidRequest(String::new()),
+            Error::UnitsExceedCapacity {
+                pool: String::new(),
+                units: 0,
+                capacity: 0,
+            },
+            Error::AlreadyReleased {
+                lease: String::new(),
+            },
+            Error::NotOwner {
+                lease: String::new(),
+            },
+            Error::Io {
+                name: String::new(),
+                op: "",
+                source: io::Error::other("x"),
+            },
+            Error::ReadOnly {
+                name: String::new(),
+                what: "",
+            },
+        ];
+        let codes: Vec<u32> = all.iter().map(Error::code).collect();
+        assert_eq!(
+            codes,
+            (1..=22).collect::<Vec<_>>(),
+            "codes are 1..=22 in order"
+        );
+        let mut kinds: Vec<&str> = all.iter().map(Error::kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), all.len(), "every kind has its own name");
+        assert_eq!(Error::LeaseTableFull { max: 0 }.kind(), "lease_table_full");
+    }
+}

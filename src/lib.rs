@@ -59,6 +59,7 @@ internal!(
 );
 
 pub mod config;
+mod config_file;
 pub mod error;
 pub mod refusal;
 pub mod stats;

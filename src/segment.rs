@@ -38,7 +38,17 @@ pub struct Segment {
     /// The segment's file, kept open so that an anchor thread can map its own page of
     /// it (see `anchor`) even after the name is unlinked.
     file: File,
-    _map: MmapMut,
+    /// Opened for reading only (an observer): the mapping is `PROT_READ`, and every
+    /// writing entry point of the engine refuses with `Error::ReadOnly` before it could
+    /// touch it.
+    read_only: bool,
+    _map: Mapping,
+}
+
+/// The mapping, kept alive for as long as the segment.
+enum Mapping {
+    ReadWrite(#[allow(dead_code)] MmapMut),
+    ReadOnly(#[allow(dead_code)] memmap2::Mmap),
 }
 
 // SAFETY: the mapping is only ever accessed through atomics (every record field is an
@@ -123,7 +133,7 @@ impl Segment {
         let geo = cfg.geometry();
         file.set_len(geo.total_size as u64)
             .map_err(io(name, "ftruncate"))?;
-        let seg = Self::map(name, file, geo, cfg.clone())?;
+        let seg = Self::map(name, file, geo, cfg.clone(), false)?;
         let bytes = cfg.encode();
         // SAFETY:
         //   * the config block lies inside the mapping: `geo` places it at
@@ -160,37 +170,67 @@ impl Segment {
         Ok(seg)
     }
 
-    fn map(name: &str, file: &File, geo: Geometry, cfg: Config) -> Result<Segment> {
-        // SAFETY: the file is a tmpfs file that every user maps shared; all access to
-        // the mapping goes through atomics, so concurrent writers are not UB. A process
-        // that truncates the file under us can still cause SIGBUS: that is documented.
-        let mut map = unsafe { MmapMut::map_mut(file) }.map_err(io(name, "mmap"))?;
-        let base = map.as_mut_ptr();
+    fn map(name: &str, file: &File, geo: Geometry, cfg: Config, read_only: bool) -> Result<Segment> {
+        let (base, len, map) = if read_only {
+            // SAFETY: as below; the mapping is PROT_READ, and nothing writes through
+            // `base` (the engine refuses every writing call on a read-only segment).
+            let map = unsafe { memmap2::Mmap::map(file) }.map_err(io(name, "mmap"))?;
+            (map.as_ptr() as *mut u8, map.len(), Mapping::ReadOnly(map))
+        } else {
+            // SAFETY: the file is a tmpfs file that every user maps shared; all access
+            // to the mapping goes through atomics, so concurrent writers are not UB. A
+            // process that truncates the file under us can still cause SIGBUS: that is
+            // documented.
+            let mut map = unsafe { MmapMut::map_mut(file) }.map_err(io(name, "mmap"))?;
+            (map.as_mut_ptr(), map.len(), Mapping::ReadWrite(map))
+        };
         debug_assert_eq!(base as usize % RECORD, 0, "mmap returned an unaligned base");
         let file = file.try_clone().map_err(io(name, "dup"))?;
         Ok(Segment {
             file,
             name: name.to_owned(),
             base,
-            len: map.len(),
+            len,
             geo,
             cfg,
+            read_only,
             _map: map,
         })
+    }
+
+    /// Whether this is an observer's read-only mapping.
+    pub fn read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Opens an existing segment, validating it; with `expected`, its config must be
     /// exactly that one. Waits up to `ready_wait` for a creator still building it.
     pub fn open(name: &str, expected: Option<&Config>, ready_wait: Duration) -> Result<Segment> {
+        Self::open_mode(name, expected, ready_wait, false)
+    }
+
+    /// Opens an existing segment for reading only, as an observer: whoever may read the
+    /// file (its owner, root, a group it was shared with) may observe it. Validated
+    /// like any open.
+    pub fn open_read_only(name: &str, ready_wait: Duration) -> Result<Segment> {
+        Self::open_mode(name, None, ready_wait, true)
+    }
+
+    fn open_mode(
+        name: &str,
+        expected: Option<&Config>,
+        ready_wait: Duration,
+        read_only: bool,
+    ) -> Result<Segment> {
         check_name(name)?;
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!read_only)
             .open(path_of(name))
             .map_err(io(name, "open"))?;
         let meta = file.metadata().map_err(io(name, "fstat"))?;
         let me = nix::unistd::geteuid().as_raw();
-        if meta.uid() != me {
+        if !read_only && meta.uid() != me {
             return Err(Error::WrongOwner {
                 name: name.to_owned(),
                 owner: meta.uid(),
@@ -212,7 +252,7 @@ impl Segment {
             });
         }
         let placeholder = Geometry::new(0, 0, 0, 0, 0);
-        let probe = Self::map(name, &file, placeholder, Config::default())?;
+        let probe = Self::map(name, &file, placeholder, Config::default(), read_only)?;
         let h = probe.header();
         loop {
             let magic = h.magic.load(Relaxed);

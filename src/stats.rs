@@ -22,8 +22,17 @@ pub struct Snapshot {
     pub pools: Vec<PoolSnap>,
     pub leases: Vec<LeaseSnap>,
     pub processes: Vec<ProcSnap>,
-    /// Tenant names in directory order (index = tenant id).
-    pub tenant_names: Vec<Option<String>>,
+    /// The tenants the directory holds (claimed names only), in directory order.
+    pub tenants: Vec<TenantEntry>,
+}
+
+/// One claimed tenant of the directory.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantEntry {
+    /// Its slot (the index of its `TenantId`).
+    pub index: usize,
+    pub name: String,
+    pub weight: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -253,6 +262,17 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         pools,
         leases,
         processes,
-        tenant_names: names,
+        tenants: names
+            .iter()
+            .enumerate()
+            .filter_map(|(t, n)| {
+                n.as_ref().map(|name| TenantEntry {
+                    index: t,
+                    name: name.clone(),
+                    // Relaxed: written before READY, which the name's read acquired.
+                    weight: r.tenant(t).weight.load(Relaxed),
+                })
+            })
+            .collect(),
     }
 }

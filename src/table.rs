@@ -93,6 +93,14 @@ impl Table {
         Segment::open(name, expected, ready_wait).map(Self::from_segment)
     }
 
+    /// Opens an existing segment to observe it: read-only, never registered, so it
+    /// changes nothing and counts as no worker. Whoever may read the file may observe
+    /// it (root any user's). Snapshots work; acquiring, releasing, claiming a tenant
+    /// and reaping are `Error::ReadOnly`.
+    pub fn open_observer(name: &str) -> Result<Table> {
+        Segment::open_read_only(name, segment::READY_WAIT).map(Self::from_segment)
+    }
+
     /// Opens segment `name`, creating it with `cfg` if it does not exist.
     pub fn open_or_create(name: &str, cfg: &Config) -> Result<Table> {
         match Self::create(name, cfg) {

@@ -168,3 +168,69 @@ fn another_thread_cancels_a_blocking_acquire_at_once() {
     drop(held);
     let _ = Table::unlink(&seg.name);
 }
+
+#[test]
+fn an_observer_reads_everything_and_writes_nothing() {
+    let seg = Seg::new("engine-observer");
+    let t = seg.create(&one_pool(4));
+    let held = t
+        .try_acquire(&Request::new("requests", "acme"))
+        .unwrap()
+        .unwrap();
+    let o = Table::open_observer(&seg.name).unwrap();
+    assert!(o.engine().is_observer());
+    let snap = o.snapshot();
+    assert_eq!(snap.held("requests", "acme"), 1);
+    assert_eq!(
+        snap.tenants
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["acme"],
+        "the snapshot lists the claimed tenants only"
+    );
+    assert_eq!(snap.processes.len(), 1, "the observer did not register");
+    // A known tenant resolves (a read); every write is a typed error.
+    let e = o.engine();
+    let acme = e.find_tenant("acme").unwrap();
+    let pool = e.pool("requests").unwrap();
+    for err in [
+        o.try_acquire(&Request::new("requests", "acme"))
+            .unwrap_err(),
+        e.acquire(pool, acme, 1, 0, 5).unwrap_err(),
+        e.tenant("newcomer").unwrap_err(),
+        e.release(held.id(), 5).unwrap_err(),
+        o.reap_dead().unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
+    }
+    assert_eq!(o.snapshot().processes.len(), 1);
+    drop(o);
+    assert_eq!(
+        t.snapshot().held("requests", "acme"),
+        1,
+        "the observer's drop touched nothing"
+    );
+    drop(held);
+}
+
+#[test]
+fn root_observes_another_users_segment_that_it_may_not_use() {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        eprintln!("SKIPPED: needs root to give the segment to another user");
+        return;
+    }
+    let seg = Seg::new("engine-foreign");
+    drop(seg.create(&one_pool(4)));
+    let path = format!("/dev/shm/{}", seg.name);
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    let err = Table::open(&seg.name)
+        .err()
+        .expect("a worker's open is refused");
+    assert!(
+        matches!(err, Error::WrongOwner { owner: 65534, .. }),
+        "{err}"
+    );
+    let o = Table::open_observer(&seg.name).unwrap();
+    assert_eq!(o.snapshot().pools[0].capacity, 4);
+}

@@ -1,0 +1,184 @@
+//! A [`Config`] read from a file or a string, in JSON or TOML:
+//!
+//! ```toml
+//! max_tenants = 1024          # optional, like every table size
+//! [[pools]]
+//! name = "requests"
+//! capacity = 1000
+//! floor_percent = 5           # optional (default 5)
+//! window_ms = 1000            # optional (default 1000)
+//! [[pools]]
+//! name = "flights"
+//! per_worker = { quota = 0.25, min_tickets = 2 }
+//! [weights]
+//! acme = 3
+//! ```
+//!
+//! Unknown keys are errors (a misspelt `capacty` must not silently become a default),
+//! and the result is validated like any config; every error is
+//! [`Error::InvalidConfig`] naming the file and what was wrong.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::config::{Config, DEFAULT_FLOOR_PERCENT, DEFAULT_WINDOW_MS, PerWorker, PoolConfig};
+use crate::error::{Error, Result};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    pools: Vec<FilePool>,
+    max_tenants: Option<u32>,
+    max_processes: Option<u32>,
+    leases_per_process: Option<u32>,
+    #[serde(default)]
+    weights: BTreeMap<String, u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePool {
+    name: String,
+    capacity: Option<u32>,
+    floor_percent: Option<u32>,
+    window_ms: Option<u32>,
+    per_worker: Option<FilePerWorker>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePerWorker {
+    quota: f64,
+    #[serde(default)]
+    min_tickets: u32,
+}
+
+impl FileConfig {
+    fn into_config(self) -> Result<Config> {
+        let d = Config::default();
+        let mut pools = Vec::with_capacity(self.pools.len());
+        for p in self.pools {
+            let pc = match (p.capacity, p.per_worker) {
+                (Some(cap), None) => PoolConfig::new(&p.name, cap),
+                (None, Some(w)) => PoolConfig {
+                    per_worker: Some(PerWorker::new(w.quota, w.min_tickets)),
+                    ..PoolConfig::new(&p.name, 0)
+                },
+                (Some(_), Some(_)) => {
+                    return Err(Error::InvalidConfig(format!(
+                        "pool {:?} has both a capacity and per_worker; give one",
+                        p.name
+                    )));
+                }
+                (None, None) => {
+                    return Err(Error::InvalidConfig(format!(
+                        "pool {:?} needs a capacity or per_worker",
+                        p.name
+                    )));
+                }
+            };
+            pools.push(PoolConfig {
+                floor_percent: p.floor_percent.unwrap_or(DEFAULT_FLOOR_PERCENT),
+                window_ms: p.window_ms.unwrap_or(DEFAULT_WINDOW_MS),
+                ..pc
+            });
+        }
+        let cfg = Config {
+            pools,
+            max_tenants: self.max_tenants.unwrap_or(d.max_tenants),
+            max_processes: self.max_processes.unwrap_or(d.max_processes),
+            leases_per_process: self.leases_per_process.unwrap_or(d.leases_per_process),
+            weights: self.weights.into_iter().collect(),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl Config {
+    /// Parses and validates a config in JSON.
+    pub fn from_json(text: &str) -> Result<Config> {
+        serde_json::from_str::<FileConfig>(text)
+            .map_err(|e| Error::InvalidConfig(format!("JSON: {e}")))?
+            .into_config()
+    }
+
+    /// Parses and validates a config in TOML.
+    pub fn from_toml(text: &str) -> Result<Config> {
+        toml::from_str::<FileConfig>(text)
+            .map_err(|e| Error::InvalidConfig(format!("TOML: {}", e.message())))?
+            .into_config()
+    }
+
+    /// Reads a config file: TOML if its name ends in `.toml`, JSON otherwise.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::InvalidConfig(format!("cannot read config file {}: {e}", path.display()))
+        })?;
+        let parsed = if path.extension().is_some_and(|x| x == "toml") {
+            Config::from_toml(&text)
+        } else {
+            Config::from_json(&text)
+        };
+        parsed.map_err(|e| match e {
+            Error::InvalidConfig(what) => {
+                Error::InvalidConfig(format!("config file {}: {what}", path.display()))
+            }
+            other => other,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_and_json_read_to_the_same_config() {
+        let toml = r#"
+            max_tenants = 64
+            [[pools]]
+            name = "requests"
+            capacity = 100
+            floor_percent = 10
+            [[pools]]
+            name = "flights"
+            per_worker = { quota = 0.25, min_tickets = 2 }
+            [weights]
+            acme = 3
+        "#;
+        let json = r#"{"max_tenants": 64,
+            "pools": [{"name": "requests", "capacity": 100, "floor_percent": 10},
+                      {"name": "flights", "per_worker": {"quota": 0.25, "min_tickets": 2}}],
+            "weights": {"acme": 3}}"#;
+        let a = Config::from_toml(toml).unwrap();
+        let b = Config::from_json(json).unwrap();
+        assert_eq!(a, b);
+        let mut want = Config::with_pools(vec![
+            PoolConfig::new("requests", 100).floor_percent(10),
+            PoolConfig::per_worker("flights", 0.25, 2),
+        ])
+        .weight("acme", 3);
+        want.max_tenants = 64;
+        assert_eq!(a, want);
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let e = |s: &str| Config::from_toml(s).unwrap_err().to_string();
+        assert!(
+            e("[[pools]]\nname = \"r\"\ncapacty = 5").contains("capacty"),
+            "{}",
+            e("[[pools]]\nname = \"r\"\ncapacty = 5")
+        );
+        assert!(e("[[pools]]\nname = \"r\"").contains("needs a capacity"));
+        assert!(e("[[pools]]\nname = \"r\"\ncapacity = 0").contains("capacity 0"));
+        let j = Config::from_json("{\"pools\": 3}").unwrap_err();
+        assert!(matches!(j, Error::InvalidConfig(_)), "{j}");
+        let f = Config::from_file("/nonexistent/fairshm.toml").unwrap_err();
+        assert!(f.to_string().contains("/nonexistent/fairshm.toml"), "{f}");
+    }
+}
