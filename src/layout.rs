@@ -58,8 +58,9 @@ pub struct PoolRec {
     pub limits: AtomicU64,
     /// Cached sum of the weights of the active tenants (see `admission::touch`).
     pub active_weight: AtomicU64,
-    /// When `active_weight` was last recomputed by a full scan, in ms.
-    pub active_at_ms: AtomicU64,
+    /// When `active_weight` must next be recomputed by a scan, in ms: the earliest
+    /// instant a counted tenant's window can end (0: at the next decision).
+    pub rescan_at_ms: AtomicU64,
     /// Number of waiters about to sleep or asleep on `wake`; a release wakes (and
     /// bumps `wake`) only when it is not zero.
     pub waiters: AtomicU32,
@@ -489,7 +490,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
         config_off, config_len, pools_off, tenants_off, tenant_pools_off, procs_off,
         leases_off, creator_pid);
-    fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, active_at_ms,
+    fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, reserved32, wake, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,

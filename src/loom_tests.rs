@@ -39,7 +39,7 @@ fn setup() -> Arc<HeapRegion> {
     p.limits
         .store(crate::layout::pair::make(CAP, FLOOR), Relaxed);
     p.active_weight.store(2, Relaxed);
-    p.active_at_ms.store(10, Relaxed); // no rescan during the model
+    p.rescan_at_ms.store(1000, Relaxed); // no rescan during the model
     for (t, name) in [(A, b"A"), (B, b"B")] {
         let got = crate::tenants::find_or_claim(&r, name, &|| 1, 0, &|_| false).unwrap();
         assert_eq!(got, t);

@@ -50,7 +50,7 @@ impl HeapRegion {
                     pad: std::array::from_fn(|_| a64()),
                     limits: a64(),
                     active_weight: a64(),
-                    active_at_ms: a64(),
+                    rescan_at_ms: a64(),
                     waiters: a32(),
                     reserved32: a32(),
                     wake: a64(),
