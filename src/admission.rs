@@ -255,8 +255,15 @@ pub struct RefusalFacts {
 /// What [`try_acquire`] came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admitted {
-    Granted { lease: usize, desc: Desc },
-    Refused(RefusalFacts),
+    Granted {
+        lease: usize,
+        desc: Desc,
+    },
+    /// `claimed`: the lease that was claimed (and freed again) before the refusal.
+    Refused {
+        facts: RefusalFacts,
+        claimed: Option<usize>,
+    },
 }
 
 /// The protocol part of an acquire, which loom checks (see [`ops::acquire`]): claims a
@@ -281,7 +288,13 @@ pub fn unadmit<R: Region>(r: &R, l: usize, generation: u32, known: Option<&Desc>
 }
 
 /// Marks activity, freezes the decision inputs, runs [`admit`], and keeps statistics.
-pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> Result<Admitted> {
+pub fn try_acquire<R: Region>(
+    r: &R,
+    slot: usize,
+    hint: usize,
+    a: &Attempt,
+    spare: Option<(usize, u32)>,
+) -> Result<Admitted> {
     debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
     let (active_weight, set_changes_at) = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
     let (cap, floor) = (pair::lo(a.limits), pair::hi(a.limits));
@@ -295,13 +308,15 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
         weight: a.weight,
         active_weight,
     };
-    let (l, d, outcome) = admit(r, slot, hint, d, a.tid, a.now, a.hold_ms)?;
+    let (l, d, outcome) =
+        ops::acquire_with_spare(r, slot, hint, d, a.tid, a.now, a.hold_ms, spare)?;
     let tp = r.tenant_pool(a.pool, a.tenant);
-    // Relaxed: statistics, on the tenant's own line (its held word's), which the grant
-    // just wrote; the pool's totals are their sums (see `stats`).
+    // Statistics: grants are counted in the lease slot by its owner (no RMW) and reach
+    // the tenant's counter when the slot serves another tenant; refusals are counted
+    // on the tenant's own line (Relaxed). The pool's totals are sums (see `stats`).
     match (outcome, l) {
         (AcqOutcome::Granted, Some(l)) => {
-            tp.grants.fetch_add(1, Relaxed);
+            ops::count_grant(r, r.lease(l));
             Ok(Admitted::Granted { lease: l, desc: d })
         }
         (AcqOutcome::Granted, None) => unreachable!("a grant has a lease"),
@@ -311,7 +326,7 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
                 held,
                 decision,
             },
-            _,
+            claimed,
         ) => {
             let (code, short) = match decision {
                 Decision::PoolFull { short } => (1, short),
@@ -320,7 +335,7 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
             };
             tp.refusals[code - 1].fetch_add(1, Relaxed);
             let ewma = tp.hold_ewma_us.load(Relaxed) as u64;
-            Ok(Admitted::Refused(RefusalFacts {
+            let facts = RefusalFacts {
                 decision,
                 in_use,
                 held,
@@ -339,23 +354,29 @@ pub fn try_acquire<R: Region>(r: &R, slot: usize, hint: usize, a: &Attempt) -> R
                         _ => est,
                     }
                 },
-            }))
+            };
+            Ok(Admitted::Refused { facts, claimed })
         }
     }
 }
 
 /// Releases lease `l` of generation `generation` at `now`, with the owner's copy of
 /// its descriptor if it has one; marks activity and feeds the hold estimate.
+/// With `keep: Some(tid)` the slot stays `CLAIMED` as thread `tid`'s spare.
 pub fn release<R: Region>(
     r: &R,
     l: usize,
     generation: u32,
     known: Option<&Desc>,
     now: u64,
+    keep: Option<u32>,
 ) -> Result<Desc> {
     // Relaxed: our own lease, stable until we free it.
     let granted = r.lease(l).granted_ms.load(Relaxed);
-    let d = unadmit(r, l, generation, known)?;
+    let d = match keep {
+        None => unadmit(r, l, generation, known)?,
+        Some(tid) => ops::release_keeping(r, l, generation, known, tid)?,
+    };
     let (p, t) = (d.pool as usize, d.tenant as usize);
     // Relaxed: activity and the hold estimate are soft (module docs).
     let stamp = &r.tenant_pool(p, t).last_active_ms;

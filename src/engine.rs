@@ -4,6 +4,7 @@
 //! granted or refused. The Rust façade ([`crate::Table`]), and later the C ABI, sit on
 //! top of it.
 
+use std::cell::Cell;
 use std::sync::Mutex;
 
 use crate::admission::{self, Admitted, Attempt};
@@ -11,7 +12,7 @@ use crate::anchor;
 use crate::clock;
 use crate::config::{Config, check_name_bytes};
 use crate::error::{Error, Result};
-use crate::layout::{pair, tenant_state};
+use crate::layout::{LeaseRec, RECORD, pair, tenant_state};
 use crate::liveness;
 use crate::recovery::{self, Reaped};
 use crate::refusal::Refused;
@@ -83,9 +84,56 @@ pub enum Outcome {
     Refused(Refused),
 }
 
+/// A thread's spare lease: released by it, kept `CLAIMED` under the next generation so
+/// that its next acquire on the same engine needs no claim CAS.
+#[derive(Clone, Copy)]
+struct Spare {
+    engine: u64,
+    lease: u32,
+    generation: u32,
+}
+
+/// The calling thread's spare; freed when the thread exits, if its engine still lives.
+struct SpareCell(Cell<Option<Spare>>);
+
+impl Drop for SpareCell {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            free_spare(s);
+        }
+    }
+}
+
+std::thread_local! {
+    static SPARE: SpareCell = const { SpareCell(Cell::new(None)) };
+}
+
+/// Engines alive in this process: (id, address of its first lease record, leases). A
+/// thread that exits frees its spare through this, under the lock, so the engine cannot
+/// unmap meanwhile (its drop takes the lock to leave the list first).
+static LIVE: Mutex<Vec<(u64, usize, usize)>> = Mutex::new(Vec::new());
+static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+
+fn free_spare(s: Spare) {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, first, n)) = live.iter().find(|(id, ..)| *id == s.engine)
+        && (s.lease as usize) < n
+    {
+        // SAFETY:
+        //   * `first` is the address of lease record 0 of a mapping that stays mapped
+        //     while its engine is in `LIVE` (we hold the lock it needs to leave it);
+        //   * `s.lease < n`, the number of lease records, so the record is inside it;
+        //   * records are `#[repr(C)]` atomics, valid for any bits, shared by design.
+        let rec = unsafe { &*((first + s.lease as usize * RECORD) as *const LeaseRec) };
+        crate::ops::free_lease(rec, s.generation, crate::layout::lease_state::CLAIMED);
+    }
+}
+
 /// A shared table as one process sees it: the mapping and this process's registration.
 pub struct Engine {
     seg: Segment,
+    /// This engine's id in `LIVE`, for thread spares.
+    id: u64,
     /// `pid << 32 | slot + 1` of this process's registration; 0 before it.
     reg: AtomicU64,
     reg_lock: Mutex<()>,
@@ -98,8 +146,16 @@ pub struct Engine {
 
 impl Engine {
     pub(crate) fn from_segment(seg: Segment) -> Engine {
+        // Relaxed: a unique number is all that is asked.
+        let id = NEXT_ENGINE.fetch_add(1, Relaxed);
+        let geo = *seg.geometry();
+        let first = seg.lease(0) as *const LeaseRec as usize;
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, first, geo.leases()));
         Engine {
             seg,
+            id,
             reg: AtomicU64::new(0),
             reg_lock: Mutex::new(()),
             hint: AtomicU64::new(0),
@@ -318,12 +374,43 @@ impl Engine {
         // race may start at the same lease; any start finds a free one if there is one).
         let hint = self.hint.load(Relaxed);
         self.hint.store(hint.wrapping_add(1), Relaxed);
-        match admission::try_acquire(&self.seg, slot, hint as usize, &attempt)? {
+        let spare = SPARE.with(|c| c.0.take()).and_then(|s| {
+            // Another engine's spare goes back (freed if it was ours but unusable).
+            if s.engine == self.id {
+                Some((s.lease as usize, s.generation))
+            } else {
+                SPARE.with(|c| c.0.set(Some(s)));
+                None
+            }
+        });
+        let admitted = admission::try_acquire(&self.seg, slot, hint as usize, &attempt, spare);
+        let spent = matches!(
+            admitted,
+            Ok(Admitted::Granted { .. }
+                | Admitted::Refused {
+                    claimed: Some(_),
+                    ..
+                })
+        );
+        if let (Some((l, g)), false) = (spare, spent) {
+            // Refused before claiming anything (or an error): the spare is still ours,
+            // as its next use checks.
+            SPARE.with(|c| {
+                c.0.set(Some(Spare {
+                    engine: self.id,
+                    lease: l as u32,
+                    generation: g,
+                }))
+            });
+        }
+        match admitted? {
             Admitted::Granted { lease, desc } => Ok(Outcome::Granted(LeaseId {
                 index: lease as u32,
                 generation: desc.generation,
             })),
-            Admitted::Refused(facts) => Ok(Outcome::Refused(Refused::from_facts(units, &facts))),
+            Admitted::Refused { facts, .. } => {
+                Ok(Outcome::Refused(Refused::from_facts(units, &facts)))
+            }
         }
     }
 
@@ -343,7 +430,27 @@ impl Engine {
                 lease: id.to_string(),
             });
         }
-        let d = admission::release(&self.seg, l, id.generation, None, now.max(1))?;
+        // Keep the slot as this thread's spare if the thread has none (or one of an
+        // engine that is gone).
+        let keep = SPARE.with(|c| match c.0.get() {
+            None => Some(crate::selfid::tid()),
+            Some(s) if s.engine != self.id => {
+                let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+                (!live.iter().any(|(id, ..)| *id == s.engine)).then(crate::selfid::tid)
+            }
+            Some(_) => None,
+        });
+        let d = admission::release(&self.seg, l, id.generation, None, now.max(1), keep)?;
+        if keep.is_some() {
+            SPARE.with(|c| {
+                c.0.set(Some(Spare {
+                    engine: self.id,
+                    lease: id.index,
+                    generation: id.generation.wrapping_add(1)
+                        & crate::layout::lease_state::GEN_MASK,
+                }))
+            });
+        }
         crate::waiting::released(self.seg.pool(d.pool as usize), d.units);
         Ok(PoolId(d.pool))
     }
@@ -399,6 +506,17 @@ impl Drop for Engine {
     /// slot, so opening and dropping tables leaks neither slots nor threads. A forked
     /// child's inherited handle that never registered the child touches nothing.
     fn drop(&mut self) {
+        // First out of `LIVE`, so no exiting thread touches the mapping from here on.
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, ..)| *id != self.id);
+        // This thread's spare of this engine is freed with the slot, below. (Another
+        // thread's is dropped at its next use or exit, as its engine is gone.)
+        let _ = SPARE.try_with(|c| {
+            if c.0.get().is_some_and(|s| s.engine == self.id) {
+                c.0.set(None);
+            }
+        });
         let pid = crate::selfid::pid() as u64;
         match self
             .anchor

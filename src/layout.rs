@@ -143,7 +143,10 @@ pub struct LeaseRec {
     pub hold_ms: AtomicU64,
     /// Kernel thread id of the holder (threads hold their own leases).
     pub tid: AtomicU32,
-    pub reserved: AtomicU32,
+    /// Grants made through this slot for the (pool, tenant) in `pool_tenant` that are
+    /// not yet added to that tenant's `grants` counter: the owner counts here with
+    /// plain stores, and adds them (one RMW) when the slot next serves another pair.
+    pub pending_grants: AtomicU32,
     pub reserved2: AtomicU64,
 }
 
@@ -498,7 +501,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, ProcRec, "ProcRec": state, pid, start_time, owner_futex, generation,
         registered_ms, reserved);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, limits, weights, granted_ms,
-        hold_ms, tid, reserved, reserved2);
+        hold_ms, tid, pending_grants, reserved2);
     v
 }
 

@@ -337,3 +337,36 @@ fn loom_catches_a_reaper_that_ignores_the_tags() {
         });
     }
 }
+
+/// A process keeps the lease it released as its spare and takes it again without a
+/// claim CAS, while another process cycles: the bound, the floor and the end state hold.
+#[test]
+fn loom_a_spare_lease_is_taken_again_without_a_claim() {
+    loom::model(|| {
+        let r = setup();
+        let a_witness = Arc::new(AtomicUsize::new(0));
+        let (r2, w2) = (r.clone(), a_witness.clone());
+        let t = loom::thread::spawn(move || worker(&r2, 0, A, &w2));
+        let (l, d, o) = admission::admit(&*r, 1, 0, desc(B), 0, 10, 0).unwrap();
+        let mut spare = None;
+        if let (AcqOutcome::Granted, Some(l)) = (o, l) {
+            check_holding(&r, B, &a_witness);
+            crate::ops::release_keeping(&*r, l, d.generation, Some(&d), 7).unwrap();
+            spare = Some((l, d.generation.wrapping_add(1)));
+        }
+        let (l2, d2, o2) =
+            crate::ops::acquire_with_spare(&*r, 1, 0, desc(B), 0, 10, 0, spare).unwrap();
+        if let (AcqOutcome::Granted, Some(l2)) = (o2, l2) {
+            if let Some((s, _)) = spare {
+                assert_eq!(l2, s, "the spare was not taken");
+            }
+            check_holding(&r, B, &a_witness);
+            admission::unadmit(&*r, l2, d2.generation, Some(&d2)).unwrap();
+        } else if let (Some((s, g)), None) = (spare, l2) {
+            // Refused on the first look: the spare is still CLAIMED; free it.
+            assert!(crate::ops::free_lease(r.lease(s), g, ls::CLAIMED));
+        }
+        t.join().unwrap();
+        assert_all_zero(&r);
+    });
+}

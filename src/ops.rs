@@ -137,17 +137,29 @@ pub(crate) fn claim_lease<R: Region>(r: &R, slot: usize, hint: usize) -> Result<
     Err(Error::LeaseTableFull { max: n })
 }
 
-/// Writes the descriptor of a claimed lease and publishes it as `ACQUIRING`.
-pub(crate) fn publish_acquire(lease: &LeaseRec, d: &Desc, tid: u32, now: u64, hold_ms: u64) {
+/// Writes the descriptor of a claimed lease and publishes it as `ACQUIRING`. Grants the
+/// slot counted for another (pool, tenant) are added to that tenant's counter first.
+pub(crate) fn publish_acquire<R: Region>(
+    r: &R,
+    lease: &LeaseRec,
+    d: &Desc,
+    tid: u32,
+    now: u64,
+    hold_ms: u64,
+) {
     debug_assert_eq!(
         lease.state.load(Relaxed),
         ls::make(d.generation, ls::CLAIMED),
         "publish_acquire on a lease this cycle does not own"
     );
     lease.units.store(d.units, Relaxed);
-    lease
-        .pool_tenant
-        .store(pair::make(d.pool, d.tenant), Relaxed);
+    let pt = pair::make(d.pool, d.tenant);
+    // Relaxed: the slot's own fields, written only by its owner (we own it now).
+    let old = lease.pool_tenant.load(Relaxed);
+    if old != pt {
+        flush_grants(r, lease, old);
+        lease.pool_tenant.store(pt, Relaxed);
+    }
     lease.limits.store(pair::make(d.cap, d.floor), Relaxed);
     let active = d.active_weight.min(u32::MAX as u64) as u32;
     lease.weights.store(pair::make(d.weight, active), Relaxed);
@@ -158,6 +170,36 @@ pub(crate) fn publish_acquire(lease: &LeaseRec, d: &Desc, tid: u32, now: u64, ho
     lease
         .state
         .store(ls::make(d.generation, ls::ACQUIRING), Release);
+}
+
+/// Adds the grants a lease slot counted for (pool, tenant) `pt` to that tenant's
+/// counter. A `pt` beyond the table (garbage) is dropped.
+#[cold]
+fn flush_grants<R: Region>(r: &R, lease: &LeaseRec, pt: u64) {
+    // Relaxed: a statistic, and the slot's own field.
+    let n = lease.pending_grants.load(Relaxed);
+    if n == 0 {
+        return;
+    }
+    lease.pending_grants.store(0, Relaxed);
+    let (p, t) = (pair::lo(pt) as usize, pair::hi(pt) as usize);
+    let geo = r.geometry();
+    if p < geo.pools && t < geo.tenants {
+        r.tenant_pool(p, t).grants.fetch_add(n as u64, Relaxed);
+    }
+}
+
+/// Counts a grant of lease `lease` (just granted, so its `pool_tenant` is current).
+#[inline]
+pub(crate) fn count_grant<R: Region>(r: &R, lease: &LeaseRec) {
+    // Relaxed: a statistic, written by the owner only.
+    let n = lease.pending_grants.load(Relaxed);
+    if n == u32::MAX {
+        flush_grants(r, lease, lease.pool_tenant.load(Relaxed));
+        lease.pending_grants.store(1, Relaxed);
+    } else {
+        lease.pending_grants.store(n + 1, Relaxed);
+    }
 }
 
 /// Returns a lease to `FREE` if it is still in `state` of generation `generation`.
@@ -280,10 +322,26 @@ pub(crate) fn acquire<R: Region>(
     r: &R,
     slot: usize,
     hint: usize,
+    d: Desc,
+    tid: u32,
+    now: u64,
+    hold_ms: u64,
+) -> Result<(Option<usize>, Desc, AcqOutcome)> {
+    acquire_with_spare(r, slot, hint, d, tid, now, hold_ms, None)
+}
+
+/// `acquire`, which takes spare lease `(index, generation)` of the calling thread if it
+/// is still `CLAIMED` in that generation, instead of claiming one with a CAS.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire_with_spare<R: Region>(
+    r: &R,
+    slot: usize,
+    hint: usize,
     mut d: Desc,
     tid: u32,
     now: u64,
     hold_ms: u64,
+    spare: Option<(usize, u32)>,
 ) -> Result<(Option<usize>, Desc, AcqOutcome)> {
     let p = d.pool as usize;
     let t = d.tenant as usize;
@@ -312,10 +370,19 @@ pub(crate) fn acquire<R: Region>(
         let l = match lease {
             Some(l) => l,
             None => {
-                let (l, generation) = claim_lease(r, slot, hint)?;
+                let (l, generation) = match spare.filter(|&(l, g)| {
+                    // Relaxed: our own spare, which only we (and a reaper of our dead
+                    // process, or our own deregistration) could have changed.
+                    l < r.geometry().leases()
+                        && l / r.geometry().leases_per_proc == slot
+                        && r.lease(l).state.load(Relaxed) == ls::make(g, ls::CLAIMED)
+                }) {
+                    Some(spare) => spare,
+                    None => claim_lease(r, slot, hint)?,
+                };
                 crash_point("acquire.claimed")?;
                 d.generation = generation;
-                publish_acquire(r.lease(l), &d, tid, now, hold_ms);
+                publish_acquire(r, r.lease(l), &d, tid, now, hold_ms);
                 crash_point("acquire.published")?;
                 lease = Some(l);
                 l
@@ -456,6 +523,33 @@ pub(crate) fn release<R: Region>(
     finish_release(r, l, generation, known)
 }
 
+/// `release` by its owner thread `tid`, which keeps the slot as its spare (see
+/// `finish_release_keeping`). Returns the descriptor; the spare's generation is
+/// `generation + 1`.
+pub(crate) fn release_keeping<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+    known: Option<&Desc>,
+    tid: u32,
+) -> Result<Desc> {
+    let lease = r.lease(l);
+    // AcqRel: as in `release`.
+    let won = lease.state.compare_exchange(
+        ls::make(generation, ls::HELD),
+        ls::make(generation, ls::RELEASING),
+        AcqRel,
+        Relaxed,
+    );
+    if won.is_err() {
+        return Err(Error::AlreadyReleased {
+            lease: format!("#{l}/{generation}"),
+        });
+    }
+    crash_point("release.published")?;
+    finish_release_keeping(r, l, generation, known, Some(tid))
+}
+
 /// Drives a lease in `RELEASING` (of generation `generation`) to `FREE`: its pool step,
 /// then its held step, each unless done (I1). The caller must be its only driver: the
 /// owner, or the reaper of a dead owner.
@@ -464,6 +558,19 @@ pub(crate) fn finish_release<R: Region>(
     l: usize,
     generation: u32,
     known: Option<&Desc>,
+) -> Result<Desc> {
+    finish_release_keeping(r, l, generation, known, None)
+}
+
+/// `finish_release`, which with `keep: Some(tid)` leaves the slot `CLAIMED` under the
+/// next generation for thread `tid` (a *spare*: its next acquire needs no claim CAS)
+/// instead of `FREE`. A spare is counted nowhere, like any claimed lease.
+fn finish_release_keeping<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+    known: Option<&Desc>,
+    keep: Option<u32>,
 ) -> Result<Desc> {
     let lease = r.lease(l);
     let d = match known {
@@ -487,9 +594,20 @@ pub(crate) fn finish_release<R: Region>(
         Some(d.tenant),
     )?;
     crash_point("release.held_applied")?;
-    // Release: every change of this cycle happens before the slot is claimed again. A
-    // plain store: a settler's flag CAS names RELEASING and fails or is overwritten.
-    store_over_rmw(&lease.state, ls::make(generation, ls::FREE));
+    match keep {
+        // Release: every change of this cycle happens before the slot is claimed again.
+        // A plain store: a settler's flag CAS names RELEASING and fails or is
+        // overwritten.
+        None => store_over_rmw(&lease.state, ls::make(generation, ls::FREE)),
+        Some(tid) => {
+            // Relaxed: the slot's own field; the state store below publishes it.
+            lease.tid.store(tid, Relaxed);
+            // As a claim: the generation moves on, then a Release fence orders it before
+            // the next cycle's field writes (the seqlock in `read_desc`).
+            store_over_rmw(&lease.state, ls::make(generation.wrapping_add(1), ls::CLAIMED));
+            fence(Release);
+        }
+    }
     Ok(d)
 }
 

@@ -96,7 +96,7 @@ impl HeapRegion {
                     granted_ms: a64(),
                     hold_ms: a64(),
                     tid: a32(),
-                    reserved: a32(),
+                    pending_grants: a32(),
                     reserved2: a64(),
                 })
                 .collect(),

@@ -127,6 +127,16 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             .flatten()
             .unwrap_or_else(|| format!("#{t}"))
     };
+    // Grants counted in lease slots and not yet flushed to their tenant's counter.
+    let mut pending: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for l in 0..geo.leases() {
+        let rec = r.lease(l);
+        // Relaxed: statistics.
+        let n = rec.pending_grants.load(Relaxed);
+        if n > 0 {
+            *pending.entry(rec.pool_tenant.load(Relaxed)).or_default() += n as u64;
+        }
+    }
     let pools = cfg
         .pools
         .iter()
@@ -145,7 +155,11 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 .filter_map(|(t, n)| {
                     let tp = r.tenant_pool(p, t);
                     let last = tp.last_active_ms.load(Relaxed);
-                    let grants = tp.grants.load(Relaxed);
+                    let grants = tp.grants.load(Relaxed)
+                        + pending
+                            .get(&pair::make(p as u32, t as u32))
+                            .copied()
+                            .unwrap_or(0);
                     let held = held_word::held(tp.held.load(Acquire));
                     if last == 0 && held == 0 && grants == 0 {
                         return None; // never used this pool
@@ -203,7 +217,9 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         .filter_map(|l| {
             let rec = r.lease(l);
             let sw = rec.state.load(Acquire);
-            if ls::state(sw) == ls::FREE {
+            // FREE, or CLAIMED (private to its owner: being filled in, or a thread's
+            // spare), counts nowhere.
+            if matches!(ls::state(sw), ls::FREE | ls::CLAIMED) {
                 return None;
             }
             let pt = rec.pool_tenant.load(Relaxed);

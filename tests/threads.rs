@@ -112,3 +112,42 @@ fn a_killed_process_gives_back_every_threads_leases() {
     }
     assert!(snap.leases.is_empty());
 }
+
+/// A thread keeps the lease slot it released as its spare (its next acquire needs no
+/// claim), and gives it back when it exits: threads that come and go use up nothing.
+#[test]
+fn a_thread_that_exits_gives_back_its_spare_lease() {
+    let seg = Seg::new("threads-spare");
+    let mut cfg = one_pool(4);
+    cfg.leases_per_process = 2;
+    let t = Arc::new(seg.create(&cfg));
+    t.register().unwrap();
+    for i in 0..5 {
+        let t2 = Arc::clone(&t);
+        // `join` (pthread_join) returns once the thread is gone, its thread-locals'
+        // destructors included (a scope's end does not wait for those).
+        std::thread::spawn(move || {
+            for _ in 0..3 {
+                let lease = t2
+                    .try_acquire(&Request::new("requests", "a"))
+                    .unwrap()
+                    .unwrap();
+                lease.release().unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        // Both slots are free again: the process can hold two leases at once.
+        let a = t.try_acquire(&Request::new("requests", "a")).unwrap();
+        let b = t.try_acquire(&Request::new("requests", "b")).unwrap();
+        assert!(
+            a.is_ok() && b.is_ok(),
+            "round {i}: a thread's spare was not given back: {:?} {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        );
+        drop((a, b));
+        // This thread's own spare is back too: it does not block a second lease.
+    }
+    assert_eq!(t.snapshot().pool("requests").unwrap().grants, 5 * 3 + 5 * 2);
+}
