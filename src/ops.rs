@@ -259,8 +259,20 @@ type WordOf = Option<u32>;
 
 /// Records, before a word's tag `raw` is replaced, the change its op made, if that op is
 /// still in progress and has not recorded it (I1). `p` and `t` say which word it is,
-/// to tell the op from a later cycle of the same lease after a generation wrap.
-pub(crate) fn settle<R: Region>(r: &R, raw: u64, p: usize, t: WordOf) -> Result<()> {
+/// to tell the op from a later cycle of the same lease after a generation wrap. `own`
+/// is the replacer's own lease: a tag of it names an op of its own that is over (its
+/// acquire, when it releases; its last cycle, when it reuses the slot as a spare).
+#[inline]
+pub(crate) fn settle<R: Region>(r: &R, raw: u64, p: usize, t: WordOf, own: usize) -> Result<()> {
+    let named = raw & op_word::LEASE_MASK;
+    if named == 0 || named == own as u64 + 1 {
+        return Ok(()); // no op yet, or our own finished one: the common cases
+    }
+    settle_other(r, raw, p, t)
+}
+
+#[inline(never)]
+fn settle_other<R: Region>(r: &R, raw: u64, p: usize, t: WordOf) -> Result<()> {
     let Some(tag) = op_word::tag(raw << op_word::COUNT_BITS) else {
         return Ok(()); // no op has changed this word yet
     };
@@ -395,7 +407,7 @@ pub(crate) fn acquire_with_spare<R: Region>(
                 d.units
             )));
         };
-        settle(r, op_word::raw_tag(tw), p, Some(d.tenant))?;
+        settle(r, op_word::raw_tag(tw), p, Some(d.tenant), l)?;
         // AcqRel: Acquire to see what the previous op published; Release so that a
         // settler that sees our tag sees our published lease (already Released).
         if tp
@@ -456,7 +468,7 @@ fn apply_pool_acquire<R: Region>(
         }
         first = false;
         debug_assert!(x + d.units <= d.cap, "decide admitted past the capacity");
-        settle(r, op_word::raw_tag(w), p, None)?;
+        settle(r, op_word::raw_tag(w), p, None, l)?;
         // SeqCst: the pool word is the releaser's side of the waiter handshake too;
         // Release so that a settler that sees our tag sees our lease.
         match pool
@@ -639,7 +651,7 @@ fn take_back<R: Region>(
                 d.units
             )));
         };
-        settle(r, op_word::raw_tag(w), d.pool as usize, t)?;
+        settle(r, op_word::raw_tag(w), d.pool as usize, t, l)?;
         // SeqCst: see the load above; Release publishes the settle before it.
         if word
             .compare_exchange(w, op_word::make(left, tag), SeqCst, Relaxed)

@@ -387,19 +387,33 @@ impl Segment {
     }
 
     fn header(&self) -> &Header {
-        self.rec(0)
+        assert!(self.len >= RECORD, "a mapping shorter than its header");
+        // SAFETY: the header is the first 64 bytes, inside the mapping (just checked).
+        unsafe { self.rec(0) }
     }
 
+    /// The record of type `T` at byte `off`.
+    ///
+    /// # Safety
+    /// `off` must be a multiple of 64 with `off + size_of::<T>() <= self.len`. The
+    /// accessors of [`Region`] guarantee it from an index checked against the geometry
+    /// (Invariant G below); `rec` checks it again in debug builds.
+    ///
+    /// Invariant G: every record that `self.geo` places (an index below its region's
+    /// count) lies inside the mapping, at a multiple of 64. `geo` comes from the config
+    /// the segment was created with, or was validated against on open, where
+    /// `geo.total_size == self.len` is checked; the probe mapping of `open` has a
+    /// geometry of empty regions, which places nothing.
     #[inline]
-    fn rec<T>(&self, off: usize) -> &T {
-        assert!(
+    unsafe fn rec<T>(&self, off: usize) -> &T {
+        debug_assert!(
             off % RECORD == 0 && off + std::mem::size_of::<T>() <= self.len,
             "record at {off} outside the {}-byte mapping",
             self.len
         );
         // SAFETY:
-        //   * `off + size_of::<T>() <= len` (asserted), so the record lies in the mapping,
-        //     which lives as long as `self`;
+        //   * `off + size_of::<T>() <= len` (the caller's contract), so the record lies
+        //     in the mapping, which lives as long as `self`;
         //   * `base` is page-aligned and `off` a multiple of 64, so `T` (align <= 8) is aligned;
         //   * every `T` here is a `#[repr(C)]` struct of atomics, valid for any bit
         //     pattern, and only ever accessed through those atomics.
@@ -411,29 +425,37 @@ impl Region for Segment {
     fn geometry(&self) -> &Geometry {
         &self.geo
     }
+    // Each accessor checks its index against the geometry (a panic, like slice
+    // indexing, is the backstop: callers check indices read from shared memory first),
+    // which by Invariant G places the record inside the mapping.
     #[inline]
     fn pool(&self, p: usize) -> &PoolRec {
         assert!(p < self.geo.pools);
-        self.rec(self.geo.pools_off + p * POOL_RECORD)
+        // SAFETY: `p < pools`, so by Invariant G the record is in the pools region.
+        unsafe { self.rec(self.geo.pools_off + p * POOL_RECORD) }
     }
     #[inline]
     fn tenant(&self, t: usize) -> &TenantRec {
         assert!(t < self.geo.tenants);
-        self.rec(self.geo.tenants_off + t * RECORD)
+        // SAFETY: `t < tenants`: in the tenant directory (Invariant G).
+        unsafe { self.rec(self.geo.tenants_off + t * RECORD) }
     }
     #[inline]
     fn tenant_pool(&self, p: usize, t: usize) -> &TenantPoolRec {
         assert!(p < self.geo.pools && t < self.geo.tenants);
-        self.rec(self.geo.tenant_pools_off + (p * self.geo.tenants + t) * RECORD)
+        // SAFETY: `p * tenants + t < pools * tenants`: in the tenant-pool region (G).
+        unsafe { self.rec(self.geo.tenant_pools_off + (p * self.geo.tenants + t) * RECORD) }
     }
     #[inline]
     fn proc_slot(&self, s: usize) -> &ProcRec {
         assert!(s < self.geo.procs);
-        self.rec(self.geo.procs_off + s * RECORD)
+        // SAFETY: `s < procs`: in the process region (Invariant G).
+        unsafe { self.rec(self.geo.procs_off + s * RECORD) }
     }
     #[inline]
     fn lease(&self, l: usize) -> &LeaseRec {
         assert!(l < self.geo.leases());
-        self.rec(self.geo.leases_off + l * RECORD)
+        // SAFETY: `l < leases`: in the lease region (Invariant G).
+        unsafe { self.rec(self.geo.leases_off + l * RECORD) }
     }
 }

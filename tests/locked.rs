@@ -59,6 +59,9 @@ fn a_refusal_is_one_locked_instruction() {
     assert!(t.try_acquire_at(&req, 1000).unwrap().is_err());
     let n = locked_instructions() - before;
     eprintln!("refusal: {n} locked");
-    assert!(n <= 1, "a refusal took {n} locked instructions (its counter)");
+    assert!(
+        n <= 1,
+        "a refusal took {n} locked instructions (its counter)"
+    );
     drop(lease);
 }
