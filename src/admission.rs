@@ -1,72 +1,18 @@
-//! The fair-share rule of seed 000, and the attempt that applies it.
+//! The attempt around the op protocol: activity and the active set, the inputs the
+//! fair-share policy freezes, retry-after estimates, statistics. The rule itself is
+//! `policy::fair_share`; the protocol, `ops`.
 //!
-//! ```text
-//! active(pool)  = tenants that held or asked for a permit in the last window
-//! share(t)      = max(FLOOR, POOL * w_t / sum of active weights)
-//! admit(t, u)   = in_use + u <= POOL          when t holds <  share(t)
-//!               = in_use + u <= POOL - FLOOR  when t holds >= share(t)
-//! ```
-//!
-//! [`decide`] is exact integer arithmetic (`held * W < POOL * w`), so no float tolerance
-//! enters the rule. The capacity bound depends only on `decide` running under the
-//! pool's serialization (`ops`); the active weight is a priority input, kept with
-//! Relaxed atomics: being a few ms stale moves a share, never the bound.
+//! The active weight is a priority input, kept with Relaxed atomics: being a few ms
+//! stale under concurrency moves a share, never the capacity bound, which depends only
+//! on the protocol deciding on a validated snapshot (`ops`).
 
 use crate::error::Result;
-use crate::layout::{held_word, pair, tenant_state};
+use crate::layout::{held_word, tenant_state};
 use crate::ops::{self, AcqOutcome, Desc};
+use crate::policy::Verdict;
+use crate::policy::fair_share::{self, FairShare, Frozen};
 use crate::region::Region;
 use crate::sync::Ordering::*;
-
-/// The outcome of the rule for one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Admit,
-    /// Under its share, but `short` more units would have to be free.
-    PoolFull {
-        short: u32,
-    },
-    /// At or past its share, and `short` units more would eat into the floor.
-    OverShare {
-        short: u32,
-    },
-}
-
-/// `true` when a tenant holding `held` is below its share.
-#[inline]
-pub fn under_share(held: u32, d: &Desc) -> bool {
-    let w = d.weight as u128;
-    let total = (d.active_weight as u128).max(w).max(1);
-    held < d.floor || (held as u128) * total < (d.cap as u128) * w
-}
-
-/// The rule, exactly. Pure: every helper of an op computes the same answer.
-#[inline]
-pub fn decide(in_use: u32, held: u32, d: &Desc) -> Decision {
-    let want = in_use as u64 + d.units as u64;
-    if under_share(held, d) {
-        match want.checked_sub(d.cap as u64) {
-            None | Some(0) => Decision::Admit,
-            Some(short) => Decision::PoolFull {
-                short: short as u32,
-            },
-        }
-    } else {
-        let limit = (d.cap as u64).saturating_sub(d.floor as u64);
-        match want.checked_sub(limit) {
-            None | Some(0) => Decision::Admit,
-            Some(short) => Decision::OverShare {
-                short: short as u32,
-            },
-        }
-    }
-}
-
-/// `share(t)` as a real number, for reports.
-pub fn share(cap: u32, floor: u32, weight: u32, active_weight: u64) -> f64 {
-    let total = active_weight.max(weight as u64).max(1) as f64;
-    (cap as f64 * weight as f64 / total).max(floor as f64)
-}
 
 /// Whether a tenant whose last activity was `last` is still in the window at `now`.
 #[inline]
@@ -242,7 +188,8 @@ pub struct Attempt {
 /// The facts a refusal is explained by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RefusalFacts {
-    pub decision: Decision,
+    /// Never `Verdict::Admit`.
+    pub verdict: Verdict,
     pub in_use: u32,
     pub held: u32,
     pub cap: u32,
@@ -279,7 +226,7 @@ pub fn admit<R: Region>(
     now: u64,
     hold_ms: u64,
 ) -> Result<(Option<usize>, Desc, AcqOutcome)> {
-    ops::acquire(r, slot, hint, d, tid, now, hold_ms)
+    ops::acquire(r, &FairShare, slot, hint, d, tid, now, hold_ms)
 }
 
 /// The protocol part of a release, which loom checks (see [`ops::release`]).
@@ -297,19 +244,26 @@ pub fn try_acquire<R: Region>(
 ) -> Result<Admitted> {
     debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
     let (active_weight, set_changes_at) = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
-    let (cap, floor) = (pair::lo(a.limits), pair::hi(a.limits));
+    let (cap, floor) = (
+        crate::layout::pair::lo(a.limits),
+        crate::layout::pair::hi(a.limits),
+    );
+    let frozen = Frozen {
+        cap,
+        floor,
+        weight: a.weight,
+        active_weight: active_weight.min(u32::MAX as u64) as u32,
+    };
     let d = Desc {
         generation: 0,
         pool: a.pool as u32,
         tenant: a.tenant as u32,
         units: a.units,
-        cap,
-        floor,
-        weight: a.weight,
-        active_weight,
+        inputs: frozen.inputs(),
     };
-    let (l, d, outcome) =
-        ops::acquire_with_spare(r, slot, hint, d, a.tid, a.now, a.hold_ms, spare)?;
+    let (l, d, outcome) = ops::acquire_with_spare(
+        r, &FairShare, slot, hint, d, a.tid, a.now, a.hold_ms, spare,
+    )?;
     let tp = r.tenant_pool(a.pool, a.tenant);
     // Statistics: grants are counted in the lease slot by its owner (no RMW) and reach
     // the tenant's counter when the slot serves another tenant; refusals are counted
@@ -324,19 +278,20 @@ pub fn try_acquire<R: Region>(
             AcqOutcome::Refused {
                 in_use,
                 held,
-                decision,
+                verdict,
             },
             claimed,
         ) => {
-            let (code, short) = match decision {
-                Decision::PoolFull { short } => (1, short),
-                Decision::OverShare { short } => (2, short),
-                Decision::Admit => unreachable!("a refusal carries a refusing decision"),
+            let (code, short) = match verdict {
+                Verdict::Refuse { reason, short } => (reason, short),
+                Verdict::Admit => unreachable!("a refusal carries a refusing verdict"),
             };
-            tp.refusals[code - 1].fetch_add(1, Relaxed);
+            if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1)) {
+                c.fetch_add(1, Relaxed);
+            }
             let ewma = tp.hold_ewma_us.load(Relaxed) as u64;
             let facts = RefusalFacts {
-                decision,
+                verdict,
                 in_use,
                 held,
                 cap,
@@ -347,11 +302,10 @@ pub fn try_acquire<R: Region>(
                     let est = retry_after_ms(ewma, a.hold_ms, short, in_use);
                     // Over its share, the tenant's share grows when another leaves the
                     // active set: not before `set_changes_at`, perhaps then.
-                    match decision {
-                        Decision::OverShare { .. } if set_changes_at > a.now => {
-                            est.min(set_changes_at - a.now)
-                        }
-                        _ => est,
+                    if code == fair_share::OVER_SHARE && set_changes_at > a.now {
+                        est.min(set_changes_at - a.now)
+                    } else {
+                        est
                     }
                 },
             };
@@ -390,64 +344,6 @@ pub fn release<R: Region>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn desc(cap: u32, floor: u32, w: u32, total: u64, units: u32) -> Desc {
-        Desc {
-            generation: 1,
-            pool: 0,
-            tenant: 0,
-            units,
-            cap,
-            floor,
-            weight: w,
-            active_weight: total,
-        }
-    }
-
-    #[test]
-    fn room_refuses_nothing_and_alone_gets_all() {
-        let d = desc(8, 1, 1, 1, 1);
-        for held in 0..8 {
-            assert_eq!(decide(held, held, &d), Decision::Admit, "held {held}");
-        }
-        // Holding all 8 it holds exactly its share: refused at the floor (the pool is
-        // full either way); a lone tenant under its share finds the pool full instead.
-        assert_eq!(decide(8, 8, &d), Decision::OverShare { short: 2 });
-        assert_eq!(
-            decide(8, 7, &desc(8, 1, 1, 1, 1)),
-            Decision::PoolFull { short: 1 }
-        );
-    }
-
-    #[test]
-    fn over_share_stops_one_floor_short() {
-        let d = desc(8, 1, 1, 2, 1); // share 4
-        assert_eq!(decide(6, 3, &d), Decision::Admit); // under share: up to POOL
-        assert_eq!(decide(6, 4, &d), Decision::Admit); // 7 <= 8 - 1
-        assert_eq!(decide(7, 4, &d), Decision::OverShare { short: 1 });
-        assert_eq!(decide(7, 3, &d), Decision::Admit); // under share takes the floor
-    }
-
-    #[test]
-    fn weights_and_floor_set_the_share() {
-        // POOL 100, weights 3:1 -> shares 75 and 25; floor 5.
-        let heavy = desc(100, 5, 3, 4, 1);
-        let light = desc(100, 5, 1, 4, 1);
-        assert!(under_share(74, &heavy) && !under_share(75, &heavy));
-        assert!(under_share(24, &light) && !under_share(25, &light));
-        // 30 tenants of weight 1: POOL/30 = 3.3 < floor 5, so the floor is the share.
-        let many = desc(100, 5, 1, 30, 1);
-        assert!(under_share(4, &many) && !under_share(5, &many));
-        assert_eq!(share(100, 5, 1, 30), 5.0);
-        assert_eq!(share(100, 5, 3, 4), 75.0);
-    }
-
-    #[test]
-    fn all_or_nothing() {
-        let d = desc(8, 1, 1, 1, 3);
-        assert_eq!(decide(6, 0, &d), Decision::PoolFull { short: 1 });
-        assert_eq!(decide(5, 0, &d), Decision::Admit);
-    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {

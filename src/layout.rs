@@ -123,31 +123,30 @@ pub struct ProcRec {
 ///
 /// Lease `L` belongs to process slot `L / leases_per_proc`. Every field except `state`
 /// is written only by the owner while the lease is `CLAIMED` (private), and read by
-/// helpers under the generation seqlock (see `ops`). The decision inputs are packed in
-/// pairs ([`pair`]) so that publishing and reading a descriptor are few atomic steps.
+/// settlers and reapers under the generation seqlock (see `ops`).
 #[repr(C)]
 pub struct LeaseRec {
-    /// See [`lease_state`]: the state and the claim generation, changed only by CAS.
+    /// See [`lease_state`]: the state and the claim generation, changed only by CAS
+    /// (and by its owner's stores of `HELD` and `FREE`).
     pub state: AtomicU32,
     /// Units asked for / held.
     pub units: AtomicU32,
     /// Pool index (low half) and tenant index (high half).
     pub pool_tenant: AtomicU64,
-    /// `POOL` (low) and `FLOOR` (high), frozen by the initiator for the decision.
-    pub limits: AtomicU64,
-    /// Tenant weight (low) and active weight (high), frozen for the decision.
-    pub weights: AtomicU64,
+    /// The inputs the pool's policy froze for its decision (`policy::Inputs`); their
+    /// layout is the policy's (fair share: `[POOL | FLOOR, weight | active weight, 0]`).
+    pub inputs: [AtomicU64; 3],
     /// `now` of the acquire, in ms.
     pub granted_ms: AtomicU64,
     /// Declared hold in ms (0 = not declared).
     pub hold_ms: AtomicU64,
-    /// Kernel thread id of the holder (threads hold their own leases).
+    /// Kernel thread id of the holder (threads hold their own leases), or of the
+    /// thread that keeps the slot as its spare.
     pub tid: AtomicU32,
     /// Grants made through this slot for the (pool, tenant) in `pool_tenant` that are
     /// not yet added to that tenant's `grants` counter: the owner counts here with
     /// plain stores, and adds them (one RMW) when the slot next serves another pair.
     pub pending_grants: AtomicU32,
-    pub reserved2: AtomicU64,
 }
 
 /// Two u32 halves in one u64: `lo | hi << 32`.
@@ -500,8 +499,8 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         hold_ewma_us, reserved);
     fields!(v, ProcRec, "ProcRec": state, pid, start_time, owner_futex, generation,
         registered_ms, reserved);
-    fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, limits, weights, granted_ms,
-        hold_ms, tid, pending_grants, reserved2);
+    fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,
+        tid, pending_grants);
     v
 }
 

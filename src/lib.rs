@@ -43,6 +43,7 @@ internal!(
     layout,
     liveness,
     ops,
+    policy,
     recovery,
     region,
     tenants,

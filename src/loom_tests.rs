@@ -20,9 +20,11 @@
 use loom::sync::Arc;
 use loom::sync::atomic::AtomicUsize;
 
-use crate::admission::{self, Decision, decide};
+use crate::admission;
 use crate::layout::{held_word, lease_state as ls, pool_word as pw};
 use crate::ops::{AcqOutcome, Desc};
+use crate::policy::Verdict;
+use crate::policy::fair_share::{FairShare, Frozen, decide};
 use crate::region::{HeapRegion, Region};
 use crate::sync::Ordering::*;
 
@@ -55,6 +57,12 @@ fn desc(tenant: usize) -> Desc {
         pool: 0,
         tenant: tenant as u32,
         units: 1,
+        inputs: frozen().inputs(),
+    }
+}
+
+fn frozen() -> Frozen {
+    Frozen {
         cap: CAP,
         floor: FLOOR,
         weight: 1,
@@ -181,7 +189,7 @@ fn broken_worker(r: &HeapRegion, tenant: usize, a_witness: &AtomicUsize) {
     let tp = r.tenant_pool(0, tenant);
     let in_use = pw::in_use(pool.word.load(SeqCst));
     let held = held_word::held(tp.held.load(SeqCst));
-    if decide(in_use, held, &desc(tenant)) != Decision::Admit {
+    if decide(&frozen(), in_use, held, 1) != Verdict::Admit {
         return;
     }
     pool.word.fetch_add(1, SeqCst);
@@ -355,7 +363,8 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
             spare = Some((l, d.generation.wrapping_add(1)));
         }
         let (l2, d2, o2) =
-            crate::ops::acquire_with_spare(&*r, 1, 0, desc(B), 0, 10, 0, spare).unwrap();
+            crate::ops::acquire_with_spare(&*r, &FairShare, 1, 0, desc(B), 0, 10, 0, spare)
+                .unwrap();
         if let (AcqOutcome::Granted, Some(l2)) = (o2, l2) {
             if let Some((s, _)) = spare {
                 assert_eq!(l2, s, "the spare was not taken");

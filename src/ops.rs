@@ -62,23 +62,21 @@
 //! seqlock on the state word's generation (Acquire load, Relaxed fields, Acquire fence,
 //! Acquire re-load), matching the claimant's Release fence in [`claim_lease`].
 
-use crate::admission::{Decision, decide};
 use crate::error::{Error, Result};
+use crate::policy::{Inputs, Policy, Verdict};
 use crate::layout::{LeaseRec, lease_state as ls, op_word, pair};
 use crate::region::Region;
 use crate::sync::{AtomicU64, Backoff, Ordering::*, fence, store_over_rmw};
 
-/// The decision inputs of an acquire, frozen by its initiator in the lease record.
+/// An acquire as its lease record describes it: what it asks, and the inputs the
+/// pool's policy froze for the decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Desc {
     pub generation: u32,
     pub pool: u32,
     pub tenant: u32,
     pub units: u32,
-    pub cap: u32,
-    pub floor: u32,
-    pub weight: u32,
-    pub active_weight: u64,
+    pub inputs: Inputs,
 }
 
 /// Every labelled step between two atomic steps of acquire, release and registration.
@@ -160,9 +158,9 @@ pub(crate) fn publish_acquire<R: Region>(
         flush_grants(r, lease, old);
         lease.pool_tenant.store(pt, Relaxed);
     }
-    lease.limits.store(pair::make(d.cap, d.floor), Relaxed);
-    let active = d.active_weight.min(u32::MAX as u64) as u32;
-    lease.weights.store(pair::make(d.weight, active), Relaxed);
+    for (w, v) in lease.inputs.iter().zip(d.inputs) {
+        w.store(v, Relaxed);
+    }
     lease.granted_ms.store(now, Relaxed);
     lease.hold_ms.store(hold_ms, Relaxed);
     lease.tid.store(tid, Relaxed);
@@ -232,20 +230,17 @@ pub(crate) fn read_desc(lease: &LeaseRec, generation: u32) -> Option<Desc> {
     if ls::generation(s1) != generation || ls::state(s1) == ls::CLAIMED {
         return None;
     }
-    let (pt, limits, weights) = (
-        lease.pool_tenant.load(Relaxed),
-        lease.limits.load(Relaxed),
-        lease.weights.load(Relaxed),
-    );
+    let pt = lease.pool_tenant.load(Relaxed);
     let d = Desc {
         generation,
         pool: pair::lo(pt),
         tenant: pair::hi(pt),
         units: lease.units.load(Relaxed),
-        cap: pair::lo(limits),
-        floor: pair::hi(limits),
-        weight: pair::lo(weights),
-        active_weight: pair::hi(weights) as u64,
+        inputs: [
+            lease.inputs[0].load(Relaxed),
+            lease.inputs[1].load(Relaxed),
+            lease.inputs[2].load(Relaxed),
+        ],
     };
     // Acquire fence: if any field above came from a later cycle, the claim CAS of that
     // cycle is visible to the re-load below (pairs with the fence in `claim_lease`).
@@ -322,7 +317,8 @@ pub enum AcqOutcome {
     Refused {
         in_use: u32,
         held: u32,
-        decision: Decision,
+        /// Never `Verdict::Admit`.
+        verdict: Verdict,
     },
 }
 
@@ -330,8 +326,10 @@ pub enum AcqOutcome {
 /// `slot`. Returns the lease (if one was claimed: a refusal on the first look claims
 /// none), the descriptor and the outcome. A granted lease is `HELD`; any other claimed
 /// lease is `FREE` again.
-pub(crate) fn acquire<R: Region>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire<R: Region, P: Policy>(
     r: &R,
+    policy: &P,
     slot: usize,
     hint: usize,
     d: Desc,
@@ -339,14 +337,15 @@ pub(crate) fn acquire<R: Region>(
     now: u64,
     hold_ms: u64,
 ) -> Result<(Option<usize>, Desc, AcqOutcome)> {
-    acquire_with_spare(r, slot, hint, d, tid, now, hold_ms, None)
+    acquire_with_spare(r, policy, slot, hint, d, tid, now, hold_ms, None)
 }
 
 /// `acquire`, which takes spare lease `(index, generation)` of the calling thread if it
 /// is still `CLAIMED` in that generation, instead of claiming one with a CAS.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn acquire_with_spare<R: Region>(
+pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     r: &R,
+    policy: &P,
     slot: usize,
     hint: usize,
     mut d: Desc,
@@ -367,15 +366,15 @@ pub(crate) fn acquire_with_spare<R: Region>(
         let w = pool.word.load(SeqCst);
         let tw = tp.held.load(Acquire);
         let (x, h) = (op_word::count(w), op_word::count(tw));
-        let decision = decide(x, h, &d);
-        if decision != Decision::Admit {
+        let verdict = policy.decide(&d.inputs, x, h, d.units);
+        if verdict != Verdict::Admit {
             if let Some(l) = lease {
                 free_lease(r.lease(l), d.generation, ls::ACQUIRING);
             }
             let refused = AcqOutcome::Refused {
                 in_use: x,
                 held: h,
-                decision,
+                verdict,
             };
             return Ok((lease, d, refused));
         }
@@ -419,7 +418,7 @@ pub(crate) fn acquire_with_spare<R: Region>(
             continue;
         }
         crash_point("acquire.held_applied")?;
-        match apply_pool_acquire(r, l, &d, w, tag)? {
+        match apply_pool_acquire(r, policy, l, &d, w, tag)? {
             None => {}
             Some(refused) => {
                 back_out(r, l, &d)?;
@@ -439,8 +438,9 @@ pub(crate) fn acquire_with_spare<R: Region>(
 /// Step 4 of an acquire: adds `d.units` to the pool word, starting from `w` (the word
 /// the first decision read). If the word moved, decides again. `Some(refusal)` if the
 /// rule now refuses (nothing was added to the pool).
-fn apply_pool_acquire<R: Region>(
+fn apply_pool_acquire<R: Region, P: Policy>(
     r: &R,
+    policy: &P,
     l: usize,
     d: &Desc,
     mut w: u64,
@@ -457,17 +457,20 @@ fn apply_pool_acquire<R: Region>(
             // The word moved: decide again on it, with the held word as it is now less
             // our own units (I3: read after `w`; I2: it overstates, never understates).
             let h = op_word::count(tp.held.load(Acquire)).saturating_sub(d.units);
-            let decision = decide(x, h, d);
-            if decision != Decision::Admit {
+            let verdict = policy.decide(&d.inputs, x, h, d.units);
+            if verdict != Verdict::Admit {
                 return Ok(Some(AcqOutcome::Refused {
                     in_use: x,
                     held: h,
-                    decision,
+                    verdict,
                 }));
             }
         }
         first = false;
-        debug_assert!(x + d.units <= d.cap, "decide admitted past the capacity");
+        debug_assert!(
+            x + d.units <= policy.capacity(&d.inputs),
+            "the policy admitted past the capacity"
+        );
         settle(r, op_word::raw_tag(w), p, None, l)?;
         // SeqCst: the pool word is the releaser's side of the waiter handshake too;
         // Release so that a settler that sees our tag sees our lease.
@@ -680,25 +683,30 @@ mod tests {
     use super::*;
     use crate::region::HeapRegion;
 
+    use crate::policy::fair_share::{FairShare, Frozen};
+
     fn desc(tenant: u32) -> Desc {
+        let f = Frozen {
+            cap: 2,
+            floor: 1,
+            weight: 1,
+            active_weight: 2,
+        };
         Desc {
             generation: 0,
             pool: 0,
             tenant,
             units: 1,
-            cap: 2,
-            floor: 1,
-            weight: 1,
-            active_weight: 2,
+            inputs: f.inputs(),
         }
     }
 
     #[test]
     fn a_pair_leaves_everything_free_and_counts_exact() {
         let r = HeapRegion::new(1, 2, 3, 1);
-        let (lb, db, o) = acquire(&r, 2, 0, desc(1), 0, 10, 0).unwrap();
+        let (lb, db, o) = acquire(&r, &FairShare, 2, 0, desc(1), 0, 10, 0).unwrap();
         assert_eq!(o, AcqOutcome::Granted);
-        let (la, da, o) = acquire(&r, 0, 0, desc(0), 0, 10, 0).unwrap();
+        let (la, da, o) = acquire(&r, &FairShare, 0, 0, desc(0), 0, 10, 0).unwrap();
         assert_eq!(o, AcqOutcome::Granted);
         assert_eq!(op_word::count(r.pool(0).word.load(Relaxed)), 2);
         release(&r, la.unwrap(), da.generation, Some(&da)).unwrap();

@@ -4,7 +4,9 @@
 //! writes the explanation (what was asked, what blocked it, what to do) only when it is
 //! asked for.
 
-use crate::admission::{Decision, RefusalFacts, share};
+use crate::admission::RefusalFacts;
+use crate::policy::Verdict;
+use crate::policy::fair_share::{OVER_SHARE, POOL_FULL, share};
 use serde::Serialize;
 
 /// Stable reason codes (also the C ABI's integers). Never renumbered; later policies
@@ -72,10 +74,17 @@ pub struct Refused {
 impl Refused {
     #[cfg_attr(loom, allow(dead_code))] // the engine, its caller, is not built under loom
     pub(crate) fn from_facts(units: u32, f: &RefusalFacts) -> Refused {
-        let (reason, short) = match f.decision {
-            Decision::PoolFull { short } => (Reason::PoolFull, short),
-            Decision::OverShare { short } => (Reason::OverShare, short),
-            Decision::Admit => (Reason::PoolFull, 0),
+        let (reason, short) = match f.verdict {
+            Verdict::Refuse {
+                reason: OVER_SHARE,
+                short,
+            } => (Reason::OverShare, short),
+            Verdict::Refuse {
+                reason: POOL_FULL,
+                short,
+            } => (Reason::PoolFull, short),
+            Verdict::Refuse { short, .. } => (Reason::PoolFull, short),
+            Verdict::Admit => (Reason::PoolFull, 0),
         };
         Refused {
             reason,

@@ -91,13 +91,11 @@ impl HeapRegion {
                     state: a32(),
                     units: a32(),
                     pool_tenant: a64(),
-                    limits: a64(),
-                    weights: a64(),
+                    inputs: [a64(), a64(), a64()],
                     granted_ms: a64(),
                     hold_ms: a64(),
                     tid: a32(),
                     pending_grants: a32(),
-                    reserved2: a64(),
                 })
                 .collect(),
         }

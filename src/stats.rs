@@ -5,12 +5,13 @@
 //! read, not one instant. Tests read it when the table is quiet. State words are read
 //! with Acquire (so the fields they publish are current); counters with Relaxed.
 
-use crate::admission::{recent, scan_active, share};
+use crate::admission::{recent, scan_active};
 use crate::config::Config;
 use crate::layout::{
     held_word, lease_state as ls, op_word, owner_word as ow, pair, pool_word as pw,
     proc_state as ps, tenant_state,
 };
+use crate::policy::fair_share::share;
 use crate::refusal::Reason;
 use crate::region::Region;
 use crate::sync::Ordering::*;
