@@ -344,6 +344,62 @@ pub fn release<R: Region>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::pair;
+    use crate::region::HeapRegion;
+
+    fn attempt(tenant: usize, weight: u32, now: u64) -> Attempt {
+        Attempt {
+            pool: 0,
+            tenant,
+            units: 1,
+            hold_ms: 0,
+            now,
+            window_ms: 1000,
+            weight,
+            tid: 1,
+            limits: pair::make(2, 1),
+        }
+    }
+
+    /// Found by the op-sequence fuzz target: a tenant whose last permit a reaper gives
+    /// back, long after its last own activity, leaves the active set at once (it was
+    /// counted as a holder, and no window end was scheduled for it).
+    #[test]
+    fn a_reaped_holder_leaves_the_active_set_at_once() {
+        let r = HeapRegion::new(1, 2, 2, 2);
+        r.pool(0).limits.store(pair::make(2, 1), Relaxed);
+        let (a, b) = (0, 1);
+        for (t, name) in [(a, b"a"), (b, b"b")] {
+            let got = crate::tenants::find_or_claim(&r, name, &|| 1, 0, &|_| false).unwrap();
+            assert_eq!(got, t);
+        }
+        let dead = crate::liveness::register(&r, 1_000_001, 1, 1).unwrap();
+        let live = crate::liveness::register(&r, 1_000_002, 1, 1).unwrap();
+        assert!(matches!(
+            try_acquire(&r, dead, 0, &attempt(a, 1, 1), None).unwrap(),
+            Admitted::Granted { .. }
+        ));
+        // Long after a's window, a still holds: b is judged among both.
+        let Admitted::Granted { lease, desc } = try_acquire(&r, live, 0, &attempt(b, 1, 5000), None)
+            .unwrap()
+        else {
+            panic!("b under its share of 1 is granted")
+        };
+        assert_eq!(Frozen::from_inputs(&desc.inputs).active_weight, 2);
+        release(&r, lease, desc.generation, None, 5000, None).unwrap();
+        // a's process dies; its permit comes back through the reaper, not through a.
+        crate::recovery::reap_slot(&r, dead, 9, &|_, _| true).unwrap().unwrap();
+        let Admitted::Granted { desc, .. } =
+            try_acquire(&r, live, 0, &attempt(b, 1, 5001), None).unwrap()
+        else {
+            panic!("b alone is granted")
+        };
+        assert_eq!(
+            Frozen::from_inputs(&desc.inputs).active_weight,
+            1,
+            "a left the set when its last permit was reaped"
+        );
+    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {

@@ -100,6 +100,14 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
         recover_lease(r, l, &mut out)?;
     }
     crate::tenants::clear_writer(r, s);
+    // A tenant whose units a reaper gave back may have left the active set at once (its
+    // last own activity can be long past): the pool's next decision counts again.
+    for (p, &units) in out.units_returned.iter().enumerate() {
+        if units > 0 {
+            // Relaxed: a priority input (see `admission::touch`).
+            r.pool(p).rescan_at_ms.store(0, Relaxed);
+        }
+    }
     // Relaxed: the slot is ours while REAPING; the Release store of FREE publishes it.
     rec.pid.store(0, Relaxed);
     rec.start_time.store(0, Relaxed);

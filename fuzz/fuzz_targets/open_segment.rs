@@ -12,7 +12,10 @@ use fairshm::{Config, PoolConfig, Request, Table};
 use libfuzzer_sys::fuzz_target;
 
 fn small_config() -> Config {
-    let mut c = Config::with_pools(vec![PoolConfig::new("requests", 8), PoolConfig::new("flights", 2)]);
+    let mut c = Config::with_pools(vec![
+        PoolConfig::new("requests", 8),
+        PoolConfig::new("flights", 2),
+    ]);
     c.max_tenants = 4;
     c.max_processes = 2;
     c.leases_per_process = 2;
@@ -26,7 +29,10 @@ fn image() -> &'static [u8] {
         let name = format!("fairshm-fuzz-image-{}", std::process::id());
         let _ = Table::unlink(&name);
         let t = Table::create(&name, &small_config()).unwrap();
-        let lease = t.try_acquire_at(&Request::new("requests", "a").units(2), 5).unwrap().unwrap();
+        let lease = t
+            .try_acquire_at(&Request::new("requests", "a").units(2), 5)
+            .unwrap()
+            .unwrap();
         let _ = lease.into_id(); // left held, so the image has a live lease
         let bytes = std::fs::read(fairshm::segment::path_of(&name)).unwrap();
         Table::unlink(&name).unwrap();
@@ -38,7 +44,9 @@ fn image() -> &'static [u8] {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     let bytes = if mode % 2 == 0 {
         rest.to_vec()
     } else {

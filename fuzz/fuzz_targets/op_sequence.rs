@@ -1,0 +1,279 @@
+//! Arbitrary sequences of operations, applied to the real protocol (the very functions
+//! that run on the mapping, over a heap region) and to a small sequential model of
+//! seed 000's rule written here from the seed, not from the library: the same verdict
+//! at every step, and the invariants after each.
+//!
+//! Input: chunks of 3 bytes `[op, a, b]`:
+//! - `op % 5` 0 or 1: process `a % 3` acquires `1 + b % 3` units of pool `(b >> 4) % 2`
+//!   for tenant `(a >> 2) % 4` (registering first if it is not);
+//! - 2: process `a % 3` releases its `b`-th lease (modulo how many it holds);
+//! - 3: time moves on by `8 * b` ms (the window is 1000 ms);
+//! - 4: process `a % 3` dies: its slot is reaped, and it registers again on its next
+//!   acquire.
+//!
+//! `OPSEQ_TRACE=1` prints every step (to read a finding).
+//! Run: `cd fuzz && cargo fuzz run -s none op_sequence`.
+#![no_main]
+
+use fairshm::admission::{self, Admitted, Attempt};
+use fairshm::layout::{held_word, lease_state as ls, pair, pool_word};
+use fairshm::recovery;
+use fairshm::region::{HeapRegion, Region};
+use fairshm::{liveness, tenants};
+use libfuzzer_sys::fuzz_target;
+
+const POOLS: usize = 2;
+const CAPS: [u32; POOLS] = [6, 2];
+const TENANTS: usize = 4;
+const WEIGHTS: [u32; TENANTS] = [1, 2, 1, 3];
+const PROCS: usize = 3;
+const LEASES: usize = 4;
+const WINDOW: u64 = 1000;
+
+fn floor_of(cap: u32) -> u32 {
+    (cap * 5 / 100).max(1)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    lease: usize,
+    generation: u32,
+    pool: usize,
+    tenant: usize,
+    units: u32,
+}
+
+/// The sequential model: seed 000, read literally.
+#[derive(Default)]
+struct Model {
+    in_use: [u32; POOLS],
+    held: [[u32; TENANTS]; POOLS],
+    /// Last attempt or release, 0 = never.
+    last: [[u64; TENANTS]; POOLS],
+}
+
+impl Model {
+    fn active_weight(&self, p: usize, now: u64) -> u64 {
+        (0..TENANTS)
+            .filter(|&t| {
+                self.held[p][t] > 0 || (self.last[p][t] != 0 && self.last[p][t] + WINDOW > now)
+            })
+            .map(|t| WEIGHTS[t] as u64)
+            .sum()
+    }
+
+    /// `Ok(())` granted, `Err(reason)` refused: 1 pool full, 2 over share.
+    fn acquire(&mut self, p: usize, t: usize, units: u32, now: u64) -> Result<(), u32> {
+        self.last[p][t] = self.last[p][t].max(now); // asking counts, granted or not
+        let (cap, floor) = (CAPS[p] as u64, floor_of(CAPS[p]) as u64);
+        let total = self.active_weight(p, now);
+        let held = self.held[p][t] as u64;
+        // share = max(FLOOR, POOL * w / W); under share: held < share.
+        let under = held < floor || held * total < cap * WEIGHTS[t] as u64;
+        let limit = if under { cap } else { cap - floor };
+        if self.in_use[p] as u64 + units as u64 <= limit {
+            self.in_use[p] += units;
+            self.held[p][t] += units;
+            Ok(())
+        } else {
+            Err(if under { 1 } else { 2 })
+        }
+    }
+
+    fn release(&mut self, h: &Held, now: Option<u64>) {
+        self.in_use[h.pool] -= h.units;
+        self.held[h.pool][h.tenant] -= h.units;
+        if let Some(now) = now {
+            let l = &mut self.last[h.pool][h.tenant];
+            *l = (*l).max(now);
+        }
+    }
+}
+
+struct World {
+    r: HeapRegion,
+    model: Model,
+    slots: [Option<usize>; PROCS],
+    leases: [Vec<Held>; PROCS],
+    tenant_idx: [Option<usize>; TENANTS],
+    now: u64,
+    pid: u32,
+}
+
+impl World {
+    fn new() -> World {
+        let r = HeapRegion::new(POOLS, TENANTS, PROCS, LEASES);
+        for (p, cap) in CAPS.iter().enumerate() {
+            r.pool(p).limits.store(
+                pair::make(*cap, floor_of(*cap)),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        World {
+            r,
+            model: Model::default(),
+            slots: [None; PROCS],
+            leases: Default::default(),
+            tenant_idx: [None; TENANTS],
+            now: 1,
+            pid: 1000,
+        }
+    }
+
+    fn slot(&mut self, proc: usize) -> usize {
+        if let Some(s) = self.slots[proc] {
+            return s;
+        }
+        self.pid += 1; // a new process each time (a fake pid, judged by the closures)
+        let s = liveness::register(&self.r, self.pid, 1, self.now).expect("a free slot");
+        self.slots[proc] = Some(s);
+        s
+    }
+
+    fn acquire(&mut self, proc: usize, t: usize, p: usize, units: u32) {
+        let slot = self.slot(proc);
+        if self.leases[proc].len() == LEASES {
+            return; // the real table would say LeaseTableFull; not what we test here
+        }
+        let name = format!("t{t}");
+        let weight = || WEIGHTS[t];
+        let ti = tenants::find_or_claim(&self.r, name.as_bytes(), &weight, slot, &|_| false)
+            .expect("4 names fit 4 slots");
+        assert_eq!(
+            *self.tenant_idx[t].get_or_insert(ti),
+            ti,
+            "one slot per name"
+        );
+        let a = Attempt {
+            pool: p,
+            tenant: ti,
+            units,
+            hold_ms: 0,
+            now: self.now,
+            window_ms: WINDOW,
+            weight: WEIGHTS[t],
+            tid: 1,
+            limits: self
+                .r
+                .pool(p)
+                .limits
+                .load(std::sync::atomic::Ordering::Relaxed),
+        };
+        let real = admission::try_acquire(&self.r, slot, 0, &a, None).expect("no error");
+        let model = self.model.acquire(p, t, units, self.now);
+        if std::env::var_os("OPSEQ_TRACE").is_some() {
+            eprintln!(
+                "{}: t{t} asks {units} of pool {p}: real {real:?}, model {model:?}",
+                self.now
+            );
+        }
+        match (real, model) {
+            (Admitted::Granted { lease, desc }, Ok(())) => self.leases[proc].push(Held {
+                lease,
+                generation: desc.generation,
+                pool: p,
+                tenant: t,
+                units,
+            }),
+            (Admitted::Refused { facts, .. }, Err(reason)) => {
+                let real_reason = match facts.verdict {
+                    fairshm::policy::Verdict::Refuse { reason, .. } => reason,
+                    v => panic!("a refusal with verdict {v:?}"),
+                };
+                assert_eq!(real_reason, reason, "reason at {}: {facts:?}", self.now);
+                assert_eq!(facts.in_use, self.model.in_use[p], "in use seen");
+                assert_eq!(facts.held, self.model.held[p][t], "held seen");
+                assert_eq!(
+                    facts.active_weight,
+                    self.model.active_weight(p, self.now),
+                    "active weight at {}",
+                    self.now
+                );
+            }
+            (real, model) => panic!(
+                "t{t} asks {units} of pool {p} at {}: real {real:?}, model {model:?} \
+                 (in use {:?}, held {:?})",
+                self.now, self.model.in_use, self.model.held
+            ),
+        }
+    }
+
+    fn release(&mut self, proc: usize, which: usize) {
+        if self.leases[proc].is_empty() {
+            return;
+        }
+        let h = self.leases[proc].remove(which % self.leases[proc].len());
+        admission::release(&self.r, h.lease, h.generation, None, self.now, None).expect("release");
+        self.model.release(&h, Some(self.now));
+    }
+
+    fn kill(&mut self, proc: usize) {
+        if std::env::var_os("OPSEQ_TRACE").is_some() {
+            eprintln!(
+                "{}: kill process {proc} ({:?})",
+                self.now, self.leases[proc]
+            );
+        }
+        let Some(s) = self.slots[proc].take() else {
+            return;
+        };
+        let reaped = recovery::reap_slot(&self.r, s, 1, &|_, _| true)
+            .expect("reap")
+            .expect("the slot was live");
+        let mut returned = [0u64; POOLS];
+        for h in std::mem::take(&mut self.leases[proc]) {
+            returned[h.pool] += h.units as u64;
+            self.model.release(&h, None); // a reaper's release is not the tenant's activity
+        }
+        assert_eq!(reaped.units_returned, returned.to_vec(), "units returned");
+    }
+
+    fn check(&self) {
+        let r = &self.r;
+        for p in 0..POOLS {
+            let in_use =
+                pool_word::in_use(r.pool(p).word.load(std::sync::atomic::Ordering::SeqCst));
+            assert_eq!(in_use, self.model.in_use[p], "pool {p} in use");
+            assert!(in_use <= CAPS[p], "pool {p} over capacity");
+            for t in 0..TENANTS {
+                let held = self.tenant_idx[t].map_or(0, |ti| {
+                    held_word::held(
+                        r.tenant_pool(p, ti)
+                            .held
+                            .load(std::sync::atomic::Ordering::SeqCst),
+                    )
+                });
+                assert_eq!(held, self.model.held[p][t], "pool {p} tenant t{t} held");
+            }
+        }
+        let mut held_leases = 0;
+        for l in 0..r.geometry().leases() {
+            let s = ls::state(r.lease(l).state.load(std::sync::atomic::Ordering::SeqCst));
+            assert!(
+                matches!(s, ls::FREE | ls::CLAIMED | ls::HELD),
+                "lease {l} left in state {s} between operations"
+            );
+            held_leases += usize::from(s == ls::HELD);
+        }
+        assert_eq!(held_leases, self.leases.iter().map(Vec::len).sum::<usize>());
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut w = World::new();
+    for c in data.chunks_exact(3) {
+        let (op, a, b) = (c[0], c[1] as usize, c[2]);
+        match op % 5 {
+            0 | 1 => w.acquire(
+                a % PROCS,
+                (a >> 2) % TENANTS,
+                (b as usize >> 4) % POOLS,
+                1 + b as u32 % 3,
+            ),
+            2 => w.release(a % PROCS, b as usize),
+            3 => w.now += 8 * b as u64,
+            _ => w.kill(a % PROCS),
+        }
+        w.check();
+    }
+});
