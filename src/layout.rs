@@ -25,6 +25,22 @@ pub const MAX_NAME: usize = 48;
 /// Lease indices are stored in 16 bits (as index + 1), so at most this many leases.
 pub const MAX_LEASES: usize = 65_535;
 
+/// Bytes of the header: magic, version and sizes, then the region directory.
+pub const HEADER: usize = 256;
+/// Entries of the region directory (unused ones are zero): room for the regions of
+/// later policies (rates, residents, a decision log, the guaranteed policy).
+pub const MAX_REGIONS: usize = 12;
+
+/// Kinds of region in the directory. Never renumbered.
+pub mod region_kind {
+    pub const CONFIG: u32 = 1;
+    pub const POOLS: u32 = 2;
+    pub const TENANTS: u32 = 3;
+    pub const TENANT_POOLS: u32 = 4;
+    pub const PROCS: u32 = 5;
+    pub const LEASES: u32 = 6;
+}
+
 /// Segment header, at offset 0. Written once by the creator; `ready` last.
 #[repr(C)]
 pub struct Header {
@@ -33,14 +49,26 @@ pub struct Header {
     pub ready: AtomicU32,
     pub total_size: AtomicU64,
     pub config_checksum: AtomicU64,
-    pub config_off: AtomicU32,
-    pub config_len: AtomicU32,
-    pub pools_off: AtomicU32,
-    pub tenants_off: AtomicU32,
-    pub tenant_pools_off: AtomicU32,
-    pub procs_off: AtomicU32,
-    pub leases_off: AtomicU32,
+    /// `CLOCK_REALTIME` of the creation, in ms since the Unix epoch.
+    pub created_unix_ms: AtomicU64,
     pub creator_pid: AtomicU32,
+    /// Entries used in `regions`.
+    pub n_regions: AtomicU32,
+    pub reserved: [AtomicU64; 2],
+    /// The region directory: where each region starts, its record size and count.
+    pub regions: [RegionEntry; MAX_REGIONS],
+}
+
+/// One entry of the region directory.
+#[repr(C)]
+pub struct RegionEntry {
+    /// A [`region_kind`]; 0 for an unused entry.
+    pub kind: AtomicU32,
+    /// Byte offset of the region in the segment.
+    pub offset: AtomicU32,
+    /// Bytes per record (the config block: its length, as one record).
+    pub record_size: AtomicU32,
+    pub count: AtomicU32,
 }
 
 /// One pool's live state.
@@ -431,7 +459,7 @@ impl Geometry {
         leases_per_proc: usize,
         config_len: usize,
     ) -> Self {
-        let config_off = RECORD; // the header is one record
+        let config_off = HEADER;
         let pools_off = (config_off + config_len).div_ceil(128) * 128;
         let tenants_off = pools_off + pools * POOL_RECORD;
         let tenant_pools_off = tenants_off + tenants * RECORD;
@@ -457,13 +485,28 @@ impl Geometry {
     pub fn leases(&self) -> usize {
         self.procs * self.leases_per_proc
     }
+
+    /// The region directory this geometry makes: `(kind, offset, record size, count)`.
+    pub fn directory(&self) -> [(u32, usize, usize, usize); 6] {
+        use region_kind::*;
+        [
+            (CONFIG, self.config_off, self.config_len, 1),
+            (POOLS, self.pools_off, POOL_RECORD, self.pools),
+            (TENANTS, self.tenants_off, RECORD, self.tenants),
+            (TENANT_POOLS, self.tenant_pools_off, RECORD, self.pools * self.tenants),
+            (PROCS, self.procs_off, RECORD, self.procs),
+            (LEASES, self.leases_off, RECORD, self.leases()),
+        ]
+    }
 }
 
 /// Every record's size in bytes, by name.
 pub fn record_size(record: &str) -> Option<usize> {
     match record {
         "PoolRec" => Some(POOL_RECORD),
-        "Header" | "TenantRec" | "TenantPoolRec" | "ProcRec" | "LeaseRec" => Some(RECORD),
+        "Header" => Some(HEADER),
+        "RegionEntry" => Some(16),
+        "TenantRec" | "TenantPoolRec" | "ProcRec" | "LeaseRec" => Some(RECORD),
         _ => None,
     }
 }
@@ -490,8 +533,8 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     }
     let mut v = Vec::new();
     fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
-        config_off, config_len, pools_off, tenants_off, tenant_pools_off, procs_off,
-        leases_off, creator_pid);
+        created_unix_ms, creator_pid, n_regions, reserved, regions);
+    fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, reserved32, wake, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
@@ -507,7 +550,8 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
 #[cfg(not(loom))]
 const _: () = {
     use std::mem::{align_of, size_of};
-    assert!(size_of::<Header>() == RECORD);
+    assert!(size_of::<Header>() == HEADER);
+    assert!(size_of::<RegionEntry>() == 16);
     assert!(size_of::<PoolRec>() == POOL_RECORD);
     assert!(size_of::<TenantRec>() == RECORD);
     assert!(size_of::<TenantPoolRec>() == RECORD);

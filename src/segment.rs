@@ -16,7 +16,7 @@ use memmap2::MmapMut;
 use crate::config::{Config, floor_of, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
-    Geometry, Header, LAYOUT_VERSION, LeaseRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
+    Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
     RECORD, TenantPoolRec, TenantRec, pair,
 };
 use crate::region::Region;
@@ -156,14 +156,18 @@ impl Segment {
         h.version.store(LAYOUT_VERSION, Relaxed);
         h.total_size.store(geo.total_size as u64, Relaxed);
         h.config_checksum.store(fnv1a(&bytes), Relaxed);
-        h.config_off.store(geo.config_off as u32, Relaxed);
-        h.config_len.store(geo.config_len as u32, Relaxed);
-        h.pools_off.store(geo.pools_off as u32, Relaxed);
-        h.tenants_off.store(geo.tenants_off as u32, Relaxed);
-        h.tenant_pools_off
-            .store(geo.tenant_pools_off as u32, Relaxed);
-        h.procs_off.store(geo.procs_off as u32, Relaxed);
-        h.leases_off.store(geo.leases_off as u32, Relaxed);
+        let dir = geo.directory();
+        for (e, (kind, off, size, count)) in h.regions.iter().zip(dir) {
+            e.kind.store(kind, Relaxed);
+            e.offset.store(off as u32, Relaxed);
+            e.record_size.store(size as u32, Relaxed);
+            e.count.store(count as u32, Relaxed);
+        }
+        h.n_regions.store(dir.len() as u32, Relaxed);
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        h.created_unix_ms.store(created, Relaxed);
         h.creator_pid.store(std::process::id(), Relaxed);
         // Release: everything above is visible to an opener that sees READY.
         h.ready.store(READY, Release);
@@ -240,15 +244,15 @@ impl Segment {
         let deadline = Instant::now() + ready_wait;
         // A creator between create and ftruncate shows a short file: wait for it.
         let mut size = meta.len();
-        while size < RECORD as u64 && Instant::now() < deadline {
+        while size < HEADER as u64 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
             size = file.metadata().map_err(io(name, "fstat"))?.len();
         }
-        if size < RECORD as u64 {
+        if size < HEADER as u64 {
             return Err(Error::Truncated {
                 name: name.to_owned(),
                 size,
-                need: RECORD as u64,
+                need: HEADER as u64,
             });
         }
         let placeholder = Geometry::new(0, 0, 0, 0, 0);
@@ -314,21 +318,28 @@ impl Segment {
                 geo.total_size, probe.len
             )));
         }
-        let offsets = [
-            ("pools_off", h.pools_off.load(Relaxed), geo.pools_off),
-            ("tenants_off", h.tenants_off.load(Relaxed), geo.tenants_off),
-            (
-                "tenant_pools_off",
-                h.tenant_pools_off.load(Relaxed),
-                geo.tenant_pools_off,
-            ),
-            ("procs_off", h.procs_off.load(Relaxed), geo.procs_off),
-            ("leases_off", h.leases_off.load(Relaxed), geo.leases_off),
-        ];
-        for (what, found, want) in offsets {
-            if found as usize != want {
+        // The region directory must be exactly the one the config makes, and the rest
+        // of it empty: nothing is placed from a number read back from the segment.
+        let dir = geo.directory();
+        let n = h.n_regions.load(Relaxed) as usize;
+        if n != dir.len() {
+            return Err(Error::Corrupt(format!(
+                "segment {name:?}: the region directory has {n} entries, this version {}",
+                dir.len()
+            )));
+        }
+        for (i, e) in h.regions.iter().enumerate() {
+            let found = (
+                e.kind.load(Relaxed),
+                e.offset.load(Relaxed) as usize,
+                e.record_size.load(Relaxed) as usize,
+                e.count.load(Relaxed) as usize,
+            );
+            let want = dir.get(i).copied().unwrap_or((0, 0, 0, 0));
+            if found != want {
                 return Err(Error::Corrupt(format!(
-                    "segment {name:?}: header {what} is {found}, its config places it at {want}"
+                    "segment {name:?}: region directory entry {i} is \
+                     (kind, offset, record size, count) {found:?}, its config makes {want:?}"
                 )));
             }
         }
@@ -346,9 +357,17 @@ impl Segment {
     /// Copies the config block out (never parsed in place) and checks its checksum.
     fn read_config(&self) -> Result<Config> {
         let h = self.header();
-        let off = h.config_off.load(Relaxed) as usize;
-        let len = h.config_len.load(Relaxed) as usize;
-        if off != RECORD || off.checked_add(len).is_none_or(|end| end > self.len) || len > 1 << 24 {
+        let entry = &h.regions[0];
+        let (kind, off, len) = (
+            entry.kind.load(Relaxed),
+            entry.offset.load(Relaxed) as usize,
+            entry.record_size.load(Relaxed) as usize,
+        );
+        if kind != crate::layout::region_kind::CONFIG
+            || off != HEADER
+            || off.checked_add(len).is_none_or(|end| end > self.len)
+            || len > 1 << 24
+        {
             return Err(Error::Corrupt(format!(
                 "segment {:?}: config block at {off}+{len} lies outside {} bytes",
                 self.name, self.len
@@ -387,8 +406,8 @@ impl Segment {
     }
 
     fn header(&self) -> &Header {
-        assert!(self.len >= RECORD, "a mapping shorter than its header");
-        // SAFETY: the header is the first 64 bytes, inside the mapping (just checked).
+        assert!(self.len >= HEADER, "a mapping shorter than its header");
+        // SAFETY: the header is the first 256 bytes, inside the mapping (just checked).
         unsafe { self.rec(0) }
     }
 

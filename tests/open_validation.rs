@@ -185,3 +185,22 @@ fn an_invalid_config_is_refused_at_creation_and_leaves_no_file() {
     assert!(matches!(e, Error::InvalidConfig(_)), "{e}");
     assert!(!path_of(&seg.name).exists());
 }
+
+#[test]
+fn a_region_directory_that_disagrees_with_the_config_is_corrupt() {
+    let seg = Seg::new("dir");
+    drop(seg.create(&one_pool(4)));
+    let path = path_of(&seg.name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Entry 5 (the leases) at 64 + 5 * 16; its offset field 4 bytes in.
+    let at = 64 + 5 * 16 + 4;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Table::open(&seg.name)
+        .err()
+        .expect("a moved region is refused");
+    assert!(
+        matches!(&e, Error::Corrupt(w) if w.contains("region directory entry 5")),
+        "{e}"
+    );
+}
