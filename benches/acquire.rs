@@ -1,5 +1,8 @@
 //! Uncontended acquire + release pairs, fairshm next to its baselines, in one run:
 //! - `bare_atomic`: `fetch_add` / `fetch_sub` on a word of a `MAP_SHARED` mapping (the limit);
+//! - `fairshm_engine`: the engine's `acquire` + `release` on handles (explicit `now`);
+//! - `fairshm_engine_1024_active`: the same with 1,024 other tenants active in the pool;
+//! - `fairshm_engine_refusal`: one refused `acquire` (a full pool), to set against a pair;
 //! - `fairshm`: `try_acquire_at` + `release_at` on a real segment (explicit `now`, so the
 //!   clock is not measured) and `try_acquire` + drop (with the clock);
 //! - `sysv_semop_undo`: SysV `semop` -1 / +1 with `SEM_UNDO` (Semian's mechanism);
@@ -10,7 +13,7 @@
 use std::sync::atomic::Ordering::SeqCst;
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
-use fairshm::Request;
+use fairshm::{Config, Outcome, PoolConfig, Request};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -28,6 +31,70 @@ fn pairs(c: &mut Criterion) {
 
     let seg = common::Seg::new("bench-acquire");
     let table = seg.create(&common::one_pool(64));
+    {
+        let e = table.engine();
+        let (pool, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
+        g.bench_function("fairshm_engine", |b| {
+            b.iter(|| {
+                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("refused")
+                };
+                e.release(id, 1000).unwrap();
+            })
+        });
+    }
+    // 1,024 other tenants active in a pool with room for them all (2,048 permits, each
+    // holds one): the decision's cost must not grow with them.
+    let busy_seg = common::Seg::new("bench-busy");
+    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", 4096)]);
+    cfg.max_tenants = 2048;
+    cfg.leases_per_process = 2048;
+    cfg.max_processes = 4;
+    let busy = busy_seg.create(&cfg);
+    {
+        let e = busy.engine();
+        let pool = e.pool("requests").unwrap();
+        let held: Vec<_> = (0..1024)
+            .map(|i| {
+                let t = e.tenant(&format!("t{i}")).unwrap();
+                match e.acquire(pool, t, 1, 0, 1000).unwrap() {
+                    Outcome::Granted(id) => id,
+                    Outcome::Refused(r) => panic!("{r:?}"),
+                }
+            })
+            .collect();
+        let acme = e.tenant("acme").unwrap();
+        assert_eq!(busy.snapshot_at(1000).pools[0].active_tenants, 1024);
+        g.bench_function("fairshm_engine_1024_active", |b| {
+            b.iter(|| {
+                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("refused")
+                };
+                e.release(id, 1000).unwrap();
+            })
+        });
+        for id in held {
+            e.release(id, 1000).unwrap();
+        }
+    }
+    let full_seg = common::Seg::new("bench-full");
+    let full = full_seg.create(&common::one_pool(2));
+    {
+        let e = full.engine();
+        let (pool, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
+        let Outcome::Granted(id) = e.acquire(pool, acme, 2, 0, 1000).unwrap() else {
+            panic!("refused")
+        };
+        g.bench_function("fairshm_engine_refusal", |b| {
+            b.iter(|| {
+                let Outcome::Refused(r) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("granted in a full pool")
+                };
+                black_box(r);
+            })
+        });
+        e.release(id, 1000).unwrap();
+    }
     let req = Request::new("requests", "acme");
     g.bench_function("fairshm_explicit_now", |b| {
         b.iter(|| {
@@ -83,7 +150,7 @@ fn pairs(c: &mut Criterion) {
     // SAFETY: no waiter exists; destroyed once.
     unsafe { libc::sem_destroy(sem) };
     g.finish();
-    drop((table, seg));
+    drop((table, seg, busy, busy_seg, full, full_seg));
 }
 
 criterion_group! {

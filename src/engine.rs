@@ -370,10 +370,9 @@ impl Engine {
             tid: crate::selfid::tid(),
             limits,
         };
-        // Relaxed, and a load and a store rather than an RMW: a hint only (threads that
+        // Relaxed: a hint only, where the last release left a free slot (threads that
         // race may start at the same lease; any start finds a free one if there is one).
         let hint = self.hint.load(Relaxed);
-        self.hint.store(hint.wrapping_add(1), Relaxed);
         let spare = SPARE.with(|c| c.0.take()).and_then(|s| {
             // Another engine's spare goes back (freed if it was ours but unusable).
             if s.engine == self.id {
@@ -432,15 +431,22 @@ impl Engine {
         }
         // Keep the slot as this thread's spare if the thread has none (or one of an
         // engine that is gone).
+        // Keep the slot as this thread's spare if the thread has none of this engine's: a
+        // spare of another engine is given back first (a thread that switches tables).
         let keep = SPARE.with(|c| match c.0.get() {
             None => Some(crate::selfid::tid()),
             Some(s) if s.engine != self.id => {
-                let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-                (!live.iter().any(|(id, ..)| *id == s.engine)).then(crate::selfid::tid)
+                c.0.set(None);
+                free_spare(s);
+                Some(crate::selfid::tid())
             }
             Some(_) => None,
         });
         let d = admission::release(&self.seg, l, id.generation, None, now.max(1), keep)?;
+        if keep.is_none() {
+            // Relaxed: a hint (see `acquire`).
+            self.hint.store((l % geo.leases_per_proc) as u64, Relaxed);
+        }
         if keep.is_some() {
             SPARE.with(|c| {
                 c.0.set(Some(Spare {
