@@ -69,10 +69,12 @@ pub(crate) fn acquire(
     let mut pause = DYING_PAUSE;
     let mut woken_at: Option<u64> = None;
     let mut watch = Vec::new();
+    // We announce ourselves (for as long as we wait: every try below comes after it),
+    // read `wake`, then try (whose first load of the pool word is SeqCst): a release
+    // we do not see will see us and bump `wake`.
+    let mut announced = Some(Announced::new(rec));
     loop {
-        // We announce ourselves, read `wake`, then try (whose first load of the pool
-        // word is SeqCst): a release we do not see will see us and bump `wake`.
-        let announced = Announced::new(rec);
+        let _ = announced.get_or_insert_with(|| Announced::new(rec));
         // SeqCst: the handshake in `waiting`.
         let seqs = rec.wake.load(SeqCst);
         let last = match engine.acquire(pool, tenant, units, hold_ms, clock::now_ms())? {
@@ -109,7 +111,7 @@ pub(crate) fn acquire(
         let behind = anchor::watch(seg, engine.process_slot()?, p, &mut watch);
         let until = deadline.min(next_sweep);
         if behind.dying > 0 {
-            drop(announced);
+            announced = None; // not while we reap: our own releases need not wake us
             // A process died: reap it now. If it is still exiting (its anchor went
             // first), wait for its last thread to go, then look again.
             if engine.reap_dead()?.is_empty() {
@@ -124,7 +126,6 @@ pub(crate) fn acquire(
         if waiting::half(rec.wake.load(SeqCst), class) == seq {
             waiting::sleep(rec, class, seq, &watch, until);
         }
-        drop(announced);
         woken_at = Some(seqs);
         let now = Instant::now();
         if now >= next_sweep {

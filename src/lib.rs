@@ -96,3 +96,8 @@ pub use sync::locked_instructions;
 mod loom_crash;
 #[cfg(all(test, loom))]
 mod loom_tests;
+
+/// The README's Rust code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
