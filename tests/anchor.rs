@@ -55,9 +55,12 @@ fn the_kernel_marks_a_killed_process_owner_died_before_anyone_reaps_it() {
         std::thread::sleep(Duration::from_secs(60));
         0
     });
-    while ready[0].load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::wait_until(
+        Some(child),
+        "the child to register",
+        Duration::from_millis(1),
+        || ready[0].load(SeqCst) != 0,
+    );
     let slot = ready[1].load(SeqCst) as usize;
     let before = owner_word::decode(owner(&t, slot));
     let owner_word::Owner::Alive { tid, .. } = before else {
@@ -122,9 +125,12 @@ fn a_zombie_main_thread_with_live_threads_is_not_dead() {
         unsafe { libc::syscall(libc::SYS_exit, 0) };
         unreachable!("SYS_exit returned")
     });
-    while flag[0].load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::wait_until(
+        Some(child),
+        "the child's main thread",
+        Duration::from_millis(1),
+        || flag[0].load(SeqCst) != 0,
+    );
     let pid = child.as_raw() as u32;
     let start = liveness::proc_info(pid).unwrap().start_time;
     let deadline = Instant::now() + Duration::from_millis(400);

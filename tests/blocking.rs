@@ -32,9 +32,12 @@ fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
             w[1].store(fairshm::clock::now_ns() / 1000, SeqCst);
             if got.is_ok() { 0 } else { 3 }
         });
-        while waiters(&t) == 0 {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        common::wait_until(
+            Some(child),
+            "the waiter to sleep",
+            Duration::from_micros(200),
+            || waiters(&t) != 0,
+        );
         std::thread::sleep(Duration::from_millis(1));
         w[0].store(fairshm::clock::now_ns() / 1000, SeqCst);
         lease.release().unwrap();
@@ -112,9 +115,9 @@ fn a_waiter_behind_a_killed_holder_is_woken_by_the_kernel() {
             drop(lease);
             0
         });
-        while w[2].load(SeqCst) == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
+            w[2].load(SeqCst) != 0
+        });
         let waited = std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 let got = t
@@ -122,9 +125,12 @@ fn a_waiter_behind_a_killed_holder_is_woken_by_the_kernel() {
                     .unwrap();
                 (got.is_ok(), Instant::now())
             });
-            while waiters(&t) == 0 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            common::wait_until(
+                None,
+                "the waiter to sleep",
+                Duration::from_millis(1),
+                || waiters(&t) != 0,
+            );
             std::thread::sleep(Duration::from_millis(2));
             let snap = t.snapshot();
             let h = snap
@@ -171,9 +177,9 @@ fn the_sweep_serves_a_waiter_behind_an_unanchored_dead_holder() {
         std::thread::sleep(Duration::from_secs(60));
         0
     });
-    while w[2].load(SeqCst) == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
+        w[2].load(SeqCst) != 0
+    });
     nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
     assert_eq!(wait(holder), 128 + 9);
     let got = t
@@ -201,17 +207,17 @@ fn under_share_waiters_are_woken_first() {
                 .unwrap()
                 .is_ok()
         });
-        while waiters(&t) < 1 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(None, "the small waiter", Duration::from_millis(1), || {
+            waiters(&t) >= 1
+        });
         // big, now past its share of 1, waits as class OVER.
         let big2 = s.spawn(|| {
             t.acquire(&Request::new("requests", "big"), Duration::from_millis(400))
                 .unwrap()
         });
-        while waiters(&t) < 2 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(None, "the big waiter", Duration::from_millis(1), || {
+            waiters(&t) >= 2
+        });
         let mut big = big;
         let released = Instant::now();
         big.pop().unwrap().release().unwrap();

@@ -56,7 +56,7 @@ fn workers(name: &str, n: usize) -> Vec<nix::unistd::Pid> {
 fn kill(pids: &[nix::unistd::Pid]) {
     for &p in pids {
         nix::sys::signal::kill(p, nix::sys::signal::SIGKILL).unwrap();
-        nix::sys::wait::waitpid(p, None).unwrap();
+        common::wait(p);
     }
 }
 

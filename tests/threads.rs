@@ -86,9 +86,12 @@ fn a_killed_process_gives_back_every_threads_leases() {
         std::thread::sleep(Duration::from_secs(60));
         0
     });
-    while w[0].load(SeqCst) < 3 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::wait_until(
+        Some(child),
+        "the child's threads",
+        Duration::from_millis(1),
+        || w[0].load(SeqCst) >= 3,
+    );
     let snap = t.snapshot();
     assert_eq!(snap.pool("requests").unwrap().in_use, 6);
     let mut tids: Vec<u32> = snap.leases.iter().map(|l| l.tid).collect();

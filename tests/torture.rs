@@ -56,13 +56,13 @@ fn a_thousand_sigkills_lose_nothing() {
         std::thread::sleep(Duration::from_micros(x % 1500));
         let i = (x >> 20) as usize % WORKERS;
         nix::sys::signal::kill(pids[i], nix::sys::signal::SIGKILL).unwrap();
-        nix::sys::wait::waitpid(pids[i], None).unwrap();
+        common::wait(pids[i]);
         reaped += t.reap_dead().unwrap().len();
         pids[i] = spawn(&seg.name, i, witness);
     }
     for pid in pids {
         nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).unwrap();
-        nix::sys::wait::waitpid(pid, None).unwrap();
+        common::wait(pid);
     }
     reaped += t.reap_dead().unwrap().len();
     let snap = t.snapshot();

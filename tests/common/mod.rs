@@ -50,13 +50,24 @@ pub fn fork_child(f: impl FnOnce() -> i32) -> nix::unistd::Pid {
     }
 }
 
-/// Waits for a child; returns its exit code, or `128 + signal`.
+/// Waits for a child; returns its exit code, or `128 + signal`. A child still running
+/// after [`DEADLINE`] is killed (and reaped), and the test fails: it never hangs.
 pub fn wait(pid: nix::unistd::Pid) -> i32 {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    match waitpid(pid, None).expect("waitpid") {
-        WaitStatus::Exited(_, code) => code,
-        WaitStatus::Signaled(_, sig, _) => 128 + sig as i32,
-        other => panic!("unexpected wait status {other:?}"),
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)).expect("waitpid") {
+            WaitStatus::StillAlive => {}
+            WaitStatus::Exited(_, code) => return code,
+            WaitStatus::Signaled(_, sig, _) => return 128 + sig as i32,
+            other => panic!("unexpected wait status {other:?}"),
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+            let _ = waitpid(pid, None);
+            panic!("child {pid} still ran after {DEADLINE:?}: killed");
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
 
@@ -69,4 +80,33 @@ pub fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x >> 7;
     *x ^= *x << 17;
     *x
+}
+
+/// How long a test waits for another process before it fails instead of hanging.
+pub const DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Polls `ready` every `every` until it holds. Fails the test (never hangs) if `child`
+/// exits first (its exit code is in the message; the child is reaped) or if
+/// [`DEADLINE`] passes.
+pub fn wait_until(
+    child: Option<nix::unistd::Pid>,
+    what: &str,
+    every: std::time::Duration,
+    ready: impl Fn() -> bool,
+) {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !ready() {
+        if let Some(pid) = child {
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => {}
+                status => panic!("waiting for {what}: the child ended first ({status:?})"),
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waiting for {what}: not after {DEADLINE:?}"
+        );
+        std::thread::sleep(every);
+    }
 }
