@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::anchor;
 use crate::clock;
 use crate::engine::{Engine, LeaseId, Outcome, PoolId, TenantId};
 use crate::error::Result;
@@ -108,7 +107,7 @@ pub(crate) fn acquire(
         if let Some(c) = cancel {
             watch.push(c.watch());
         }
-        let behind = anchor::watch(seg, engine.process_slot()?, p, &mut watch);
+        let behind = waiting::watch::watch(seg, engine.process_slot()?, p, &mut watch);
         let until = deadline.min(next_sweep);
         if behind.dying > 0 {
             announced = None; // not while we reap: our own releases need not wake us

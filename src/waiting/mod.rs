@@ -27,10 +27,12 @@
 //! A release of `n` units wakes at most `n` waiters, under-share ones first, so no herd
 //! wakes for one permit and the tenant the rule favours is served first.
 //!
-//! A waiter may also watch owner words ([`Watch`], armed by `anchor::arm`): it then
+//! A waiter may also watch owner words ([`Watch`], armed by `watch::arm`): it then
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
 //! kernel wakes it when one of those processes dies. On an older kernel it sleeps on
 //! its half alone, and the table's periodic sweep is what notices deaths.
+
+pub mod watch;
 
 use std::time::{Duration, Instant};
 
