@@ -352,6 +352,12 @@ impl Engine {
         // Relaxed: capacity and floor are inputs, frozen into the lease descriptor.
         let limits = self.seg.pool(p).limits.load(Relaxed);
         let cap = pair::lo(limits);
+        if cap > crate::layout::op_word::MAX_COUNT {
+            return Err(Error::Corrupt(format!(
+                "pool {p} has capacity {cap}, beyond the {} an op word counts",
+                crate::layout::op_word::MAX_COUNT
+            )));
+        }
         if units > cap {
             return Err(Error::UnitsExceedCapacity {
                 pool: self.pool_name(pool).to_owned(),

@@ -135,7 +135,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         // Relaxed: statistics.
         let n = rec.pending_grants.load(Relaxed);
         if n > 0 {
-            *pending.entry(rec.pool_tenant.load(Relaxed)).or_default() += n as u64;
+            let e = pending.entry(rec.pool_tenant.load(Relaxed)).or_default();
+            *e = e.saturating_add(n as u64);
         }
     }
     let pools = cfg
@@ -156,11 +157,14 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 .filter_map(|(t, n)| {
                     let tp = r.tenant_pool(p, t);
                     let last = tp.last_active_ms.load(Relaxed);
-                    let grants = tp.grants.load(Relaxed)
-                        + pending
+                    // Saturating, here and below: counters read from shared memory may
+                    // hold anything.
+                    let grants = tp.grants.load(Relaxed).saturating_add(
+                        pending
                             .get(&pair::make(p as u32, t as u32))
                             .copied()
-                            .unwrap_or(0);
+                            .unwrap_or(0),
+                    );
                     let held = held_word::held(tp.held.load(Acquire));
                     if last == 0 && held == 0 && grants == 0 {
                         return None; // never used this pool
@@ -205,11 +209,11 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 }),
                 active_tenants,
                 active_weight,
-                grants: tenants.iter().map(|t| t.grants).sum(),
+                grants: tenants.iter().fold(0, |a, t| a.saturating_add(t.grants)),
                 refusals: tenants
                     .iter()
-                    .flat_map(|t| t.refusals.iter().map(|(_, c)| c))
-                    .sum(),
+                    .flat_map(|t| t.refusals.iter().map(|(_, c)| *c))
+                    .fold(0, u64::saturating_add),
                 tenants,
             }
         })
