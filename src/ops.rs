@@ -507,7 +507,7 @@ fn back_out<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
             break;
         }
     }
-    finish_release(r, l, d.generation, Some(d)).map(|_| ())
+    finish_release_keeping(r, l, d.generation, Some(d), None, true).map(|_| ())
 }
 
 /// Releases lease `l` of generation `generation`: `HELD` -> `RELEASING` -> `FREE`.
@@ -535,7 +535,7 @@ pub(crate) fn release<R: Region>(
         });
     }
     crash_point("release.published")?;
-    finish_release(r, l, generation, known)
+    finish_release_keeping(r, l, generation, known, None, true)
 }
 
 /// `release` by its owner thread `tid`, which keeps the slot as its spare (see
@@ -562,7 +562,7 @@ pub(crate) fn release_keeping<R: Region>(
         });
     }
     crash_point("release.published")?;
-    finish_release_keeping(r, l, generation, known, Some(tid))
+    finish_release_keeping(r, l, generation, known, Some(tid), true)
 }
 
 /// Drives a lease in `RELEASING` (of generation `generation`) to `FREE`: its pool step,
@@ -574,40 +574,52 @@ pub(crate) fn finish_release<R: Region>(
     generation: u32,
     known: Option<&Desc>,
 ) -> Result<Desc> {
-    finish_release_keeping(r, l, generation, known, None)
+    finish_release_keeping(r, l, generation, known, None, false)
 }
 
 /// `finish_release`, which with `keep: Some(tid)` leaves the slot `CLAIMED` under the
 /// next generation for thread `tid` (a *spare*: its next acquire needs no claim CAS)
 /// instead of `FREE`. A spare is counted nowhere, like any claimed lease.
+///
+/// `fresh`: the caller has just moved the lease to `RELEASING` and made no step of it,
+/// so neither step can be done yet and neither is checked.
 fn finish_release_keeping<R: Region>(
     r: &R,
     l: usize,
     generation: u32,
     known: Option<&Desc>,
     keep: Option<u32>,
+    fresh: bool,
 ) -> Result<Desc> {
     let lease = r.lease(l);
     let d = match known {
         Some(d) => *d,
-        None => read_desc(lease, generation)
-            .ok_or_else(|| Error::Corrupt(format!("lease {l} changed generation mid-release")))?,
+        // The only driver of a RELEASING lease reads its fields: they are stable (written
+        // while CLAIMED, published by the Release store of ACQUIRING, which the driver's
+        // state CAS or load acquired), so no seqlock is needed.
+        None => {
+            let pt = lease.pool_tenant.load(Relaxed);
+            Desc {
+                generation,
+                pool: pair::lo(pt),
+                tenant: pair::hi(pt),
+                units: lease.units.load(Relaxed),
+                inputs: [0; 3], // not needed to give units back
+            }
+        }
     };
     debug_assert_eq!(d.generation, generation);
     check_desc(r, l, &d)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
     let tag = op_word::make_tag(l, true, generation);
-    take_back(r, l, &d, &r.pool(p).word, tag, ls::POOL_DONE, None)?;
+    // A fresh release whose pool part is marked done (an acquire backing out) skips it.
+    let pool_done = fresh && lease.state.load(Relaxed) & ls::POOL_DONE != 0;
+    if !pool_done {
+        take_back(r, l, &d, &r.pool(p).word, tag, ls::POOL_DONE, None, fresh)?;
+    }
     crash_point("release.pool_applied")?;
-    take_back(
-        r,
-        l,
-        &d,
-        &r.tenant_pool(p, t).held,
-        tag,
-        ls::HELD_DONE,
-        Some(d.tenant),
-    )?;
+    let held = &r.tenant_pool(p, t).held;
+    take_back(r, l, &d, held, tag, ls::HELD_DONE, Some(d.tenant), fresh)?;
     crash_point("release.held_applied")?;
     match keep {
         // Release: every change of this cycle happens before the slot is claimed again.
@@ -628,6 +640,9 @@ fn finish_release_keeping<R: Region>(
 
 /// Takes `d.units` back from `word` with the release's `tag`, unless that step is done:
 /// the word carries the tag, or the lease the step's `flag` (read in that order: I1).
+///
+/// `fresh`: the caller knows the step is not done (see `finish_release_keeping`).
+#[allow(clippy::too_many_arguments)]
 fn take_back<R: Region>(
     r: &R,
     l: usize,
@@ -636,13 +651,14 @@ fn take_back<R: Region>(
     tag: u64,
     flag: u32,
     t: WordOf,
+    fresh: bool,
 ) -> Result<()> {
     let lease = r.lease(l);
     let backoff = Backoff::new();
     loop {
         // SeqCst (the pool word): the releaser's half of the waiter handshake.
         let w = word.load(SeqCst);
-        if op_word::raw_tag(w) == tag || lease.state.load(Acquire) & flag != 0 {
+        if !fresh && (op_word::raw_tag(w) == tag || lease.state.load(Acquire) & flag != 0) {
             return Ok(());
         }
         let n = op_word::count(w);
