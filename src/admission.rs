@@ -284,7 +284,9 @@ pub fn try_acquire<R: Region>(
         ) => {
             let (code, short) = match verdict {
                 Verdict::Refuse { reason, short } => (reason, short),
-                Verdict::Admit => unreachable!("a refusal carries a refusing verdict"),
+                Verdict::Admit | Verdict::AdmitCharging => {
+                    unreachable!("a refusal carries a refusing verdict")
+                }
             };
             if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1)) {
                 c.fetch_add(1, Relaxed);

@@ -97,7 +97,11 @@ pub struct PoolRec {
     /// waiters refused under their share, the high half (164..168) for those at or
     /// over it (see `waiting`).
     pub wake: AtomicU64,
-    pub reserved: [AtomicU64; 11],
+    /// An op word a policy may charge besides the pool word and the held word (a
+    /// count and the last op's tag, see [`op_word`]): loans, for a lending policy.
+    /// Fair share leaves it 0.
+    pub extra: AtomicU64,
+    pub reserved: [AtomicU64; 10],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -279,6 +283,8 @@ pub mod held_word {
 /// | 0..4  | `state`      | one of the states below                                 |
 /// | 4     | `HELD_DONE`  | the current op's change to the tenant's held word is made |
 /// | 5     | `POOL_DONE`  | the current op's change to the pool word is made        |
+/// | 6     | `EXTRA_DONE` | the current op's change to the pool's extra word is made |
+/// | 7     | `CHARGES_EXTRA` | the lease charges the pool's extra word             |
 /// | 8..32 | `generation` | claim generation, bumped by the claiming CAS (wraps at 2^24) |
 ///
 /// The two flags are set only in `ACQUIRING` and `RELEASING`, by whoever replaces the
@@ -289,7 +295,12 @@ pub mod lease_state {
     pub const GEN_MASK: u32 = 0xFF_FFFF;
     pub const HELD_DONE: u32 = 0x10;
     pub const POOL_DONE: u32 = 0x20;
-    pub const FLAGS: u32 = HELD_DONE | POOL_DONE;
+    /// The op's change to the pool's `extra` word is made.
+    pub const EXTRA_DONE: u32 = 0x40;
+    /// The op charges the pool's `extra` word too (the policy decided so, and the
+    /// decision is recorded here before any effect; kept through HELD and RELEASING).
+    pub const CHARGES_EXTRA: u32 = 0x80;
+    pub const FLAGS: u32 = HELD_DONE | POOL_DONE | EXTRA_DONE;
     #[inline]
     pub fn state(s: u32) -> u32 {
         s & 0x0F
@@ -536,7 +547,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         created_unix_ms, creator_pid, n_regions, reserved, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
-        waiters, reserved32, wake, reserved);
+        waiters, reserved32, wake, extra, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, reserved);

@@ -95,6 +95,8 @@ pub use sync::locked_instructions;
 #[cfg(loom)]
 mod loom_crash;
 #[cfg(all(test, loom))]
+mod loom_lending;
+#[cfg(all(test, loom))]
 mod loom_tests;
 
 /// The README's Rust code blocks, compiled and run as doctests.

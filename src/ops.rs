@@ -144,6 +144,7 @@ pub(crate) fn publish_acquire<R: Region>(
     tid: u32,
     now: u64,
     hold_ms: u64,
+    charges_extra: bool,
 ) {
     debug_assert_eq!(
         lease.state.load(Relaxed),
@@ -164,10 +165,12 @@ pub(crate) fn publish_acquire<R: Region>(
     lease.granted_ms.store(now, Relaxed);
     lease.hold_ms.store(hold_ms, Relaxed);
     lease.tid.store(tid, Relaxed);
-    // Release: a settler or reaper that Acquire-loads ACQUIRING sees the fields.
+    // Release: a settler or reaper that Acquire-loads ACQUIRING sees the fields (and
+    // the recorded decision to charge the extra word).
+    let charges = if charges_extra { ls::CHARGES_EXTRA } else { 0 };
     lease
         .state
-        .store(ls::make(d.generation, ls::ACQUIRING), Release);
+        .store(ls::make(d.generation, ls::ACQUIRING) | charges, Release);
 }
 
 /// Adds the grants a lease slot counted for (pool, tenant) `pt` to that tenant's
@@ -249,8 +252,26 @@ pub(crate) fn read_desc(lease: &LeaseRec, generation: u32) -> Option<Desc> {
     (ls::generation(s2) == generation && ls::state(s2) != ls::CLAIMED).then_some(d)
 }
 
-/// The tenant a held word belongs to, or `None` for a pool word.
-type WordOf = Option<u32>;
+/// Which op word of a pool a tag was found in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Word {
+    Pool,
+    /// The held word of this tenant.
+    Held(u32),
+    /// The pool's extra word (a policy's loans).
+    Extra,
+}
+
+impl Word {
+    /// The lease flag that records this word's change.
+    fn flag(self) -> u32 {
+        match self {
+            Word::Pool => ls::POOL_DONE,
+            Word::Held(_) => ls::HELD_DONE,
+            Word::Extra => ls::EXTRA_DONE,
+        }
+    }
+}
 
 /// Records, before a word's tag `raw` is replaced, the change its op made, if that op is
 /// still in progress and has not recorded it (I1). `p` and `t` say which word it is,
@@ -258,7 +279,7 @@ type WordOf = Option<u32>;
 /// is the replacer's own lease: a tag of it names an op of its own that is over (its
 /// acquire, when it releases; its last cycle, when it reuses the slot as a spare).
 #[inline]
-pub(crate) fn settle<R: Region>(r: &R, raw: u64, p: usize, t: WordOf, own: usize) -> Result<()> {
+pub(crate) fn settle<R: Region>(r: &R, raw: u64, p: usize, t: Word, own: usize) -> Result<()> {
     let named = raw & op_word::LEASE_MASK;
     if named == 0 || named == own as u64 + 1 {
         return Ok(()); // no op yet, or our own finished one: the common cases
@@ -267,7 +288,7 @@ pub(crate) fn settle<R: Region>(r: &R, raw: u64, p: usize, t: WordOf, own: usize
 }
 
 #[inline(never)]
-fn settle_other<R: Region>(r: &R, raw: u64, p: usize, t: WordOf) -> Result<()> {
+fn settle_other<R: Region>(r: &R, raw: u64, p: usize, t: Word) -> Result<()> {
     let Some(tag) = op_word::tag(raw << op_word::COUNT_BITS) else {
         return Ok(()); // no op has changed this word yet
     };
@@ -278,12 +299,12 @@ fn settle_other<R: Region>(r: &R, raw: u64, p: usize, t: WordOf) -> Result<()> {
         )));
     }
     let lease = r.lease(tag.lease);
-    let (phase, flag) = match (tag.release, t.is_some()) {
-        (false, true) => (ls::ACQUIRING, ls::HELD_DONE),
-        (false, false) => (ls::ACQUIRING, ls::POOL_DONE),
-        (true, true) => (ls::RELEASING, ls::HELD_DONE),
-        (true, false) => (ls::RELEASING, ls::POOL_DONE),
+    let phase = if tag.release {
+        ls::RELEASING
+    } else {
+        ls::ACQUIRING
     };
+    let flag = t.flag();
     loop {
         // Acquire: pairs with the publishing Release store, for the fields below.
         let s = lease.state.load(Acquire);
@@ -295,9 +316,13 @@ fn settle_other<R: Region>(r: &R, raw: u64, p: usize, t: WordOf) -> Result<()> {
         }
         // The op is in progress. Make sure it is this word's (not a later cycle of the
         // lease, 2^23 generations on, working on another pool or tenant).
-        match read_desc(lease, ls::generation(s)) {
-            Some(d) if d.pool as usize == p && t.is_none_or(|t| t == d.tenant) => {}
-            _ => return Ok(()),
+        let mine = match t {
+            Word::Pool => true,
+            Word::Held(t) => read_desc(lease, ls::generation(s)).is_some_and(|d| d.tenant == t),
+            Word::Extra => s & ls::CHARGES_EXTRA != 0,
+        };
+        if !mine || read_desc(lease, ls::generation(s)).is_none_or(|d| d.pool as usize != p) {
+            return Ok(());
         }
         // AcqRel: the flag happens before our CAS of the word (I1).
         if lease
@@ -359,29 +384,49 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     let pool = r.pool(p);
     let tp = r.tenant_pool(p, t);
     let backoff = Backoff::new();
+    // The lease published for this acquire, if any, and the last one claimed (freed
+    // again, or not): the caller learns from it whether its spare was used.
     let mut lease: Option<usize> = None;
+    let mut claimed: Option<usize> = None;
+    let mut spare = spare;
+    // Whether the published lease charges the extra word (the recorded decision).
+    let mut charging = false;
     loop {
         // SeqCst: the waiter's half of the handshake in `waiting` (a waiter announced
         // in `waiters` must then see every release that did not see it).
         let w = pool.word.load(SeqCst);
         let tw = tp.held.load(Acquire);
+        // Read after the pool word, like the held word: it only overstates (I2).
+        let ew = if P::USES_EXTRA {
+            pool.extra.load(Acquire)
+        } else {
+            0
+        };
         let (x, h) = (op_word::count(w), op_word::count(tw));
-        let verdict = policy.decide(&d.inputs, x, h, d.units);
-        if verdict != Verdict::Admit {
-            if let Some(l) = lease {
-                free_lease(r.lease(l), d.generation, ls::ACQUIRING);
-            }
+        let verdict = policy.decide(&d.inputs, x, h, op_word::count(ew), d.units);
+        let charges = verdict == Verdict::AdmitCharging;
+        if let Some(l) = lease.filter(|_| !verdict.admits() || charges != charging) {
+            // Refused now, or the decision changed what it charges: the published lease
+            // has changed no word yet, so it is simply freed (and claimed again below).
+            let published = ls::make(d.generation, ls::ACQUIRING)
+                | if charging { ls::CHARGES_EXTRA } else { 0 };
+            let freed = free_lease_from(r.lease(l), published);
+            debug_assert!(freed, "lease {l} changed under its owner");
+            lease = None;
+            spare = None;
+        }
+        if !verdict.admits() {
             let refused = AcqOutcome::Refused {
                 in_use: x,
                 held: h,
                 verdict,
             };
-            return Ok((lease, d, refused));
+            return Ok((claimed, d, refused));
         }
         let l = match lease {
             Some(l) => l,
             None => {
-                let (l, generation) = match spare.filter(|&(l, g)| {
+                let (l, generation) = match spare.take().filter(|&(l, g)| {
                     // Relaxed: our own spare, which only we (and a reaper of our dead
                     // process, or our own deregistration) could have changed.
                     l < r.geometry().leases()
@@ -391,9 +436,11 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
                     Some(spare) => spare,
                     None => claim_lease(r, slot, hint)?,
                 };
+                claimed = Some(l);
                 crash_point("acquire.claimed")?;
                 d.generation = generation;
-                publish_acquire(r, r.lease(l), &d, tid, now, hold_ms);
+                charging = charges;
+                publish_acquire(r, r.lease(l), &d, tid, now, hold_ms, charging);
                 crash_point("acquire.published")?;
                 lease = Some(l);
                 l
@@ -406,7 +453,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
                 d.units
             )));
         };
-        settle(r, op_word::raw_tag(tw), p, Some(d.tenant), l)?;
+        settle(r, op_word::raw_tag(tw), p, Word::Held(d.tenant), l)?;
         // AcqRel: Acquire to see what the previous op published; Release so that a
         // settler that sees our tag sees our published lease (already Released).
         if tp
@@ -418,26 +465,74 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
             continue;
         }
         crash_point("acquire.held_applied")?;
-        match apply_pool_acquire(r, policy, l, &d, w, tag)? {
-            None => {}
-            Some(refused) => {
-                back_out(r, l, &d)?;
-                return Ok((lease, d, refused));
+        if charging {
+            add_to(r, l, &d, &pool.extra, tag, Word::Extra)?;
+            crash_point("acquire.extra_applied")?;
+        }
+        match apply_pool_acquire(r, policy, l, &d, w, tag, charging)? {
+            PoolStep::Applied => {}
+            PoolStep::Refused(refused) => {
+                back_out(r, l, &d, charging)?;
+                return Ok((claimed, d, refused));
+            }
+            PoolStep::Changed => {
+                // The decision now charges differently: undo, and decide afresh.
+                back_out(r, l, &d, charging)?;
+                lease = None;
+                continue;
             }
         }
         crash_point("acquire.pool_applied")?;
         // Release: the grant's effects happen before any later release of the lease.
         // A plain store: a settler's concurrent flag CAS names ACQUIRING and so either
-        // lands before this (and is overwritten by HELD, which implies both flags) or
+        // lands before this (and is overwritten by HELD, which implies every flag) or
         // fails (see `sync::store_over_rmw` for how loom is told so).
-        store_over_rmw(&r.lease(l).state, ls::make(d.generation, ls::HELD));
+        let held = ls::make(d.generation, ls::HELD) | if charging { ls::CHARGES_EXTRA } else { 0 };
+        store_over_rmw(&r.lease(l).state, held);
         return Ok((lease, d, AcqOutcome::Granted));
     }
 }
 
+/// Adds `d.units` to op word `word` with the acquire's `tag` (an effect that needs no
+/// decision of its own: the pool CAS validates the decision that made it).
+fn add_to<R: Region>(r: &R, l: usize, d: &Desc, word: &AtomicU64, tag: u64, which: Word) -> Result<()> {
+    let backoff = Backoff::new();
+    loop {
+        let v = word.load(Acquire);
+        let Some(n) = op_word::count(v)
+            .checked_add(d.units)
+            .filter(|&n| n <= op_word::MAX_COUNT)
+        else {
+            return Err(Error::Corrupt(format!(
+                "pool {} {which:?} word: {} + {} overflows",
+                d.pool,
+                op_word::count(v),
+                d.units
+            )));
+        };
+        settle(r, op_word::raw_tag(v), d.pool as usize, which, l)?;
+        // AcqRel: as the held word's CAS.
+        if word
+            .compare_exchange(v, op_word::make(n, tag), AcqRel, Relaxed)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        backoff.snooze();
+    }
+}
+
+/// What the pool step of an acquire came to.
+enum PoolStep {
+    Applied,
+    /// The rule refuses on the moved word (nothing was added to the pool).
+    Refused(AcqOutcome),
+    /// The rule admits on the moved word, but charging differently than recorded.
+    Changed,
+}
+
 /// Step 4 of an acquire: adds `d.units` to the pool word, starting from `w` (the word
-/// the first decision read). If the word moved, decides again. `Some(refusal)` if the
-/// rule now refuses (nothing was added to the pool).
+/// the first decision read). If the word moved, decides again.
 fn apply_pool_acquire<R: Region, P: Policy>(
     r: &R,
     policy: &P,
@@ -445,7 +540,8 @@ fn apply_pool_acquire<R: Region, P: Policy>(
     d: &Desc,
     mut w: u64,
     tag: u64,
-) -> Result<Option<AcqOutcome>> {
+    charging: bool,
+) -> Result<PoolStep> {
     let p = d.pool as usize;
     let pool = r.pool(p);
     let tp = r.tenant_pool(p, d.tenant as usize);
@@ -454,16 +550,26 @@ fn apply_pool_acquire<R: Region, P: Policy>(
     loop {
         let x = op_word::count(w);
         if !first {
-            // The word moved: decide again on it, with the held word as it is now less
-            // our own units (I3: read after `w`; I2: it overstates, never understates).
+            // The word moved: decide again on it, with the held (and extra) word as it
+            // is now less our own units (I3: read after `w`; I2: they overstate, never
+            // understate).
             let h = op_word::count(tp.held.load(Acquire)).saturating_sub(d.units);
-            let verdict = policy.decide(&d.inputs, x, h, d.units);
-            if verdict != Verdict::Admit {
-                return Ok(Some(AcqOutcome::Refused {
+            let e = if P::USES_EXTRA {
+                let e = op_word::count(pool.extra.load(Acquire));
+                if charging { e.saturating_sub(d.units) } else { e }
+            } else {
+                0
+            };
+            let verdict = policy.decide(&d.inputs, x, h, e, d.units);
+            if !verdict.admits() {
+                return Ok(PoolStep::Refused(AcqOutcome::Refused {
                     in_use: x,
                     held: h,
                     verdict,
                 }));
+            }
+            if (verdict == Verdict::AdmitCharging) != charging {
+                return Ok(PoolStep::Changed);
             }
         }
         first = false;
@@ -471,7 +577,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
             x + d.units <= policy.capacity(&d.inputs),
             "the policy admitted past the capacity"
         );
-        settle(r, op_word::raw_tag(w), p, None, l)?;
+        settle(r, op_word::raw_tag(w), p, Word::Pool, l)?;
         // SeqCst: the pool word is the releaser's side of the waiter handshake too;
         // Release so that a settler that sees our tag sees our lease.
         match pool
@@ -480,7 +586,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
         {
             Ok(_) => {
                 debug_assert!(r.lease(l).units.load(Relaxed) == d.units);
-                return Ok(None);
+                return Ok(PoolStep::Applied);
             }
             Err(now) => {
                 w = now;
@@ -490,11 +596,12 @@ fn apply_pool_acquire<R: Region, P: Policy>(
     }
 }
 
-/// An acquire that added to the held word and was then refused on the pool: it turns
-/// into a release whose pool part is already done, and runs that to `FREE`.
-fn back_out<R: Region>(r: &R, l: usize, d: &Desc) -> Result<()> {
+/// An acquire that added to the held (and extra) word and was then refused on the pool:
+/// it turns into a release whose pool part is already done, and runs that to `FREE`.
+fn back_out<R: Region>(r: &R, l: usize, d: &Desc, charging: bool) -> Result<()> {
     let lease = r.lease(l);
-    let releasing = ls::make(d.generation, ls::RELEASING | ls::POOL_DONE);
+    let charges = if charging { ls::CHARGES_EXTRA } else { 0 };
+    let releasing = ls::make(d.generation, ls::RELEASING | ls::POOL_DONE) | charges;
     loop {
         let s = lease.state.load(Acquire);
         debug_assert_eq!(ls::state(s), ls::ACQUIRING);
@@ -522,20 +629,29 @@ pub(crate) fn release<R: Region>(
     known: Option<&Desc>,
 ) -> Result<Desc> {
     let lease = r.lease(l);
-    // AcqRel: Acquire to read the fields of this cycle; Release publishes the change.
-    let won = lease.state.compare_exchange(
-        ls::make(generation, ls::HELD),
-        ls::make(generation, ls::RELEASING),
-        AcqRel,
-        Relaxed,
-    );
-    if won.is_err() {
-        return Err(Error::AlreadyReleased {
-            lease: format!("#{l}/{generation}"),
-        });
-    }
+    start_release(lease, l, generation)?;
     crash_point("release.published")?;
     finish_release_keeping(r, l, generation, known, None, true)
+}
+
+/// `HELD -> RELEASING`, keeping the record of what the grant charged. Exactly one
+/// caller wins; any other gets `AlreadyReleased`.
+fn start_release(lease: &LeaseRec, l: usize, generation: u32) -> Result<()> {
+    let already = || Error::AlreadyReleased {
+        lease: format!("#{l}/{generation}"),
+    };
+    // Relaxed: the CAS below re-checks the whole word.
+    let s = lease.state.load(Relaxed);
+    if s & !ls::CHARGES_EXTRA != ls::make(generation, ls::HELD) {
+        return Err(already());
+    }
+    let releasing = ls::make(generation, ls::RELEASING) | (s & ls::CHARGES_EXTRA);
+    // AcqRel: Acquire to read the fields of this cycle; Release publishes the change.
+    lease
+        .state
+        .compare_exchange(s, releasing, AcqRel, Relaxed)
+        .map(|_| ())
+        .map_err(|_| already())
 }
 
 /// `release` by its owner thread `tid`, which keeps the slot as its spare (see
@@ -549,18 +665,7 @@ pub(crate) fn release_keeping<R: Region>(
     tid: u32,
 ) -> Result<Desc> {
     let lease = r.lease(l);
-    // AcqRel: as in `release`.
-    let won = lease.state.compare_exchange(
-        ls::make(generation, ls::HELD),
-        ls::make(generation, ls::RELEASING),
-        AcqRel,
-        Relaxed,
-    );
-    if won.is_err() {
-        return Err(Error::AlreadyReleased {
-            lease: format!("#{l}/{generation}"),
-        });
-    }
+    start_release(lease, l, generation)?;
     crash_point("release.published")?;
     finish_release_keeping(r, l, generation, known, Some(tid), true)
 }
@@ -612,14 +717,19 @@ fn finish_release_keeping<R: Region>(
     check_desc(r, l, &d)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
     let tag = op_word::make_tag(l, true, generation);
+    // Relaxed: our own lease's state, which we (its only driver) moved to RELEASING.
+    let s0 = lease.state.load(Relaxed);
     // A fresh release whose pool part is marked done (an acquire backing out) skips it.
-    let pool_done = fresh && lease.state.load(Relaxed) & ls::POOL_DONE != 0;
-    if !pool_done {
-        take_back(r, l, &d, &r.pool(p).word, tag, ls::POOL_DONE, None, fresh)?;
+    if !(fresh && s0 & ls::POOL_DONE != 0) {
+        take_back(r, l, &d, &r.pool(p).word, tag, Word::Pool, fresh)?;
     }
     crash_point("release.pool_applied")?;
+    if s0 & ls::CHARGES_EXTRA != 0 {
+        take_back(r, l, &d, &r.pool(p).extra, tag, Word::Extra, fresh)?;
+        crash_point("release.extra_applied")?;
+    }
     let held = &r.tenant_pool(p, t).held;
-    take_back(r, l, &d, held, tag, ls::HELD_DONE, Some(d.tenant), fresh)?;
+    take_back(r, l, &d, held, tag, Word::Held(d.tenant), fresh)?;
     crash_point("release.held_applied")?;
     match keep {
         // Release: every change of this cycle happens before the slot is claimed again.
@@ -649,10 +759,10 @@ fn take_back<R: Region>(
     d: &Desc,
     word: &AtomicU64,
     tag: u64,
-    flag: u32,
-    t: WordOf,
+    t: Word,
     fresh: bool,
 ) -> Result<()> {
+    let flag = t.flag();
     let lease = r.lease(l);
     let backoff = Backoff::new();
     loop {
@@ -664,10 +774,8 @@ fn take_back<R: Region>(
         let n = op_word::count(w);
         let Some(left) = n.checked_sub(d.units) else {
             return Err(Error::Corrupt(format!(
-                "pool {} {}: {n} counted but lease {l} gives back {}",
-                d.pool,
-                t.map_or_else(|| "in use".to_owned(), |t| format!("tenant {t} held")),
-                d.units
+                "pool {} {t:?} word: {n} counted but lease {l} gives back {}",
+                d.pool, d.units
             )));
         };
         settle(r, op_word::raw_tag(w), d.pool as usize, t, l)?;

@@ -175,24 +175,30 @@ fn undo_acquire<R: Region>(
     // The words first, then the flags (I1 of `ops`): a settler flags, then replaces.
     let pool_w = r.pool(p).word.load(Acquire);
     let held_w = r.tenant_pool(p, t).held.load(Acquire);
+    let extra_w = r.pool(p).extra.load(Acquire);
     let s = lease.state.load(Acquire);
     if ls::generation(s) != generation || ls::state(s) != ls::ACQUIRING {
         return Ok(None);
     }
+    let charges = s & ls::CHARGES_EXTRA != 0;
     let pool_done = op_word::raw_tag(pool_w) == tag || s & ls::POOL_DONE != 0;
     let held_done = op_word::raw_tag(held_w) == tag || s & ls::HELD_DONE != 0;
-    if !pool_done && !held_done {
+    let extra_done = charges && (op_word::raw_tag(extra_w) == tag || s & ls::EXTRA_DONE != 0);
+    if !pool_done && !held_done && !extra_done {
         return Ok(ops::free_lease_from(lease, s).then_some(None));
     }
     // As a release: the steps the acquire never made are marked done.
-    let mut flags = 0;
+    let mut flags = s & ls::CHARGES_EXTRA;
     if !pool_done {
         flags |= ls::POOL_DONE;
     }
     if !held_done {
         flags |= ls::HELD_DONE;
     }
-    let releasing = ls::make(generation, ls::RELEASING | flags);
+    if !extra_done {
+        flags |= ls::EXTRA_DONE;
+    }
+    let releasing = ls::make(generation, ls::RELEASING) | flags;
     // AcqRel: as every state change a settler may race with.
     if lease
         .state

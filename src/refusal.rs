@@ -84,7 +84,7 @@ impl Refused {
                 short,
             } => (Reason::PoolFull, short),
             Verdict::Refuse { short, .. } => (Reason::PoolFull, short),
-            Verdict::Admit => (Reason::PoolFull, 0),
+            Verdict::Admit | Verdict::AdmitCharging => (Reason::PoolFull, 0),
         };
         Refused {
             reason,

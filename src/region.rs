@@ -54,6 +54,7 @@ impl HeapRegion {
                     waiters: a32(),
                     reserved32: a32(),
                     wake: a64(),
+                    extra: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),

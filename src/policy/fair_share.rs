@@ -56,7 +56,7 @@ pub struct FairShare;
 
 impl Policy for FairShare {
     #[inline]
-    fn decide(&self, inputs: &Inputs, in_use: u32, held: u32, units: u32) -> Verdict {
+    fn decide(&self, inputs: &Inputs, in_use: u32, held: u32, _extra: u32, units: u32) -> Verdict {
         decide(&Frozen::from_inputs(inputs), in_use, held, units)
     }
     #[inline]

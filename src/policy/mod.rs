@@ -24,17 +24,32 @@ pub type Inputs = [u64; 3];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Admit,
+    /// Admit, and charge the units to the pool's extra word too (a loan).
+    AdmitCharging,
     /// Refused for `reason` (a [`crate::Reason`] code); `short` is how many units more
     /// would have had to be free (or below the limit that refused it).
     Refuse { reason: u32, short: u32 },
 }
 
+impl Verdict {
+    #[inline]
+    pub fn admits(self) -> bool {
+        matches!(self, Verdict::Admit | Verdict::AdmitCharging)
+    }
+}
+
 /// An admission policy, as the op protocol sees it.
 pub trait Policy {
+    /// Whether decisions read (and grants may charge) the pool's extra word. The
+    /// protocol loads that word only for a policy that says so.
+    const USES_EXTRA: bool = false;
+
     /// Decides `units` for a tenant holding `held`, in a pool with `in_use` units in
-    /// use, from the frozen `inputs`. Pure: the same arguments give the same verdict,
-    /// so a recorded sequence of calls replays to the same decisions.
-    fn decide(&self, inputs: &Inputs, in_use: u32, held: u32, units: u32) -> Verdict;
+    /// use and `extra` in its extra word (0 unless `USES_EXTRA`), from the frozen
+    /// `inputs`. Pure: the same arguments give the same verdict, so a recorded sequence
+    /// of calls replays to the same decisions.
+    fn decide(&self, inputs: &Inputs, in_use: u32, held: u32, extra: u32, units: u32)
+    -> Verdict;
 
     /// The most units an admitted request may leave in use (checked in debug builds).
     fn capacity(&self, inputs: &Inputs) -> u32;
