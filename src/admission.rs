@@ -329,10 +329,7 @@ pub fn release<R: Region>(
 ) -> Result<Desc> {
     // Relaxed: our own lease, stable until we free it.
     let granted = r.lease(l).granted_ms.load(Relaxed);
-    let d = match keep {
-        None => unadmit(r, l, generation, known)?,
-        Some(tid) => ops::release_keeping(r, l, generation, known, tid)?,
-    };
+    let d = ops::release_keeping(r, l, generation, known, keep)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
     // Relaxed: activity and the hold estimate are soft (module docs).
     let stamp = &r.tenant_pool(p, t).last_active_ms;

@@ -16,7 +16,9 @@
 //! [`LeaseId`], [`Outcome`], [`Refused`]), the config and the errors.
 //!
 //! Modules, one responsibility each: `layout` (the bytes), `segment` (the mapping),
-//! `ops` (the crash-safe op protocol), `admission` (the fair-share rule), `tenants`,
+//! `region` (the records, mapped or on the heap), `ops` (the crash-safe op protocol,
+//! which names no policy), `policy` (the seam, and `fair_share`: seed 000's rule),
+//! `admission` (activity, frozen inputs, retry-after, statistics), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
 //! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade),
@@ -85,7 +87,7 @@ pub use recovery::Reaped;
 pub use refusal::{Reason, Refusal, Refused};
 pub use stats::Snapshot;
 #[cfg(not(loom))]
-pub use table::{DEFAULT_SWEEP, Lease, OwnedLease, Request, Table};
+pub use table::{DEFAULT_SWEEP, Lease, LeaseGuard, OwnedLease, Request, Table};
 #[cfg(not(loom))]
 pub use waiting::Cancel;
 

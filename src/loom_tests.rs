@@ -359,7 +359,7 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
         let mut spare = None;
         if let (AcqOutcome::Granted, Some(l)) = (o, l) {
             check_holding(&r, B, &a_witness);
-            crate::ops::release_keeping(&*r, l, d.generation, Some(&d), 7).unwrap();
+            crate::ops::release_keeping(&*r, l, d.generation, Some(&d), Some(7)).unwrap();
             spare = Some((l, d.generation.wrapping_add(1)));
         }
         let (l2, d2, o2) =

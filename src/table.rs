@@ -2,6 +2,7 @@
 //! guard that releases on drop (borrowed, [`Lease`], or owned over an `Arc<Table>`,
 //! [`OwnedLease`]), refusals with names and explanations, and the blocking acquire.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -329,14 +330,22 @@ impl Held {
     }
 }
 
-/// A granted lease; released on drop (or explicitly, to see errors).
+/// A granted lease, over any handle to its table (`&Table` or `Arc<Table>`); released
+/// on drop, or explicitly to see errors. Use the aliases [`Lease`] and [`OwnedLease`].
 #[must_use = "a lease is released as soon as it is dropped"]
-pub struct Lease<'t> {
-    table: &'t Table,
+pub struct LeaseGuard<T: Borrow<Table>> {
+    table: T,
     inner: Held,
 }
 
-impl Lease<'_> {
+/// A granted lease that borrows its table.
+pub type Lease<'t> = LeaseGuard<&'t Table>;
+
+/// A granted lease that owns a reference to its table, to keep or move without a
+/// lifetime (a binding's handle, another thread).
+pub type OwnedLease = LeaseGuard<Arc<Table>>;
+
+impl<T: Borrow<Table>> LeaseGuard<T> {
     pub fn id(&self) -> LeaseId {
         self.inner.id
     }
@@ -344,13 +353,13 @@ impl Lease<'_> {
         self.inner.units
     }
     pub fn pool(&self) -> &str {
-        self.table.engine.pool_name(self.inner.pool)
+        self.table.borrow().engine.pool_name(self.inner.pool)
     }
     pub fn release(self) -> Result<()> {
         self.release_at(clock::now_ms())
     }
     pub fn release_at(mut self, now: u64) -> Result<()> {
-        self.inner.release_at(&self.table.engine, now)
+        self.inner.release_at(&self.table.borrow().engine, now)
     }
     /// Detaches the guard: the lease stays held until `Table::release_id`.
     pub fn into_id(mut self) -> LeaseId {
@@ -364,65 +373,17 @@ impl Lease<'_> {
     }
 }
 
-impl Drop for Lease<'_> {
+impl<T: Borrow<Table>> Drop for LeaseGuard<T> {
     fn drop(&mut self) {
-        self.inner.drop_release(&self.table.engine);
+        self.inner.drop_release(&self.table.borrow().engine);
     }
 }
 
-impl std::fmt::Debug for Lease<'_> {
+impl<T: Borrow<Table>> std::fmt::Debug for LeaseGuard<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
             "Lease({} of {:?}, {} units)",
-            self.inner.id,
-            self.pool(),
-            self.inner.units
-        )
-    }
-}
-
-/// A granted lease that owns a reference to its table; released on drop.
-#[must_use = "a lease is released as soon as it is dropped"]
-pub struct OwnedLease {
-    table: Arc<Table>,
-    inner: Held,
-}
-
-impl OwnedLease {
-    pub fn id(&self) -> LeaseId {
-        self.inner.id
-    }
-    pub fn units(&self) -> u32 {
-        self.inner.units
-    }
-    pub fn pool(&self) -> &str {
-        self.table.engine.pool_name(self.inner.pool)
-    }
-    pub fn release(self) -> Result<()> {
-        self.release_at(clock::now_ms())
-    }
-    pub fn release_at(mut self, now: u64) -> Result<()> {
-        self.inner.release_at(&self.table.engine, now)
-    }
-    /// Detaches the guard: the lease stays held until `Table::release_id`.
-    pub fn into_id(mut self) -> LeaseId {
-        self.inner.live = false;
-        self.inner.id
-    }
-}
-
-impl Drop for OwnedLease {
-    fn drop(&mut self) {
-        self.inner.drop_release(&self.table.engine);
-    }
-}
-
-impl std::fmt::Debug for OwnedLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "OwnedLease({} of {:?}, {} units)",
             self.inner.id,
             self.pool(),
             self.inner.units

@@ -18,10 +18,7 @@ pub(crate) fn release<R: Region>(
     generation: u32,
     known: Option<&Desc>,
 ) -> Result<Desc> {
-    let lease = r.lease(l);
-    start_release(lease, l, generation)?;
-    crash_point("release.published")?;
-    finish_release_keeping(r, l, generation, known, None, true)
+    release_keeping(r, l, generation, known, None)
 }
 
 /// `HELD -> RELEASING`, keeping the record of what the grant charged. Exactly one
@@ -44,20 +41,19 @@ fn start_release(lease: &LeaseRec, l: usize, generation: u32) -> Result<()> {
         .map_err(|_| already())
 }
 
-/// `release` by its owner thread `tid`, which keeps the slot as its spare (see
-/// `finish_release_keeping`). Returns the descriptor; the spare's generation is
+/// `release`, which with `keep: Some(tid)` (the owner thread `tid`) keeps the slot as
+/// that thread's spare (see `finish_release_keeping`); the spare's generation is
 /// `generation + 1`.
 pub(crate) fn release_keeping<R: Region>(
     r: &R,
     l: usize,
     generation: u32,
     known: Option<&Desc>,
-    tid: u32,
+    keep: Option<u32>,
 ) -> Result<Desc> {
-    let lease = r.lease(l);
-    start_release(lease, l, generation)?;
+    start_release(r.lease(l), l, generation)?;
     crash_point("release.published")?;
-    finish_release_keeping(r, l, generation, known, Some(tid), true)
+    finish_release_keeping(r, l, generation, known, keep, true)
 }
 
 /// Drives a lease in `RELEASING` (of generation `generation`) to `FREE`: its pool step,
