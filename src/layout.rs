@@ -290,7 +290,7 @@ pub mod held_word {
 /// The two flags are set only in `ACQUIRING` and `RELEASING`, by whoever replaces the
 /// op's tag in a word before the owner has finished (or by a reaper converting an
 /// interrupted acquire into a release: see `recovery`). Every CAS on this word names
-/// the full generation, so a helper that lags behind can never move a later cycle.
+/// the full generation, so a settler that lags behind can never move a later cycle.
 pub mod lease_state {
     pub const GEN_MASK: u32 = 0xFF_FFFF;
     pub const HELD_DONE: u32 = 0x10;

@@ -1,19 +1,20 @@
 //! loom models of the admission rule, run on the very code that runs on the mapping,
 //! over a [`HeapRegion`] of loom atomics.
 //!
-//! The models drive [`admission::admit`] and [`admission::unadmit`]: the claim, publish,
-//! op protocol (install, decide, apply, clear, with helping) and free that
-//! `Table::try_acquire` and `Lease::release` run. They leave out the soft bookkeeping
-//! around it (activity stamps, statistics, the hold average), which are Relaxed
-//! counters the capacity bound does not read; with them the 3-thread state space does
-//! not finish in hours.
+//! The models drive [`admission::admit`] and [`admission::unadmit`]: the decision on a
+//! validated snapshot, the claim and publish, the tagged CASes of the held and pool
+//! words with settling, the back-out, and the release, that `Engine::acquire` and
+//! `Engine::release` run. They leave out the soft bookkeeping around it (activity
+//! stamps, statistics, the hold average), Relaxed counters the capacity bound does not
+//! read.
 //!
 //! The crash model (`loom_a_process_stopped_at_any_crash_point_loses_nothing`) adds
 //! liveness and recovery: a victim registers, acquires and releases, and stops at its
 //! k-th crash point (see `loom_crash.rs`) for k = 1, 2, ... until it no longer stops;
 //! a reaper then recovers its slot while another process is still releasing. A reaper
-//! that skips the dead process's pending op is caught
-//! (`loom_catches_a_reaper_that_ignores_the_pending_op`).
+//! that trusts the lease state alone, ignoring the tags and flags that say which words
+//! an interrupted acquire had changed, is caught
+//! (`loom_catches_a_reaper_that_ignores_the_tags`).
 //!
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --lib loom_`
 
@@ -168,7 +169,7 @@ fn loom_two_full_cycles_respect_the_floor() {
     });
 }
 
-/// An acquire races a release that needs helping: B's release and A's whole cycle.
+/// An acquire races a release: B's release and A's whole cycle (A may settle B's tags).
 #[test]
 fn loom_acquire_races_a_release() {
     loom::model(|| {
@@ -276,7 +277,7 @@ fn reap(r: &HeapRegion, s: usize) {
 }
 
 /// Liveness and recovery with crash points: a process stopped at its 1st, 2nd, ...
-/// crash point (registration, acquire, release, and any op of B's it was helping)
+/// crash point (registration, acquire, release)
 /// loses nothing, in every interleaving with a live process and the reaper. Ends at
 /// the first `k` past the victim's last crash point in every execution.
 #[test]
