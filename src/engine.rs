@@ -380,12 +380,15 @@ impl Engine {
         // race may start at the same lease; any start finds a free one if there is one).
         let hint = self.hint.load(Relaxed);
         let spare = SPARE.with(|c| c.0.take()).and_then(|s| {
-            // Another engine's spare goes back (freed if it was ours but unusable).
-            if s.engine == self.id {
-                Some((s.lease as usize, s.generation))
-            } else {
+            if s.engine != self.id {
+                // Another engine's spare stays (its release gives it back).
                 SPARE.with(|c| c.0.set(Some(s)));
                 None
+            } else if s.lease as usize / geo.leases_per_proc != slot {
+                // The parent's, inherited across fork: not ours to use or free.
+                None
+            } else {
+                Some((s.lease as usize, s.generation))
             }
         });
         let admitted = admission::try_acquire(&self.seg, slot, hint as usize, &attempt, spare);
@@ -435,8 +438,6 @@ impl Engine {
                 lease: id.to_string(),
             });
         }
-        // Keep the slot as this thread's spare if the thread has none (or one of an
-        // engine that is gone).
         // Keep the slot as this thread's spare if the thread has none of this engine's: a
         // spare of another engine is given back first (a thread that switches tables).
         let keep = SPARE.with(|c| match c.0.get() {
