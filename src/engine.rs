@@ -380,15 +380,14 @@ impl Engine {
         // race may start at the same lease; any start finds a free one if there is one).
         let hint = self.hint.load(Relaxed);
         let spare = SPARE.with(|c| c.0.take()).and_then(|s| {
-            if s.engine != self.id {
-                // Another engine's spare stays (its release gives it back).
+            // Another engine's spare goes back. One inherited across fork names a lease
+            // of the parent's slot: the protocol does not take it, claims a lease of our
+            // own, and so it is spent below, never put back nor freed.
+            if s.engine == self.id {
+                Some((s.lease as usize, s.generation))
+            } else {
                 SPARE.with(|c| c.0.set(Some(s)));
                 None
-            } else if s.lease as usize / geo.leases_per_proc != slot {
-                // The parent's, inherited across fork: not ours to use or free.
-                None
-            } else {
-                Some((s.lease as usize, s.generation))
             }
         });
         let admitted = admission::try_acquire(&self.seg, slot, hint as usize, &attempt, spare);

@@ -154,3 +154,53 @@ fn a_thread_that_exits_gives_back_its_spare_lease() {
     }
     assert_eq!(t.snapshot().pool("requests").unwrap().grants, 5 * 3 + 5 * 2);
 }
+
+/// A forked child inherits its parent's thread-locals, spare included: it must neither
+/// use nor free the parent's spare (a lease of the parent's slot).
+#[test]
+fn a_forked_child_leaves_the_parents_spare_alone() {
+    let seg = Seg::new("threads-fork-spare");
+    let mut cfg = one_pool(4);
+    cfg.leases_per_process = 2;
+    let t = seg.create(&cfg);
+    // The parent's thread keeps a spare.
+    t.try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    let name = seg.name.clone();
+    let child = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let slot = t.register().unwrap();
+        for _ in 0..3 {
+            let lease = t
+                .try_acquire(&Request::new("requests", "b"))
+                .unwrap()
+                .unwrap();
+            let leases_per = 2;
+            if lease.id().index as usize / leases_per != slot {
+                return 3; // it took a lease of another process's slot
+            }
+            lease.release().unwrap();
+        }
+        0
+    });
+    assert_eq!(
+        wait(child),
+        0,
+        "the child used a lease outside its own slot"
+    );
+    // The parent's spare is still its own: it can hold both its leases at once.
+    let a = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let b = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    assert_ne!(a.id().index, b.id().index);
+    drop((a, b));
+    assert_eq!(t.snapshot().processes.len(), 1, "the child deregistered");
+}

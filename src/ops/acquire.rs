@@ -91,8 +91,9 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
                 let (l, generation) = match spare.take().filter(|&(l, g)| {
                     // Relaxed: our own spare, which only we (and a reaper of our dead
                     // process, or our own deregistration) could have changed.
-                    l < r.geometry().leases()
-                        && l / r.geometry().leases_per_proc == slot
+                    let lpp = r.geometry().leases_per_proc;
+                    // In our slot's range (no division: this runs on every acquire).
+                    (slot * lpp..(slot + 1) * lpp).contains(&l)
                         && r.lease(l).state.load(Relaxed) == ls::make(g, ls::CLAIMED)
                 }) {
                     Some(spare) => spare,
