@@ -2,6 +2,8 @@
 //! - `bare_atomic`: `fetch_add` / `fetch_sub` on a word of a `MAP_SHARED` mapping (the limit);
 //! - `fairshm_engine`: the engine's `acquire` + `release` on handles (explicit `now`);
 //! - `fairshm_engine_1024_active`: the same with 1,024 other tenants active in the pool;
+//! - `fairshm_engine_directory_65535`: the same in a segment whose tenant directory
+//!   has the largest size, 65,535 slots (a few thousand of them claimed);
 //! - `fairshm_engine_refusal`: one refused `acquire` (a full pool), to set against a pair;
 //! - `fairshm`: `try_acquire_at` + `release_at` on a real segment (explicit `now`, so the
 //!   clock is not measured) and `try_acquire` + drop (with the clock);
@@ -77,6 +79,34 @@ fn pairs(c: &mut Criterion) {
             e.release(id, 1000).unwrap();
         }
     }
+    // The largest tenant directory, 4,096 names claimed and active: the active set's
+    // recount scans it, but at most once per window, so a pair does not grow with it.
+    let big_seg = common::Seg::new("bench-directory");
+    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", 8192)]);
+    cfg.max_tenants = 65_535;
+    cfg.max_processes = 2;
+    cfg.leases_per_process = 4096;
+    let big = big_seg.create(&cfg);
+    {
+        let e = big.engine();
+        let pool = e.pool("requests").unwrap();
+        for i in 0..4096 {
+            let t = e.tenant(&format!("t{i}")).unwrap();
+            match e.acquire(pool, t, 1, 0, 1000).unwrap() {
+                Outcome::Granted(id) => e.release(id, 1000).unwrap(),
+                Outcome::Refused(r) => panic!("{r:?}"),
+            };
+        }
+        let acme = e.tenant("acme").unwrap();
+        g.bench_function("fairshm_engine_directory_65535", |b| {
+            b.iter(|| {
+                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("refused")
+                };
+                e.release(id, 1000).unwrap();
+            })
+        });
+    }
     let full_seg = common::Seg::new("bench-full");
     let full = full_seg.create(&common::one_pool(2));
     {
@@ -150,7 +180,7 @@ fn pairs(c: &mut Criterion) {
     // SAFETY: no waiter exists; destroyed once.
     unsafe { libc::sem_destroy(sem) };
     g.finish();
-    drop((table, seg, busy, busy_seg, full, full_seg));
+    drop((table, seg, busy, busy_seg, big, big_seg, full, full_seg));
 }
 
 criterion_group! {
