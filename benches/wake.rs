@@ -154,7 +154,73 @@ fn main() {
         f50 / s50,
         f99 / s99
     );
+    let (b50, b99) = bare_futex_handoffs(n);
+    println!(
+        "ratio bare futex / semop: p50 {:.2}, p99 {:.2} (the mechanism's own cost)",
+        b50 / s50,
+        b99 / s99
+    );
     death_wake();
+}
+
+/// The floor under fairshm's wake: the same handoff with nothing but a process-shared
+/// futex word in shared memory (no rule, no lease, no recovery). `word[0]` is the
+/// token: 1 while free, 0 while held; a waiter sleeps while it is 0.
+fn bare_futex_handoffs(n: usize) -> (f64, f64) {
+    let word = &shared_words(1)[0];
+    word.store(1, SeqCst);
+    let lat = shared_words(n + 4);
+    let wait_word = |expect: u32| {
+        // SAFETY: the low half of an aligned u64 of a shared mapping that outlives the
+        // call; FUTEX_WAIT without FUTEX_PRIVATE_FLAG (shared between processes).
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr() as *mut u32,
+                libc::FUTEX_WAIT,
+                expect,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+    };
+    let wake_word = || {
+        // SAFETY: as above; FUTEX_WAKE of one waiter.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr() as *mut u32,
+                libc::FUTEX_WAKE,
+                1,
+            )
+        };
+    };
+    two_players(|me| {
+        lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
+        for k in (me..n).step_by(2) {
+            while lat[n + 1].load(SeqCst) != k as u64 {
+                std::hint::spin_loop();
+            }
+            // Take the token, sleeping while it is held.
+            while word.compare_exchange(1, 0, SeqCst, SeqCst).is_err() {
+                wait_word(0);
+            }
+            lat[k + 1].store(
+                fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
+                SeqCst,
+            );
+            lat[n + 1].store(k as u64 + 1, SeqCst);
+            if k + 1 < n {
+                let other = n + 2 + (1 - me);
+                while !asleep(lat[other].load(SeqCst)) {
+                    std::hint::spin_loop();
+                }
+            }
+            lat[0].store(fairshm::clock::now_ns(), SeqCst);
+            word.store(1, SeqCst);
+            wake_word();
+        }
+    });
+    report("bare shared futex", lat, n)
 }
 
 /// One death round: `hold` (in a child) takes the only permit and sets `w[1]`;
