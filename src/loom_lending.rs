@@ -117,7 +117,11 @@ fn assert_all_zero(r: &HeapRegion) {
     }
     for l in 0..r.geometry().leases() {
         let s = r.lease(l).state.load(SeqCst);
-        assert_eq!(ls::state(s), ls::FREE, "lease {l} not free ({s:#x})");
+        assert_eq!(
+            ls::state(s),
+            ls::FREE,
+            "lease {l} not back to FREE ({s:#x})"
+        );
     }
 }
 
@@ -160,6 +164,32 @@ fn loom_lending_two_borrowers_never_overdraw() {
 /// undoes exactly what its recorded decision had applied, the loan included.
 #[test]
 fn loom_lending_a_borrower_stopped_anywhere_loses_nothing() {
+    borrower_stopped_anywhere(reap);
+}
+
+/// The real reaper.
+fn reap(r: &HeapRegion) {
+    crate::recovery::reap_slot(r, 0, 3, &|_, _| true).unwrap();
+}
+
+/// A reaper that forgets the recorded decision to charge the extra word (it drops
+/// `CHARGES_EXTRA` from the dead lease, then reaps as usual): the loan it leaves behind
+/// must be caught.
+fn forgetful_reap(r: &HeapRegion) {
+    let lease = r.lease(0);
+    let s = lease.state.load(SeqCst);
+    lease.state.store(s & !ls::CHARGES_EXTRA, SeqCst);
+    // It may also trip over the words it misreads; what it leaves is checked after.
+    let _ = crate::recovery::reap_slot(r, 0, 3, &|_, _| true);
+}
+
+#[test]
+#[should_panic(expected = "not back to")]
+fn loom_lending_catches_a_reaper_that_forgets_the_loan() {
+    borrower_stopped_anywhere(forgetful_reap);
+}
+
+fn borrower_stopped_anywhere(reap: fn(&HeapRegion)) {
     use std::collections::BTreeSet;
     use std::sync::Mutex;
     static SEEN: Mutex<(BTreeSet<&'static str>, bool)> = Mutex::new((BTreeSet::new(), false));
@@ -188,7 +218,7 @@ fn loom_lending_a_borrower_stopped_anywhere_loses_nothing() {
                 at
             });
             let at = victim.join().unwrap();
-            crate::recovery::reap_slot(&*r, 0, 3, &|_, _| true).unwrap();
+            reap(&r);
             releaser.join().unwrap();
             assert_all_zero(&r);
             if let Some(label) = at {
