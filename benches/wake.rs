@@ -66,40 +66,22 @@ fn main() {
 
     let seg = Seg::new("bench-wake");
     let (name, t) = (seg.name.clone(), seg.create(&one_pool(1)));
-    // [release stamp, latency of round k at k + 1 ..., rounds granted so far]. A player
-    // asks for round k only once round k - 1 was granted (to the other player), so the
-    // rounds alternate even though a releaser may otherwise barge back in first.
-    // ... then each player's pid at n + 2 + me: a holder releases only once the other
-    // player is asleep in the kernel, so every round measures a real wake.
     let lat = shared_words(n + 4);
     two_players(|me| {
-        lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
         let t = Table::open(&name).unwrap();
-        let tenant = ["a", "b"][me];
-        for k in (me..n).step_by(2) {
-            while lat[n + 1].load(SeqCst) != k as u64 {
-                std::hint::spin_loop();
-            }
-            let lease = t
-                .acquire(&Request::new("requests", tenant), Duration::from_secs(10))
-                .unwrap()
-                .unwrap();
-            lat[k + 1].store(
-                fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
-                SeqCst,
-            );
-            lat[n + 1].store(k as u64 + 1, SeqCst);
-            if k + 1 < n {
-                let other = n + 2 + (1 - me);
-                while t.region().pool(0).waiters.load(SeqCst) == 0
-                    || !asleep(lat[other].load(SeqCst))
-                {
-                    std::hint::spin_loop();
-                }
-            }
-            lat[0].store(fairshm::clock::now_ns(), SeqCst);
-            lease.release().unwrap();
-        }
+        let req = Request::new("requests", ["a", "b"][me]);
+        let held = std::cell::RefCell::new(None);
+        handoff_rounds(
+            lat,
+            n,
+            me,
+            || {
+                let lease = t.acquire(&req, Duration::from_secs(10)).unwrap().unwrap();
+                *held.borrow_mut() = Some(lease);
+            },
+            || t.region().pool(0).waiters.load(SeqCst) != 0,
+            || held.borrow_mut().take().unwrap().release().unwrap(),
+        );
     });
     let (f50, f99) = report("fairshm futex", lat, n);
     drop((t, seg));
@@ -110,41 +92,25 @@ fn main() {
     // SAFETY: SETVAL on our own set.
     assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 1) }, 0);
     let lat = shared_words(n + 4);
+    let op = |delta: i16| {
+        let mut b = libc::sembuf {
+            sem_num: 0,
+            sem_op: delta,
+            sem_flg: libc::SEM_UNDO as i16,
+        };
+        // SAFETY: a valid sembuf on our set; a -1 blocks until the other releases.
+        assert_eq!(unsafe { libc::semop(semid, &mut b, 1) }, 0);
+    };
     two_players(|me| {
-        lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
-        for k in (me..n).step_by(2) {
-            while lat[n + 1].load(SeqCst) != k as u64 {
-                std::hint::spin_loop();
-            }
-            let mut down = libc::sembuf {
-                sem_num: 0,
-                sem_op: -1,
-                sem_flg: libc::SEM_UNDO as i16,
-            };
-            // SAFETY: valid sembuf on our set; blocks until the other releases.
-            assert_eq!(unsafe { libc::semop(semid, &mut down, 1) }, 0);
-            lat[k + 1].store(
-                fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
-                SeqCst,
-            );
-            lat[n + 1].store(k as u64 + 1, SeqCst);
-            if k + 1 < n {
-                let other = n + 2 + (1 - me);
-                // SAFETY: GETNCNT on our own set: processes waiting to decrement.
-                let waiting = || unsafe { libc::semctl(semid, 0, libc::GETNCNT) };
-                while waiting() == 0 || !asleep(lat[other].load(SeqCst)) {
-                    std::hint::spin_loop();
-                }
-            }
-            lat[0].store(fairshm::clock::now_ns(), SeqCst);
-            let mut up = libc::sembuf {
-                sem_num: 0,
-                sem_op: 1,
-                sem_flg: libc::SEM_UNDO as i16,
-            };
-            // SAFETY: as above.
-            assert_eq!(unsafe { libc::semop(semid, &mut up, 1) }, 0);
-        }
+        handoff_rounds(
+            lat,
+            n,
+            me,
+            || op(-1),
+            // SAFETY: GETNCNT on our own set: processes waiting to decrement.
+            || unsafe { libc::semctl(semid, 0, libc::GETNCNT) } > 0,
+            || op(1),
+        );
     });
     let (s50, s99) = report("SysV semop + SEM_UNDO", lat, n);
     // SAFETY: removing our own set.
@@ -195,32 +161,60 @@ fn bare_futex_handoffs(n: usize) -> (f64, f64) {
         };
     };
     two_players(|me| {
-        lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
-        for k in (me..n).step_by(2) {
-            while lat[n + 1].load(SeqCst) != k as u64 {
-                std::hint::spin_loop();
-            }
+        handoff_rounds(
+            lat,
+            n,
+            me,
             // Take the token, sleeping while it is held.
-            while word.compare_exchange(1, 0, SeqCst, SeqCst).is_err() {
-                wait_word(0);
-            }
-            lat[k + 1].store(
-                fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
-                SeqCst,
-            );
-            lat[n + 1].store(k as u64 + 1, SeqCst);
-            if k + 1 < n {
-                let other = n + 2 + (1 - me);
-                while !asleep(lat[other].load(SeqCst)) {
-                    std::hint::spin_loop();
+            || {
+                while word.compare_exchange(1, 0, SeqCst, SeqCst).is_err() {
+                    wait_word(0);
                 }
-            }
-            lat[0].store(fairshm::clock::now_ns(), SeqCst);
-            word.store(1, SeqCst);
-            wake_word();
-        }
+            },
+            || true, // a sleeper is seen by `asleep` alone
+            || {
+                word.store(1, SeqCst);
+                wake_word();
+            },
+        );
     });
     report("bare shared futex", lat, n)
+}
+
+/// One player's half of the handoff rounds. `lat` is [release stamp, latency of round
+/// k at k + 1 ..., rounds granted so far at n + 1, each player's pid at n + 2 + me]. A
+/// player asks for round k only once round k - 1 was granted (to the other player), so
+/// the rounds alternate even though a releaser might otherwise barge back in first;
+/// and a holder gives the token back only once the other player is queued for it
+/// (`waiting`) and asleep in the kernel, so every round measures a real wake.
+fn handoff_rounds(
+    lat: &[AtomicU64],
+    n: usize,
+    me: usize,
+    take: impl Fn(),
+    waiting: impl Fn() -> bool,
+    give: impl Fn(),
+) {
+    lat[n + 2 + me].store(std::process::id() as u64, SeqCst);
+    for k in (me..n).step_by(2) {
+        while lat[n + 1].load(SeqCst) != k as u64 {
+            std::hint::spin_loop();
+        }
+        take();
+        lat[k + 1].store(
+            fairshm::clock::now_ns().saturating_sub(lat[0].load(SeqCst)),
+            SeqCst,
+        );
+        lat[n + 1].store(k as u64 + 1, SeqCst);
+        if k + 1 < n {
+            let other = n + 2 + (1 - me);
+            while !waiting() || !asleep(lat[other].load(SeqCst)) {
+                std::hint::spin_loop();
+            }
+        }
+        lat[0].store(fairshm::clock::now_ns(), SeqCst);
+        give();
+    }
 }
 
 /// One death round: `hold` (in a child) takes the only permit and sets `w[1]`;

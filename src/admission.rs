@@ -213,28 +213,8 @@ pub enum Admitted {
     },
 }
 
-/// The protocol part of an acquire, which loom checks (see [`ops::acquire`]): claims a
-/// lease of process slot `slot` if the rule admits, applies the grant, and frees the
-/// lease unless granted. Returns the lease index (none if refused before claiming
-/// one), the descriptor and the outcome.
-pub fn admit<R: Region>(
-    r: &R,
-    slot: usize,
-    hint: usize,
-    d: Desc,
-    tid: u32,
-    now: u64,
-    hold_ms: u64,
-) -> Result<(Option<usize>, Desc, AcqOutcome)> {
-    ops::acquire(r, &FairShare, slot, hint, d, tid, now, hold_ms)
-}
-
-/// The protocol part of a release, which loom checks (see [`ops::release`]).
-pub fn unadmit<R: Region>(r: &R, l: usize, generation: u32, known: Option<&Desc>) -> Result<Desc> {
-    ops::release(r, l, generation, known)
-}
-
-/// Marks activity, freezes the decision inputs, runs [`admit`], and keeps statistics.
+/// Marks activity, freezes the decision inputs, runs the protocol (`ops`) with the
+/// fair-share policy, and keeps statistics.
 pub fn try_acquire<R: Region>(
     r: &R,
     slot: usize,

@@ -15,6 +15,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::AtomicUsize;
 
 use crate::layout::{lease_state as ls, op_word, pair, proc_state as ps};
+use crate::loom_tests::assert_all_zero;
 use crate::ops::{self, AcqOutcome, Desc};
 use crate::policy::{Inputs, Policy, Verdict};
 use crate::region::{HeapRegion, Region};
@@ -97,32 +98,6 @@ fn check_holding(r: &HeapRegion, l: usize, loans: &AtomicUsize) -> bool {
     let in_use = op_word::count(r.pool(0).word.load(SeqCst));
     assert!(in_use <= CAP, "in_use {in_use} exceeds POOL {CAP}");
     b
-}
-
-fn assert_all_zero(r: &HeapRegion) {
-    let p = r.pool(0);
-    assert_eq!(
-        op_word::count(p.word.load(SeqCst)),
-        0,
-        "in use not back to 0"
-    );
-    assert_eq!(
-        op_word::count(p.extra.load(SeqCst)),
-        0,
-        "loans not back to 0"
-    );
-    for t in [A, B] {
-        let held = op_word::count(r.tenant_pool(0, t).held.load(SeqCst));
-        assert_eq!(held, 0, "tenant {t}'s held not back to 0");
-    }
-    for l in 0..r.geometry().leases() {
-        let s = r.lease(l).state.load(SeqCst);
-        assert_eq!(
-            ls::state(s),
-            ls::FREE,
-            "lease {l} not back to FREE ({s:#x})"
-        );
-    }
 }
 
 /// A holds its guaranteed unit (granted before the threads start, lease 2).

@@ -1,7 +1,8 @@
 //! loom models of the admission rule, run on the very code that runs on the mapping,
 //! over a [`HeapRegion`] of loom atomics.
 //!
-//! The models drive [`admission::admit`] and [`admission::unadmit`]: the decision on a
+//! The models drive [`ops::acquire`] (with the fair-share policy) and [`ops::release`]:
+//! the decision on a
 //! validated snapshot, the claim and publish, the tagged CASes of the held and pool
 //! words with settling, the back-out, and the release, that `Engine::acquire` and
 //! `Engine::release` run. They leave out the soft bookkeeping around it (activity
@@ -21,8 +22,8 @@
 use loom::sync::Arc;
 use loom::sync::atomic::AtomicUsize;
 
-use crate::admission;
 use crate::layout::{held_word, lease_state as ls, pool_word as pw};
+use crate::ops;
 use crate::ops::{AcqOutcome, Desc};
 use crate::policy::Verdict;
 use crate::policy::fair_share::{FairShare, Frozen, decide};
@@ -87,12 +88,13 @@ fn check_holding(r: &HeapRegion, tenant: usize, a_witness: &AtomicUsize) -> bool
     true
 }
 
-fn assert_all_zero(r: &HeapRegion) {
-    assert_eq!(
-        pw::in_use(r.pool(0).word.load(SeqCst)),
-        0,
-        "in use not back to 0"
-    );
+/// Every word and lease back to zero: the pool's in-use and extra words, A's and B's
+/// held words, every lease FREE. Shared with the lending models.
+pub(crate) fn assert_all_zero(r: &HeapRegion) {
+    let p = r.pool(0);
+    assert_eq!(pw::in_use(p.word.load(SeqCst)), 0, "in use not back to 0");
+    let extra = crate::layout::op_word::count(p.extra.load(SeqCst));
+    assert_eq!(extra, 0, "loans not back to 0");
     for t in [A, B] {
         let held = held_word::held(r.tenant_pool(0, t).held.load(SeqCst));
         assert_eq!(held, 0, "tenant {t}'s held not back to 0");
@@ -102,25 +104,25 @@ fn assert_all_zero(r: &HeapRegion) {
         assert_eq!(
             ls::state(sw),
             ls::FREE,
-            "lease {l} not free (state word {sw:#x})"
+            "lease {l} not back to FREE (state word {sw:#x})"
         );
     }
 }
 
 fn worker(r: &HeapRegion, slot: usize, tenant: usize, a_witness: &AtomicUsize) {
-    let (lease, d, outcome) = admission::admit(r, slot, 0, desc(tenant), 0, 10, 0).unwrap();
+    let (lease, d, outcome) = ops::acquire(r, &FairShare, slot, 0, desc(tenant), 0, 10, 0).unwrap();
     if outcome == AcqOutcome::Granted {
         check_holding(r, tenant, a_witness);
         if tenant == A {
             a_witness.fetch_sub(1, SeqCst);
         }
-        admission::unadmit(r, lease.unwrap(), d.generation, Some(&d)).unwrap();
+        ops::release(r, lease.unwrap(), d.generation, Some(&d)).unwrap();
     }
 }
 
 /// B holds one permit, granted before the threads start (in_use 1).
 fn b_holds_one(r: &HeapRegion) -> (usize, Desc) {
-    let (lease, d, outcome) = admission::admit(r, 2, 0, desc(B), 0, 10, 0).unwrap();
+    let (lease, d, outcome) = ops::acquire(r, &FairShare, 2, 0, desc(B), 0, 10, 0).unwrap();
     assert_eq!(outcome, AcqOutcome::Granted);
     (lease.unwrap(), d)
 }
@@ -139,16 +141,16 @@ fn loom_three_processes_respect_pool_and_floor() {
         let acquirer = |slot: usize| {
             let (r, w) = (r.clone(), a_witness.clone());
             loom::thread::spawn(move || {
-                let (l, d, o) = admission::admit(&*r, slot, 0, desc(A), 0, 10, 0).unwrap();
+                let (l, d, o) = ops::acquire(&*r, &FairShare, slot, 0, desc(A), 0, 10, 0).unwrap();
                 (o == AcqOutcome::Granted && check_holding(&r, A, &w)).then(|| (l.unwrap(), d))
             })
         };
         let (t1, t2) = (acquirer(0), acquirer(1));
-        admission::unadmit(&*r, b_lease, b_desc.generation, None).unwrap();
+        ops::release(&*r, b_lease, b_desc.generation, None).unwrap();
         for t in [t1, t2] {
             if let Some((l, d)) = t.join().unwrap() {
                 a_witness.fetch_sub(1, SeqCst);
-                admission::unadmit(&*r, l, d.generation, Some(&d)).unwrap();
+                ops::release(&*r, l, d.generation, Some(&d)).unwrap();
             }
         }
         assert_all_zero(&r);
@@ -178,7 +180,7 @@ fn loom_acquire_races_a_release() {
         let a_witness = Arc::new(AtomicUsize::new(0));
         let (r2, w2) = (r.clone(), a_witness.clone());
         let t = loom::thread::spawn(move || worker(&r2, 0, A, &w2));
-        admission::unadmit(&*r, b_lease, b_desc.generation, None).unwrap();
+        ops::release(&*r, b_lease, b_desc.generation, None).unwrap();
         t.join().unwrap();
         assert_all_zero(&r);
     });
@@ -228,9 +230,9 @@ const B_SLOT: usize = 2;
 fn victim(r: &HeapRegion, k: usize) -> crate::Result<()> {
     crate::loom_crash::arm(k);
     let slot = crate::liveness::register(r, VICTIM_PID, 1, 10)?;
-    let (lease, d, outcome) = admission::admit(r, slot, 0, desc(A), 0, 10, 0)?;
+    let (lease, d, outcome) = ops::acquire(r, &FairShare, slot, 0, desc(A), 0, 10, 0)?;
     if let (AcqOutcome::Granted, Some(lease)) = (outcome, lease) {
-        admission::unadmit(r, lease, d.generation, Some(&d))?;
+        ops::release(r, lease, d.generation, Some(&d))?;
     }
     Ok(())
 }
@@ -250,7 +252,7 @@ fn crash_execution(k: usize, reap: fn(&HeapRegion, usize)) -> Option<&'static st
     let (b_lease, b_desc) = b_holds_one(&r);
     let r2 = r.clone();
     let b = loom::thread::spawn(move || {
-        admission::unadmit(&*r2, b_lease, b_desc.generation, Some(&b_desc)).unwrap();
+        ops::release(&*r2, b_lease, b_desc.generation, Some(&b_desc)).unwrap();
     });
     let r3 = r.clone();
     let v = loom::thread::spawn(move || {
@@ -356,7 +358,7 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
         let a_witness = Arc::new(AtomicUsize::new(0));
         let (r2, w2) = (r.clone(), a_witness.clone());
         let t = loom::thread::spawn(move || worker(&r2, 0, A, &w2));
-        let (l, d, o) = admission::admit(&*r, 1, 0, desc(B), 0, 10, 0).unwrap();
+        let (l, d, o) = ops::acquire(&*r, &FairShare, 1, 0, desc(B), 0, 10, 0).unwrap();
         let mut spare = None;
         if let (AcqOutcome::Granted, Some(l)) = (o, l) {
             check_holding(&r, B, &a_witness);
@@ -371,7 +373,7 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
                 assert_eq!(l2, s, "the spare was not taken");
             }
             check_holding(&r, B, &a_witness);
-            admission::unadmit(&*r, l2, d2.generation, Some(&d2)).unwrap();
+            ops::release(&*r, l2, d2.generation, Some(&d2)).unwrap();
         } else if let (Some((s, g)), None) = (spare, l2) {
             // Refused on the first look: the spare is still CLAIMED; free it.
             assert!(crate::ops::free_lease(r.lease(s), g, ls::CLAIMED));

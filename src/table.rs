@@ -163,11 +163,10 @@ impl Table {
         self.acquire_inner(req, now, Some(now))
     }
 
+    /// The handles of a request's names. (Registration, which a `per_worker` pool
+    /// needs before it is sized, is the engine's first step of every acquire.)
     fn resolve(&self, req: &Request<'_>) -> Result<(PoolId, TenantId)> {
-        let pool = self.engine.pool(req.pool)?;
-        // Registered first: a per_worker pool counts this process before sizing.
-        self.engine.process_slot()?;
-        Ok((pool, self.engine.tenant(req.tenant)?))
+        Ok((self.engine.pool(req.pool)?, self.engine.tenant(req.tenant)?))
     }
 
     fn acquire_inner(

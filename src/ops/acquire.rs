@@ -13,6 +13,9 @@ use crate::sync::{AtomicU64, Backoff, Ordering::*, store_over_rmw};
 /// `slot`. Returns the lease (if one was claimed: a refusal on the first look claims
 /// none), the descriptor and the outcome. A granted lease is `HELD`; any other claimed
 /// lease is `FREE` again.
+/// (Without a spare: what the models and unit tests run; the engine calls
+/// [`acquire_with_spare`].)
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire<R: Region, P: Policy>(
     r: &R,

@@ -67,7 +67,9 @@ mod lease;
 mod release;
 mod settle;
 
-pub(crate) use acquire::{acquire, acquire_with_spare};
+#[cfg(test)]
+pub(crate) use acquire::acquire;
+pub(crate) use acquire::acquire_with_spare;
 pub(crate) use lease::{
     check_desc, claim_lease, count_grant, free_lease, free_lease_from, publish_acquire, read_desc,
 };
