@@ -46,6 +46,8 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
     };
     for t in 0..r.geometry().tenants {
         let rec = r.tenant(t);
+        // Acquire: READY publishes the name's weight (read below). The rest is Relaxed:
+        // the active weight is a priority input (module docs), never the bound.
         if tenant_state::status(rec.state.load(Acquire)) != tenant_state::READY {
             continue;
         }

@@ -16,6 +16,7 @@ pub(crate) fn claim_lease<R: Region>(r: &R, slot: usize, hint: usize) -> Result<
     for i in 0..n {
         let l = slot * n + (hint + i) % n;
         let lease = r.lease(l);
+        // Relaxed: a probe; the CAS below re-checks the word with Acquire.
         let sw = lease.state.load(Relaxed);
         if ls::state(sw) != ls::FREE {
             continue;
@@ -53,9 +54,10 @@ pub(crate) fn publish_acquire<R: Region>(
         ls::make(d.generation, ls::CLAIMED),
         "publish_acquire on a lease this cycle does not own"
     );
+    // Relaxed, all the fields: the slot's own, written only by its owner while it is
+    // CLAIMED (we own it now); the Release store of ACQUIRING below publishes them.
     lease.units.store(d.units, Relaxed);
     let pt = pair::make(d.pool, d.tenant);
-    // Relaxed: the slot's own fields, written only by its owner (we own it now).
     let old = lease.pool_tenant.load(Relaxed);
     if old != pt {
         flush_grants(r, lease, old);
