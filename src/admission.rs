@@ -369,7 +369,7 @@ mod tests {
         assert_eq!(Frozen::from_inputs(&desc.inputs).active_weight, 2);
         release(&r, lease, desc.generation, None, 5000, None).unwrap();
         // a's process dies; its permit comes back through the reaper, not through a.
-        crate::recovery::reap_slot(&r, dead, 9, &|_, _| true).unwrap().unwrap();
+        crate::recovery::reap_slot(&r, dead, crate::recovery::Reaper::with_pid(9), &|_, _| true).unwrap().unwrap();
         let Admitted::Granted { desc, .. } =
             try_acquire(&r, live, 0, &attempt(b, 1, 5001), None).unwrap()
         else {

@@ -2,14 +2,15 @@
 //!
 //! Every registered process starts one thread of its own, the *anchor*, which:
 //! 1. blocks every signal (process-directed signals go to the application's threads);
-//! 2. maps, for itself, the page of the segment that holds its slot's owner word
-//!    (`ProcRec.owner_futex`), and keeps it mapped while the word is on its robust
-//!    list: the kernel writes to that address when the thread dies, so it must never
-//!    point at anything else (the `Table`'s own mapping may go first);
+//! 2. maps the segment again, for itself, and keeps that mapping while its slot's owner
+//!    word (`ProcRec.owner_futex`) is on its robust list: the kernel writes to that
+//!    address when the thread dies, so it must never point at anything else (the
+//!    `Table`'s own mapping may go first);
 //! 3. puts that word on its robust list (`set_robust_list`), whose head and single
 //!    entry live in leaked heap memory;
-//! 4. stores its tid in the word (Release), reports success, and waits until it is
-//!    told to detach, which only `Table`'s drop does ([`Anchor::detach`]).
+//! 4. stores its tid in the word (Release), reports success, and then watches its
+//!    peers (`peers`) until it is told to detach, which only `Table`'s drop does
+//!    ([`Anchor::detach`]).
 //!
 //! When the anchor exits, and it exits only with its process (SIGKILL, `exit`, a
 //! crash, `exec`), the kernel walks its robust list, finds the word still holding the
@@ -30,16 +31,15 @@
 //! Detaching is the reverse, in an order that never leaves a tid in the word without
 //! the kernel's promise to mark it: the word becomes 0 (unanchored: `/proc` judges),
 //! its watchers are woken, then `set_robust_list(NULL)`, then the list is freed, the
-//! page unmapped, and the thread ends.
+//! mapping dropped, and the thread ends.
 
-use std::fs::File;
 use std::io;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use memmap2::MmapOptions;
-
 use crate::layout::owner_word;
+use crate::region::Region;
+use crate::segment::Segment;
 use crate::sync::{AtomicU32, Ordering::*};
 
 /// How long a registration waits for its anchor to report.
@@ -68,7 +68,9 @@ struct RobustAnchor {
 
 /// A running anchor thread of this process.
 pub struct Anchor {
-    stop: mpsc::Sender<()>,
+    /// Non-zero: detach. A futex word the thread sleeps on (process-shared flags, like
+    /// every futex here, though only this process uses it).
+    stop: Arc<AtomicU32>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -76,23 +78,26 @@ impl Anchor {
     /// Detaches the anchor (see the module docs) and waits for its thread to end. The
     /// slot's owner word is 0 afterwards.
     pub fn detach(self) {
-        let _ = self.stop.send(());
+        // Release: pairs with the Acquire load in `peers::run`.
+        self.stop.store(1, Release);
+        crate::waiting::wake_word(self.stop.as_ptr(), u32::MAX);
         let _ = self.thread.join();
     }
 }
 
-/// Starts this process's anchor for the owner word at byte `offset` of `file`, and
-/// returns it once the word holds the anchor's tid.
-pub fn attach(file: &File, offset: u64) -> io::Result<Anchor> {
-    debug_assert_eq!(offset % 4, 0, "a futex word is 4-byte aligned");
-    let file = file.try_clone()?;
+/// Starts this process's anchor for process slot `slot` of `seg`, registered by the
+/// process `me` (pid, start time), and returns it once the slot's owner word holds the
+/// anchor's tid.
+pub fn attach(seg: &Segment, slot: usize, me: (u32, u64)) -> io::Result<Anchor> {
+    let seg = seg.remap().map_err(io::Error::other)?;
     let (tx, rx) = mpsc::channel();
-    let (stop, stop_rx) = mpsc::channel();
+    let stop = Arc::new(AtomicU32::new(0));
+    let stop_word = Arc::clone(&stop);
     let thread = std::thread::Builder::new()
         .name("fairshm-anchor".into())
-        .stack_size(64 << 10)
+        .stack_size(256 << 10)
         .spawn(move || {
-            if let Err(e) = run(file, offset, &tx, &stop_rx) {
+            if let Err(e) = run(seg, slot, me, &tx, &stop_word) {
                 // Failed before the word held a tid.
                 let _ = tx.send(Err(e));
             }
@@ -112,12 +117,14 @@ fn wake_all(word: *mut u32) {
     crate::waiting::wake_word(word, u32::MAX);
 }
 
-/// The anchor thread's body: attaches, reports, waits for `stop`, detaches.
+/// The anchor thread's body: attaches, reports, watches its peers until `stop`,
+/// detaches.
 fn run(
-    file: File,
-    offset: u64,
+    seg: Segment,
+    slot: usize,
+    me: (u32, u64),
     tx: &mpsc::Sender<io::Result<()>>,
-    stop: &mpsc::Receiver<()>,
+    stop: &AtomicU32,
 ) -> io::Result<()> {
     // SAFETY: sigfillset initialises `set`; pthread_sigmask only reads it and changes
     // this thread's mask.
@@ -126,19 +133,9 @@ fn run(
         libc::sigfillset(&mut set);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-    let base = offset / page * page;
-    // SAFETY: a shared mapping of the segment's tmpfs file, as in `segment::map`; the
-    // only accesses through it are the atomic ones below (and the kernel's at exit).
-    let map = unsafe {
-        MmapOptions::new()
-            .offset(base)
-            .len(page as usize)
-            .map_mut(&file)
-    }?;
-    drop(file);
-    let word_ptr = map.as_ptr().wrapping_add((offset - base) as usize) as *mut u32;
+    let word = &seg.proc_slot(slot).owner_futex;
+    let word_ptr = word.as_ptr();
+    debug_assert_eq!(word_ptr as usize % 4, 0, "a futex word is 4-byte aligned");
     let anchor = Box::into_raw(Box::new(RobustAnchor {
         head: RobustListHead {
             list: RobustList {
@@ -154,7 +151,8 @@ fn run(
     // SAFETY: `anchor` comes from Box::into_raw and is freed only after the kernel has
     // let go of the list (below), so every pointer into it stays valid while the
     // kernel may read it. The list is circular: head -> entry -> head; the futex is at
-    // entry + futex_offset.
+    // entry + futex_offset, inside `seg`'s mapping, which this thread owns and drops
+    // only after the kernel has let go of the list.
     let rc = unsafe {
         let head = &raw mut (*anchor).head;
         let entry = &raw mut (*anchor).entry;
@@ -176,15 +174,10 @@ fn run(
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     debug_assert!(tid & !owner_word::TID_MASK == 0);
-    // SAFETY: `word_ptr` is 4-byte aligned (offset is, and the page base is), inside
-    // `map`, which stays mapped until the kernel has let go of the list; every access
-    // to the word, in any process, is atomic.
-    let word = unsafe { AtomicU32::from_ptr(word_ptr) };
     // Release: a process that reads the tid (Acquire) also sees the slot as LIVE.
     word.store(tid, Release);
     let _ = tx.send(Ok(()));
-    // Until `Anchor::detach` (or the sender is dropped).
-    let _ = stop.recv();
+    crate::peers::run(&seg, slot, stop, me);
     // 0 first: from here the kernel would leave the word alone at our exit (it no
     // longer holds our tid), and `/proc` judges the slot. AcqRel: WAITERS bits set by
     // watchers are read and dropped here.
@@ -200,6 +193,6 @@ fn run(
     };
     // SAFETY: the kernel no longer holds the list, and nothing else points into it.
     drop(unsafe { Box::from_raw(anchor) });
-    drop(map);
+    drop(seg);
     Ok(())
 }

@@ -113,7 +113,10 @@ pub(crate) fn acquire(
             announced = None; // not while we reap: our own releases need not wake us
             // A process died: reap it now. If it is still exiting (its anchor went
             // first), wait for its last thread to go, then look again.
-            if engine.reap_dead()?.is_empty() {
+            if engine
+                .reap_dead_as(crate::layout::noticed::WAITER)?
+                .is_empty()
+            {
                 let left = until.saturating_duration_since(Instant::now());
                 liveness::wait_exit(behind.dying_procs(), pause.min(left));
                 pause = (pause * 2).min(sweep);
@@ -128,7 +131,7 @@ pub(crate) fn acquire(
         woken_at = Some(seqs);
         let now = Instant::now();
         if now >= next_sweep {
-            engine.reap_dead()?; // the backup sweep: wakes us if a holder died
+            engine.reap_dead_as(crate::layout::noticed::WAITER)?; // the backup sweep: wakes us if a holder died
             next_sweep = now + sweep;
         }
     }

@@ -14,7 +14,7 @@ use crate::config::{Config, check_name_bytes};
 use crate::error::{Error, Result};
 use crate::layout::{LeaseRec, RECORD, pair, tenant_state};
 use crate::liveness;
-use crate::recovery::{self, Reaped};
+use crate::recovery::{self, Reaped, Reaper};
 use crate::refusal::Refused;
 use crate::region::Region;
 use crate::segment::Segment;
@@ -137,6 +137,8 @@ pub struct Engine {
     /// `pid << 32 | slot + 1` of this process's registration; 0 before it.
     reg: AtomicU64,
     reg_lock: Mutex<()>,
+    /// This process's start time, as registered (with `reg`).
+    start: AtomicU64,
     /// Where this process's next lease search starts.
     hint: AtomicU64,
     /// This process's anchor for its registration, with the pid it was started by (a
@@ -158,6 +160,7 @@ impl Engine {
             id,
             reg: AtomicU64::new(0),
             reg_lock: Mutex::new(()),
+            start: AtomicU64::new(0),
             hint: AtomicU64::new(0),
             anchor: Mutex::new(None),
         }
@@ -298,7 +301,7 @@ impl Engine {
         let now = clock::now_ms();
         let slot = match liveness::register(&self.seg, pid32, start, now) {
             Err(Error::ProcessTableFull { .. }) => {
-                self.reap_dead()?;
+                self.reap_dead_as(crate::layout::noticed::CALL)?;
                 liveness::register(&self.seg, pid32, start, now)?
             }
             other => other?,
@@ -307,10 +310,8 @@ impl Engine {
         // The anchor makes our death wake waiters. Without one (it could not start) we
         // are judged by `/proc`, through the sweeps; `Snapshot` shows which processes
         // are anchored.
-        let word = self.seg.geometry().procs_off
-            + slot * crate::layout::RECORD
-            + std::mem::offset_of!(crate::layout::ProcRec, owner_futex);
-        let attached = anchor::attach(self.seg.file(), word as u64).ok();
+        let attached = anchor::attach(&self.seg, slot, (pid32, start)).ok();
+        let attached_ok = attached.is_some();
         let mut a = self.anchor.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, inherited)) = a.take() {
             // The parent's: its thread does not exist here; leave it alone.
@@ -318,8 +319,15 @@ impl Engine {
         }
         *a = attached.map(|x| (pid, x));
         drop(a);
+        self.start.store(start, Relaxed);
         // Release: see the Acquire load in `registered`.
         self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+        if attached_ok {
+            // Release: pairs with the Acquire load in `peers::run`, which then sees our
+            // slot LIVE with our anchor's tid, and watches it.
+            self.seg.registry().fetch_add(1, Release);
+            crate::waiting::wake_word(self.seg.registry().as_ptr(), u32::MAX);
+        }
         crate::capacity::recompute(&self.seg, self.config());
         Ok(slot)
     }
@@ -484,29 +492,21 @@ impl Engine {
 
     /// Returns the permits of every registered process that has died.
     pub fn reap_dead(&self) -> Result<Vec<Reaped>> {
+        self.reap_dead_as(crate::layout::noticed::CALL)
+    }
+
+    /// [`Engine::reap_dead`], recording `how` (a `layout::noticed` code) in each slot.
+    pub(crate) fn reap_dead_as(&self, how: u32) -> Result<Vec<Reaped>> {
         self.writable("reaping")?;
-        let me = crate::selfid::pid();
+        let reaper = Reaper::me(how);
         let mut out = Vec::new();
         for s in 0..self.seg.geometry().procs {
-            if let Some(r) = recovery::reap_slot(&self.seg, s, me, &liveness::is_dead)? {
+            if let Some(r) = recovery::reap_slot(&self.seg, s, reaper, &liveness::is_dead)? {
                 out.push(r);
             }
         }
-        self.announce(&out);
+        crate::peers::announce(&self.seg, &out);
         Ok(out)
-    }
-
-    /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the
-    /// units that came back.
-    fn announce(&self, out: &[Reaped]) {
-        if !out.is_empty() {
-            crate::capacity::recompute(&self.seg, self.config());
-            for (p, &units) in out.iter().flat_map(|r| r.units_returned.iter().enumerate()) {
-                if units > 0 {
-                    crate::waiting::released(self.seg.pool(p), units.min(u32::MAX as u64) as u32);
-                }
-            }
-        }
     }
 }
 
@@ -545,10 +545,11 @@ impl Drop for Engine {
             Some((_, inherited)) => std::mem::forget(inherited),
             None => {}
         }
+        let start = self.start.load(Relaxed);
         if let Some(slot) = self.registered(pid)
-            && let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32)
+            && let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32, start)
         {
-            self.announce(&[gone]);
+            crate::peers::announce(&self.seg, &[gone]);
         }
     }
 }

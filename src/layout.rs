@@ -54,7 +54,12 @@ pub struct Header {
     pub creator_pid: AtomicU32,
     /// Entries used in `regions`.
     pub n_regions: AtomicU32,
-    pub reserved: [AtomicU64; 2],
+    /// A futex word bumped (and woken) by each registration once its anchor holds its
+    /// tid: the anchors watching their peers (`peers`) sleep on it to learn of a new
+    /// process to watch.
+    pub registry: AtomicU32,
+    pub reserved32: AtomicU32,
+    pub reserved: AtomicU64,
     /// The region directory: where each region starts, its record size and count.
     pub regions: [RegionEntry; MAX_REGIONS],
 }
@@ -137,9 +142,9 @@ pub struct TenantPoolRec {
 /// One process slot.
 #[repr(C)]
 pub struct ProcRec {
-    /// See [`proc_state`].
-    pub state: AtomicU32,
-    pub pid: AtomicU32,
+    /// See [`proc_state`]: status, pid and the low 32 bits of the start time, one
+    /// word, so that a claim names the whole identity of its process at once.
+    pub state: AtomicU64,
     /// Process start time in clock ticks since boot (`/proc/PID/stat` field 22).
     pub start_time: AtomicU64,
     /// Robust-futex owner word: the tid of the process's anchor thread, on that thread's
@@ -148,7 +153,38 @@ pub struct ProcRec {
     /// Bumped each time the slot is claimed.
     pub generation: AtomicU32,
     pub registered_ms: AtomicU64,
-    pub reserved: [AtomicU64; 4],
+    /// The last death reaped from this slot (kept until the next one): the dead
+    /// process's pid (low half) and the pid of the process that noticed it (high).
+    pub death_pids: AtomicU64,
+    /// When that death was noticed (the reaper took the slot), `CLOCK_REALTIME` ms.
+    pub death_unix_ms: AtomicU64,
+    /// How it was noticed (a [`noticed`] code, low half) and the leases it released
+    /// (high half).
+    pub death_info: AtomicU64,
+    pub reserved: AtomicU64,
+}
+
+/// How a death was noticed (`ProcRec.death_info`, low half).
+pub mod noticed {
+    /// An anchor watching its peers' owner words: woken by the kernel at the death.
+    pub const WATCHER: u32 = 1;
+    /// An anchor's periodic sweep (unanchored processes, missed wakes).
+    pub const SWEEP: u32 = 2;
+    /// A blocked acquirer (woken by the kernel, or its own sweep).
+    pub const WAITER: u32 = 3;
+    /// An explicit `reap_dead`, or a registration that found the table full.
+    pub const CALL: u32 = 4;
+
+    /// The code's name, as the snapshot shows it.
+    pub fn name(code: u32) -> &'static str {
+        match code {
+            WATCHER => "watcher",
+            SWEEP => "sweep",
+            WAITER => "waiter",
+            CALL => "call",
+            _ => "unknown",
+        }
+    }
 }
 
 /// One lease record: a grant, or an acquire or release in progress.
@@ -376,27 +412,38 @@ pub mod tenant_state {
 
 /// Process slot state word.
 ///
-/// | bits  | field    | meaning                                             |
-/// |-------|----------|-----------------------------------------------------|
-/// | 0..8  | `status` | 0 free, 1 claiming, 2 live, 3 reaping               |
-/// | 8..32 | `pid`    | pid of the claimant (also while claiming/reaping)   |
+/// | bits   | field      | meaning                                                  |
+/// |--------|------------|----------------------------------------------------------|
+/// | 0..8   | `status`   | 0 free, 1 claiming, 2 live, 3 reaping                    |
+/// | 8..32  | `pid`      | pid of the registrant (claiming, live) or the reaper     |
+/// | 32..64 | `start_lo` | low 32 bits of that process's start time (clock ticks)   |
+///
+/// The claim CAS names pid and start time together, so a slot whose claimant died
+/// before writing `start_time` is still judged by the identity of its process, not by
+/// its pid alone (which another process may have by then).
 pub mod proc_state {
     pub const FREE: u32 = 0;
     pub const CLAIMING: u32 = 1;
     pub const LIVE: u32 = 2;
     pub const REAPING: u32 = 3;
     #[inline]
-    pub fn status(s: u32) -> u32 {
-        s & 0xFF
+    pub fn status(s: u64) -> u32 {
+        (s & 0xFF) as u32
     }
     #[inline]
-    pub fn pid(s: u32) -> u32 {
-        s >> 8
+    pub fn pid(s: u64) -> u32 {
+        (s >> 8) as u32 & 0xFF_FFFF
     }
+    /// The low 32 bits of the named process's start time.
     #[inline]
-    pub fn make(status: u32, pid: u32) -> u32 {
-        debug_assert!(pid < (1 << 24));
-        status | (pid << 8)
+    pub fn start_lo(s: u64) -> u32 {
+        (s >> 32) as u32
+    }
+    /// A state word naming process `(pid, start_time)`.
+    #[inline]
+    pub fn make(status: u32, pid: u32, start_time: u64) -> u64 {
+        debug_assert!(pid < (1 << 24) && status < 0x100);
+        status as u64 | (pid as u64) << 8 | (start_time as u32 as u64) << 32
     }
 }
 
@@ -544,15 +591,15 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     }
     let mut v = Vec::new();
     fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
-        created_unix_ms, creator_pid, n_regions, reserved, regions);
+        created_unix_ms, creator_pid, n_regions, registry, reserved32, reserved, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, reserved32, wake, extra, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, reserved);
-    fields!(v, ProcRec, "ProcRec": state, pid, start_time, owner_futex, generation,
-        registered_ms, reserved);
+    fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
+        registered_ms, death_pids, death_unix_ms, death_info, reserved);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,
         tid, pending_grants);
     v

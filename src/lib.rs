@@ -19,7 +19,7 @@
 //! `region` (the records, mapped or on the heap), `ops` (the crash-safe op protocol,
 //! which names no policy), `policy` (the seam, and `fair_share`: seed 000's rule),
 //! `admission` (activity, frozen inputs, retry-after, statistics), `tenants`,
-//! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake),
+//! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake), `peers` (anchors watching each other),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
 //! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade),
 //! `sync` (the atomics shim that loom swaps out). They are private; the feature
@@ -51,6 +51,8 @@ internal!(
     tenants,
     #[cfg(not(loom))]
     anchor,
+    #[cfg(not(loom))]
+    peers,
     #[cfg(not(loom))]
     clock,
     #[cfg(not(loom))]

@@ -139,15 +139,29 @@ pub fn view<R: Region>(r: &R, s: usize) -> SlotView {
     }
 }
 
+/// Whether the process named by a state word `st` (its pid and the low 32 bits of its
+/// start time, as a claim or a reaper writes them) is gone.
+pub fn named_dead(st: u64) -> bool {
+    match proc_info(ps::pid(st)) {
+        None => true,
+        Some(i) => {
+            i.start_time as u32 != ps::start_lo(st)
+                || (matches!(i.state, b'Z' | b'X') && i.num_threads <= 1)
+        }
+    }
+}
+
 /// Whether slot `s` belongs to a process that is gone, judged by `dead(pid, start)`
 /// alone, not by the owner word: for rare checks (a tenant slot left WRITING), where a
 /// corrupt owner word claiming a live anchor must not stall the caller. A slot still
-/// being claimed has no start time yet: judged by its pid alone.
+/// being claimed is judged by the identity its claim names.
 pub fn slot_dead<R: Region>(r: &R, s: usize, dead: &dyn Fn(u32, u64) -> bool) -> bool {
-    let v = view(r, s);
-    match v.status {
-        ps::LIVE => dead(v.pid, v.start_time),
-        ps::CLAIMING => proc_info(v.pid).is_none(),
+    let rec = r.proc_slot(s);
+    // Acquire: pairs with the Release store of LIVE, so `start_time` is current.
+    let st = rec.state.load(Acquire);
+    match ps::status(st) {
+        ps::LIVE => dead(ps::pid(st), rec.start_time.load(Relaxed)),
+        ps::CLAIMING => named_dead(st),
         _ => false,
     }
 }
@@ -189,22 +203,27 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
         // Acquire: the reaper's writes that freed the slot happen before ours.
         if rec
             .state
-            .compare_exchange(st, ps::make(ps::CLAIMING, pid), Acquire, Relaxed)
+            .compare_exchange(
+                st,
+                ps::make(ps::CLAIMING, pid, start_time),
+                Acquire,
+                Relaxed,
+            )
             .is_err()
         {
             continue;
         }
         crate::ops::crash_point("register.claimed")?;
-        // Relaxed, these five: the slot is ours while CLAIMING; the Release store of
+        // Relaxed, these four: the slot is ours while CLAIMING; the Release store of
         // LIVE below publishes them.
-        rec.pid.store(pid, Relaxed);
         rec.start_time.store(start_time, Relaxed);
         rec.registered_ms.store(now, Relaxed);
         rec.generation.fetch_add(1, Relaxed);
         // No anchor yet: the previous owner's OWNER_DIED must not be read as ours.
         rec.owner_futex.store(0, Relaxed);
         // Release: the fields above are visible to whoever sees LIVE.
-        rec.state.store(ps::make(ps::LIVE, pid), Release);
+        rec.state
+            .store(ps::make(ps::LIVE, pid, start_time), Release);
         return Ok(s);
     }
     Err(Error::ProcessTableFull { max: n })
@@ -232,5 +251,16 @@ mod tests {
         assert!(!is_dead(pid, start));
         assert!(is_dead(pid, start + 1), "a reused pid must not look alive");
         assert!(is_dead(u32::MAX >> 9, 1));
+    }
+
+    #[test]
+    fn a_claim_is_judged_by_pid_and_start_time() {
+        let (pid, start) = me();
+        assert!(!named_dead(ps::make(ps::CLAIMING, pid, start)));
+        assert!(
+            named_dead(ps::make(ps::CLAIMING, pid, start + 1)),
+            "a pid that now names another process does not keep a claim alive"
+        );
+        assert!(named_dead(ps::make(ps::CLAIMING, (1 << 24) - 1, start)));
     }
 }

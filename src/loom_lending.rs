@@ -144,7 +144,7 @@ fn loom_lending_a_borrower_stopped_anywhere_loses_nothing() {
 
 /// The real reaper.
 fn reap(r: &HeapRegion) {
-    crate::recovery::reap_slot(r, 0, 3, &|_, _| true).unwrap();
+    crate::recovery::reap_slot(r, 0, crate::recovery::Reaper::with_pid(3), &|_, _| true).unwrap();
 }
 
 /// A reaper that forgets the recorded decision to charge the extra word (it drops
@@ -155,7 +155,7 @@ fn forgetful_reap(r: &HeapRegion) {
     let s = lease.state.load(SeqCst);
     lease.state.store(s & !ls::CHARGES_EXTRA, SeqCst);
     // It may also trip over the words it misreads; what it leaves is checked after.
-    let _ = crate::recovery::reap_slot(r, 0, 3, &|_, _| true);
+    let _ = crate::recovery::reap_slot(r, 0, crate::recovery::Reaper::with_pid(3), &|_, _| true);
 }
 
 #[test]
@@ -176,7 +176,7 @@ fn borrower_stopped_anywhere(reap: fn(&HeapRegion)) {
             let (l0, d0) = a_holds_one(&r);
             r.proc_slot(0)
                 .state
-                .store(ps::make(ps::LIVE, 16_000_002), Relaxed);
+                .store(ps::make(ps::LIVE, 16_000_002, 0), Relaxed);
             let r2 = r.clone();
             let releaser = loom::thread::spawn(move || {
                 ops::release(&*r2, l0, d0.generation, Some(&d0)).unwrap();

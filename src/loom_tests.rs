@@ -248,7 +248,7 @@ fn crash_execution(k: usize, reap: fn(&HeapRegion, usize)) -> Option<&'static st
     let r = setup();
     r.proc_slot(B_SLOT)
         .state
-        .store(ps::make(ps::LIVE, 7), Relaxed);
+        .store(ps::make(ps::LIVE, 7, 0), Relaxed);
     let (b_lease, b_desc) = b_holds_one(&r);
     let r2 = r.clone();
     let b = loom::thread::spawn(move || {
@@ -268,14 +268,14 @@ fn crash_execution(k: usize, reap: fn(&HeapRegion, usize)) -> Option<&'static st
     b.join().unwrap();
     assert_all_zero(&r);
     for s in 0..B_SLOT {
-        assert_eq!(r.proc_slot(s).state.load(SeqCst), ps::make(ps::FREE, 0));
+        assert_eq!(r.proc_slot(s).state.load(SeqCst), ps::make(ps::FREE, 0, 0));
     }
     stopped_at
 }
 
 /// The real reaper, judging every slot dead.
 fn reap(r: &HeapRegion, s: usize) {
-    crate::recovery::reap_slot(r, s, 3, &|_, _| true).unwrap();
+    crate::recovery::reap_slot(r, s, crate::recovery::Reaper::with_pid(3), &|_, _| true).unwrap();
 }
 
 /// Liveness and recovery with crash points: a process stopped at its 1st, 2nd, ...
@@ -336,7 +336,7 @@ fn naive_reap(r: &HeapRegion, s: usize) {
             crate::ops::free_lease_from(lease, sw);
         }
     }
-    r.proc_slot(s).state.store(ps::make(ps::FREE, 0), SeqCst);
+    r.proc_slot(s).state.store(ps::make(ps::FREE, 0, 0), SeqCst);
 }
 
 #[test]

@@ -19,7 +19,7 @@
 //! time (the `REAPING` CAS), and the owner is dead, so nothing else drives its leases.
 
 use crate::error::{Error, Result};
-use crate::layout::{lease_state as ls, op_word, proc_state as ps};
+use crate::layout::{lease_state as ls, op_word, pair, proc_state as ps};
 use crate::ops;
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -37,58 +37,112 @@ pub struct Reaped {
     pub in_flight: usize,
 }
 
-/// Reaps slot `s` if its process is dead by `dead(pid, start)`. `reaper` is the
-/// reaper's pid; a slot already `REAPING` by a dead reaper is taken over.
+/// Who is reaping, and how it noticed the death (recorded in the slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reaper {
+    pub pid: u32,
+    /// The reaper's start time (clock ticks), so that a reaper that dies mid-walk is
+    /// told from a new process with its pid.
+    pub start_time: u64,
+    /// A `layout::noticed` code.
+    pub how: u32,
+}
+
+impl Reaper {
+    /// A reaper known by its pid alone (models and unit tests, where it never dies).
+    pub fn with_pid(pid: u32) -> Reaper {
+        Reaper {
+            pid,
+            start_time: 0,
+            how: crate::layout::noticed::CALL,
+        }
+    }
+
+    /// This process, reaping because of `how`.
+    pub fn me(how: u32) -> Reaper {
+        let (pid, start_time) = crate::liveness::me();
+        Reaper {
+            pid,
+            start_time,
+            how,
+        }
+    }
+}
+
+/// Reaps slot `s` if its process is dead by `dead(pid, start)`. A slot already
+/// `REAPING` by a dead reaper is taken over.
 pub fn reap_slot<R: Region>(
     r: &R,
     s: usize,
-    reaper: u32,
+    reaper: Reaper,
     dead: &dyn Fn(u32, u64) -> bool,
 ) -> Result<Option<Reaped>> {
     let rec = r.proc_slot(s);
-    // Acquire: pairs with the Release store of LIVE, so pid and start time (Relaxed)
-    // are the registrant's.
+    // Acquire: pairs with the Release store of LIVE, so the start time (Relaxed) is the
+    // registrant's.
     let st = rec.state.load(Acquire);
-    let pid = rec.pid.load(Relaxed);
     let start = rec.start_time.load(Relaxed);
+    let me = ps::make(ps::REAPING, reaper.pid, reaper.start_time);
     let take = match ps::status(st) {
         ps::LIVE => crate::liveness::live_slot_dead(r, s, ps::pid(st), start, dead),
-        ps::CLAIMING => crate::liveness::proc_info(ps::pid(st)).is_none(),
-        ps::REAPING => ps::pid(st) != reaper && crate::liveness::proc_info(ps::pid(st)).is_none(),
+        ps::CLAIMING => crate::liveness::named_dead(st),
+        ps::REAPING => st != me && crate::liveness::named_dead(st),
         _ => false,
     };
     // Acquire: the dead process's last writes are visible to our walk.
     if !take
         || rec
             .state
-            .compare_exchange(st, ps::make(ps::REAPING, reaper), Acquire, Relaxed)
+            .compare_exchange(st, me, Acquire, Relaxed)
             .is_err()
     {
         return Ok(None);
     }
-    empty_slot(r, s, pid).map(Some)
+    let pid = ps::pid(st);
+    if ps::status(st) != ps::REAPING {
+        // The first reaper of this death records it (a reaper taking over a dead
+        // reaper's walk finds it recorded).
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        // Relaxed, these three: the slot is ours while REAPING; the Release store of
+        // FREE publishes them.
+        rec.death_pids.store(pair::make(pid, reaper.pid), Relaxed);
+        rec.death_unix_ms.store(unix_ms, Relaxed);
+        rec.death_info.store(pair::make(reaper.how, 0), Relaxed);
+    }
+    let out = empty_slot(r, s, pid)?;
+    // Relaxed: as above.
+    let info = rec.death_info.load(Relaxed);
+    rec.death_info.store(
+        pair::make(pair::lo(info), pair::hi(info).saturating_add(out.leases_released as u32)),
+        Relaxed,
+    );
+    free_slot(r, s);
+    Ok(Some(out))
 }
 
-/// Gives back slot `s` of the live process `pid`, which is the caller's own: whatever
-/// its leases still hold is released, and the slot is freed. `None` if the slot is not
-/// `LIVE` for `pid`.
-pub fn retire_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Option<Reaped>> {
+/// Gives back slot `s` of the live process `pid` (started at `start_time`), which is
+/// the caller's own: whatever its leases still hold is released, and the slot is freed.
+/// `None` if the slot is not `LIVE` for that process.
+pub fn retire_slot<R: Region>(r: &R, s: usize, pid: u32, start_time: u64) -> Result<Option<Reaped>> {
     let rec = r.proc_slot(s);
-    let live = ps::make(ps::LIVE, pid);
+    let live = ps::make(ps::LIVE, pid, start_time);
     // Acquire: as for a reaper (the slot's leases are ours, but may have been helped).
     if rec
         .state
-        .compare_exchange(live, ps::make(ps::REAPING, pid), Acquire, Relaxed)
+        .compare_exchange(live, ps::make(ps::REAPING, pid, start_time), Acquire, Relaxed)
         .is_err()
     {
         return Ok(None);
     }
-    empty_slot(r, s, pid).map(Some)
+    let out = empty_slot(r, s, pid)?;
+    free_slot(r, s);
+    Ok(Some(out))
 }
 
-/// Walks the lease range of slot `s`, taken (`REAPING`) by the caller, then frees it.
+/// Walks the lease range of slot `s`, taken (`REAPING`) by the caller.
 fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
-    let rec = r.proc_slot(s);
     let geo = *r.geometry();
     let mut out = Reaped {
         slot: s,
@@ -108,12 +162,16 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
             r.pool(p).rescan_at_ms.store(0, Relaxed);
         }
     }
+    Ok(out)
+}
+
+/// Frees slot `s`, taken (`REAPING`) by the caller and emptied.
+fn free_slot<R: Region>(r: &R, s: usize) {
+    let rec = r.proc_slot(s);
     // Relaxed: the slot is ours while REAPING; the Release store of FREE publishes it.
-    rec.pid.store(0, Relaxed);
     rec.start_time.store(0, Relaxed);
     // Release: everything above happens before the slot is claimed again.
-    rec.state.store(ps::make(ps::FREE, 0), Release);
-    Ok(out)
+    rec.state.store(ps::make(ps::FREE, 0, 0), Release);
 }
 
 /// Brings one lease of a dead owner to `FREE`, giving back what it held.

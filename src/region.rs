@@ -78,13 +78,15 @@ impl HeapRegion {
                 .collect(),
             procs: (0..procs)
                 .map(|_| ProcRec {
-                    state: a32(),
-                    pid: a32(),
+                    state: a64(),
                     start_time: a64(),
                     owner_futex: a32(),
                     generation: a32(),
                     registered_ms: a64(),
-                    reserved: [a64(), a64(), a64(), a64()],
+                    death_pids: a64(),
+                    death_unix_ms: a64(),
+                    death_info: a64(),
+                    reserved: a64(),
                 })
                 .collect(),
             leases: (0..procs * leases_per_proc)

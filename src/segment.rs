@@ -202,6 +202,26 @@ impl Segment {
         })
     }
 
+    /// A second read-write mapping of the same segment, for a thread of this process
+    /// that must outlive this one's mapping (the anchor: see `anchor`).
+    pub fn remap(&self) -> Result<Segment> {
+        let seg = Self::map(&self.name, &self.file, self.geo, self.cfg.clone(), false)?;
+        // Invariant G (see `rec`) holds only for a mapping of the full size.
+        if seg.len != self.geo.total_size {
+            return Err(Error::Truncated {
+                name: self.name.clone(),
+                size: seg.len as u64,
+                need: self.geo.total_size as u64,
+            });
+        }
+        Ok(seg)
+    }
+
+    /// The header's `registry` futex word (see `layout::Header`).
+    pub fn registry(&self) -> &crate::sync::AtomicU32 {
+        &self.header().registry
+    }
+
     /// Whether this is an observer's read-only mapping.
     pub fn read_only(&self) -> bool {
         self.read_only

@@ -23,6 +23,9 @@ pub struct Snapshot {
     pub pools: Vec<PoolSnap>,
     pub leases: Vec<LeaseSnap>,
     pub processes: Vec<ProcSnap>,
+    /// The last death reaped from each process slot (kept until the slot's next one),
+    /// oldest notice first.
+    pub deaths: Vec<DeathSnap>,
     /// The tenants the directory holds (claimed names only), in directory order.
     pub tenants: Vec<TenantEntry>,
 }
@@ -97,6 +100,26 @@ pub struct ProcSnap {
     pub anchor_tid: u32,
     /// Whether some waiter has asked the kernel to wake it when this process dies.
     pub watched: bool,
+}
+
+/// A dead process found and reaped: when, by whom and how its death was noticed.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeathSnap {
+    /// The process slot it had.
+    pub slot: usize,
+    /// The dead process's pid.
+    pub pid: u32,
+    /// When the death was noticed (the reaper took the slot), `CLOCK_REALTIME` ms since
+    /// the Unix epoch.
+    pub noticed_unix_ms: u64,
+    /// The pid of the process that noticed it and returned its permits.
+    pub noticed_by: u32,
+    /// How: `"watcher"` (a live process's anchor, woken by the kernel at the death),
+    /// `"sweep"` (an anchor's periodic check), `"waiter"` (a blocked acquire) or
+    /// `"call"` (`reap_dead`, or a registration that found the table full).
+    pub how: &'static str,
+    /// Leases it still held (or had in flight) that were released.
+    pub leases_released: u32,
 }
 
 impl Snapshot {
@@ -262,7 +285,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             Some(ProcSnap {
                 slot: s,
                 status,
-                pid: rec.pid.load(Relaxed),
+                pid: ps::pid(st),
                 start_time: rec.start_time.load(Relaxed),
                 registered_ms: rec.registered_ms.load(Relaxed),
                 anchor: match owner {
@@ -278,11 +301,31 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             })
         })
         .collect();
+    let mut deaths: Vec<DeathSnap> = (0..geo.procs)
+        .filter_map(|s| {
+            let rec = r.proc_slot(s);
+            // Relaxed, these three: a report; a reaper writing them meanwhile may show
+            // a mix of two deaths' fields, never an out-of-range value.
+            let when = rec.death_unix_ms.load(Relaxed);
+            let pids = rec.death_pids.load(Relaxed);
+            let info = rec.death_info.load(Relaxed);
+            (when != 0).then(|| DeathSnap {
+                slot: s,
+                pid: pair::lo(pids),
+                noticed_unix_ms: when,
+                noticed_by: pair::hi(pids),
+                how: crate::layout::noticed::name(pair::lo(info)),
+                leases_released: pair::hi(info),
+            })
+        })
+        .collect();
+    deaths.sort_by_key(|d| d.noticed_unix_ms);
     Snapshot {
         now_ms: now,
         pools,
         leases,
         processes,
+        deaths,
         tenants: names
             .iter()
             .enumerate()

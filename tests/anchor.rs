@@ -103,11 +103,31 @@ fn a_forked_child_of_a_registered_process_anchors_itself() {
         if ok { 0 } else { 1 }
     });
     assert_eq!(wait(child), 0, "the child has no anchor of its own");
-    assert_ne!(out[0].load(SeqCst) as usize, parent_slot);
+    let child_slot = out[0].load(SeqCst) as usize;
+    assert_ne!(child_slot, parent_slot);
     assert_ne!(out[1].load(SeqCst) as u32, parent_word);
-    // The parent's anchor is untouched by the child's exit.
-    assert_eq!(owner(&t, parent_slot), parent_word);
-    assert_eq!(t.reap_dead().unwrap().len(), 1, "the child's slot");
+    // The parent's anchor is untouched by the child's exit (the child's anchor watched
+    // it, so it may carry WAITERS now).
+    let tid_of = |w: u32| match owner_word::decode(w) {
+        owner_word::Owner::Alive { tid, .. } => tid,
+        other => panic!("parent's owner word: {other:?}"),
+    };
+    assert_eq!(tid_of(owner(&t, parent_slot)), tid_of(parent_word));
+    // The parent's anchor watched the child, and returned its slot when it exited:
+    // nobody called `reap_dead`.
+    common::wait_until(
+        None,
+        "the child's slot to be reaped",
+        Duration::from_millis(1),
+        || t.snapshot().processes.iter().all(|p| p.slot != child_slot),
+    );
+    let snap = t.snapshot();
+    let death = snap.deaths.iter().find(|d| d.slot == child_slot).unwrap();
+    assert_eq!(
+        (death.pid, death.noticed_by, death.how),
+        (child.as_raw() as u32, std::process::id(), "watcher")
+    );
+    assert!(t.reap_dead().unwrap().is_empty(), "nothing left to reap");
 }
 
 #[test]

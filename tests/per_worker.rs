@@ -2,6 +2,8 @@
 //! `quota` / `min_tickets`, including after workers are killed.
 mod common;
 
+use std::time::Duration;
+
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
 
@@ -70,7 +72,14 @@ fn five_workers_at_half_quota_get_three_tickets_and_follow_deaths() {
     let pids = workers(&seg.name, 5);
     assert_eq!(capacity(&t, "mysql"), 3, "ceil(0.5 * 5)");
     kill(&pids[..4]);
-    assert_eq!(t.reap_dead().unwrap().len(), 4);
+    // The live worker's anchor reaps its dead siblings (this call may find some left).
+    assert!(t.reap_dead().unwrap().len() <= 4);
+    common::wait_until(
+        None,
+        "the four dead to be reaped",
+        Duration::from_millis(1),
+        || t.snapshot().processes.len() == 1,
+    );
     assert_eq!(capacity(&t, "mysql"), 1, "ceil(0.5 * 1)");
     kill(&pids[4..]);
     t.reap_dead().unwrap();

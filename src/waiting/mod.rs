@@ -110,55 +110,85 @@ pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until:
     let Some(deadline) = deadline(until) else {
         return;
     };
-    if !watch.is_empty() && NO_WAITV.load(Relaxed) == 0 {
-        let mut v = Vec::with_capacity(1 + watch.len().min(WAITV_MAX - 1));
-        let entry = |val: u32, addr: *mut u32| FutexWaitv {
+    if !watch.is_empty() {
+        let first = std::iter::once((seq, word_ptr(pool, class)));
+        let rest = watch.iter().map(|w| (w.val, w.word.as_ptr()));
+        if waitv(first.chain(rest), &deadline) {
+            return;
+        }
+    }
+    futex_wait(word_ptr(pool, class), seq, &deadline);
+}
+
+/// Sleeps while every watched word holds its value, for at most until `until` (the
+/// first word alone is slept on where the kernel has no `futex_waitv`). Returns early
+/// on a wake, a signal or a changed word.
+pub fn sleep_on(watch: &[Watch<'_>], until: Instant) {
+    let Some(deadline) = deadline(until) else {
+        return;
+    };
+    let Some(first) = watch.first() else {
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        return;
+    };
+    if !waitv(watch.iter().map(|w| (w.val, w.word.as_ptr())), &deadline) {
+        futex_wait(first.word.as_ptr(), first.val, &deadline);
+    }
+}
+
+/// `futex_waitv` on the first `WAITV_MAX` of `words` (value, address); false if the
+/// kernel has no `futex_waitv` (then nothing was waited for).
+fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec) -> bool {
+    if NO_WAITV.load(Relaxed) != 0 {
+        return false;
+    }
+    let v: Vec<FutexWaitv> = words
+        .take(WAITV_MAX)
+        .map(|(val, addr)| FutexWaitv {
             val: val as u64,
             uaddr: addr as u64,
             flags: FUTEX2_SIZE_U32,
             reserved: 0,
-        };
-        v.push(entry(seq, word_ptr(pool, class)));
-        v.extend(
-            watch
-                .iter()
-                .take(WAITV_MAX - 1)
-                .map(|w| entry(w.val, w.word.as_ptr())),
-        );
-        // SAFETY:
-        //   * `v` holds `v.len()` (<= 128) initialised entries with zero `reserved`;
-        //   * every `uaddr` is a 4-byte aligned u32 in a shared mapping (the pool's
-        //     `wake`, or a `ProcRec.owner_futex`) that outlives this call; the kernel
-        //     only reads them;
-        //   * `deadline` is an absolute CLOCK_MONOTONIC time; flags must be 0.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_futex_waitv,
-                v.as_ptr(),
-                v.len() as libc::c_uint,
-                0 as libc::c_uint,
-                &deadline as *const libc::timespec,
-                libc::CLOCK_MONOTONIC,
-            )
-        };
-        if rc >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
-            return;
-        }
-        NO_WAITV.store(1, Relaxed);
-    }
+        })
+        .collect();
     // SAFETY:
-    //   * the word is a 4-byte aligned u32 inside the mapping, which outlives this call;
-    //     the kernel only reads it;
+    //   * `v` holds `v.len()` (<= 128) initialised entries with zero `reserved`;
+    //   * every `uaddr` is a 4-byte aligned u32 that outlives this call (a pool's
+    //     `wake`, a `ProcRec.owner_futex` or the header's `registry` in a shared
+    //     mapping, or a `Cancel`'s or an anchor's stop word); the kernel only reads them;
+    //   * `deadline` is an absolute CLOCK_MONOTONIC time; flags must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            v.as_ptr(),
+            v.len() as libc::c_uint,
+            0 as libc::c_uint,
+            deadline as *const libc::timespec,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if rc >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+        return true;
+    }
+    NO_WAITV.store(1, Relaxed);
+    false
+}
+
+/// `FUTEX_WAIT_BITSET` on one word while it holds `val`, until an absolute deadline.
+fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec) {
+    // SAFETY:
+    //   * the word is a 4-byte aligned u32 that outlives this call (as in `waitv`); the
+    //     kernel only reads it;
     //   * FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (no
     //     FUTEX_CLOCK_REALTIME), a non-zero bitset, and ignores uaddr2;
     //   * no FUTEX_PRIVATE_FLAG: the word is shared with other processes.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
-            word_ptr(pool, class),
+            word,
             libc::FUTEX_WAIT_BITSET,
-            seq,
-            &deadline as *const libc::timespec,
+            val,
+            deadline as *const libc::timespec,
             std::ptr::null::<u32>(),
             libc::FUTEX_BITSET_MATCH_ANY,
         )

@@ -44,7 +44,10 @@ impl Behind {
     fn note_dying(&mut self, rec: &crate::layout::ProcRec) {
         if let Some(p) = self.dying_procs.get_mut(self.dying) {
             // Relaxed: read after the Acquire load of LIVE in `watch`.
-            *p = (rec.pid.load(Relaxed), rec.start_time.load(Relaxed));
+            *p = (
+                ps::pid(rec.state.load(Relaxed)),
+                rec.start_time.load(Relaxed),
+            );
         }
         self.dying += 1;
     }
