@@ -217,7 +217,7 @@ impl World {
         let Some(s) = self.slots[proc].take() else {
             return;
         };
-        let reaped = recovery::reap_slot(&self.r, s, 1, &|_, _| true)
+        let reaped = recovery::reap_slot(&self.r, s, recovery::Reaper::with_pid(1), &|_, _| true)
             .expect("reap")
             .expect("the slot was live");
         let mut returned = [0u64; POOLS];
