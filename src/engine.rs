@@ -84,6 +84,23 @@ pub enum Outcome {
     Refused(Refused),
 }
 
+/// What [`Engine::repair`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Repaired {
+    /// Process slots in a state no version writes, taken and emptied.
+    pub slots_taken: usize,
+    /// Slots emptied (those taken, and dead processes reaped).
+    pub reaped: Vec<Reaped>,
+    /// Tenant slots left `WRITING` by no live process, cleared.
+    pub tenant_slots_cleared: usize,
+    /// Lease records in a state no version writes, quarantined.
+    pub leases_quarantined: usize,
+    /// Each pool's counters, rebuilt from its lease records.
+    pub pools: Vec<crate::repair::PoolRepair>,
+    /// Quarantined leases freed once every pool was rebuilt without them.
+    pub leases_freed: usize,
+}
+
 /// A thread's spare lease: released by it, kept `CLAIMED` under the next generation so
 /// that its next acquire on the same engine needs no claim CAS.
 #[derive(Clone, Copy)]
@@ -418,7 +435,14 @@ impl Engine {
                 }))
             });
         }
-        match admitted? {
+        let admitted = match admitted {
+            Ok(a) => a,
+            Err(e) => {
+                self.after_error(slot, p, None, matches!(e, Error::Corrupt(_)));
+                return Err(e);
+            }
+        };
+        match admitted {
             Admitted::Granted { lease, desc } => Ok(Outcome::Granted(LeaseId {
                 index: lease as u32,
                 generation: desc.generation,
@@ -461,7 +485,20 @@ impl Engine {
             }
             Some(_) => None,
         });
-        let d = admission::release(&self.seg, l, id.generation, None, now.max(1), keep)?;
+        let d = match admission::release(&self.seg, l, id.generation, None, now.max(1), keep) {
+            Ok(d) => d,
+            Err(e) => {
+                if !matches!(e, Error::AlreadyReleased { .. }) {
+                    // Our own lease, which we stopped driving: resolved now, never left
+                    // RELEASING with a count raised.
+                    let pool = crate::ops::read_desc(self.seg.lease(l), id.generation)
+                        .map_or(usize::MAX, |d| d.pool as usize);
+                    let slot = l / geo.leases_per_proc;
+                    self.after_error(slot, pool, Some(l), matches!(e, Error::Corrupt(_)));
+                }
+                return Err(e);
+            }
+        };
         if keep.is_none() {
             // Relaxed: a hint (see `acquire`).
             self.hint.store((l % geo.leases_per_proc) as u64, Relaxed);
@@ -478,6 +515,100 @@ impl Engine {
         }
         crate::waiting::released(self.seg.pool(d.pool as usize), d.units);
         Ok(PoolId(d.pool))
+    }
+
+    /// After an error in an op of this thread: resolves the lease it left mid-op (`l`,
+    /// or, for an acquire, every `ACQUIRING` lease of this thread in slot `slot`) as a
+    /// reaper would, quarantining what cannot be finished, so that errors never use up
+    /// this process's leases or leave a count raised; then, if the error was a broken
+    /// invariant or a lease was quarantined, rebuilds pool `p`'s counters (`repair`),
+    /// so that the pool heals at once instead of failing every later call.
+    #[cold]
+    fn after_error(&self, slot: usize, p: usize, l: Option<usize>, corrupt: bool) {
+        let geo = self.seg.geometry();
+        let tid = crate::selfid::tid();
+        let mut out = Reaped {
+            units_returned: vec![0; geo.pools],
+            ..Reaped::default()
+        };
+        let range = slot * geo.leases_per_proc..(slot + 1) * geo.leases_per_proc;
+        for k in range {
+            let lease = self.seg.lease(k);
+            // Relaxed: our own leases; `resolve_lease` re-reads with Acquire.
+            let st = crate::layout::lease_state::state(lease.state.load(Relaxed));
+            let ours = match l {
+                Some(l) => k == l,
+                None => {
+                    st == crate::layout::lease_state::ACQUIRING && lease.tid.load(Relaxed) == tid
+                }
+            };
+            if ours {
+                recovery::resolve_lease(&self.seg, k, &mut out);
+            }
+        }
+        if (corrupt || out.quarantined > 0)
+            && p < geo.pools
+            && crate::repair::repair_pool(&self.seg, p).is_ok()
+        {
+            crate::repair::free_quarantined_of(&self.seg, p);
+        }
+        crate::peers::announce(&self.seg, &[out]);
+    }
+
+    /// Checks every invariant that the lease records let one check: each pool's and
+    /// each tenant's counts against the sums of their held leases, and every record in
+    /// a state some version writes. One line per violation; empty when sound.
+    pub fn check(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for p in 0..self.seg.geometry().pools {
+            out.extend(crate::repair::check_pool(&self.seg, p)?);
+        }
+        for (s, st) in crate::repair::odd_slots(&self.seg) {
+            out.push(format!("process slot {s} has state word {st:#x}"));
+        }
+        let (odd, quarantined) = crate::repair::odd_leases(&self.seg);
+        if odd > 0 {
+            out.push(format!("{odd} leases have a state no version writes"));
+        }
+        if quarantined > 0 {
+            out.push(format!(
+                "{quarantined} leases are quarantined (repair frees them)"
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Repairs the table in place, while it is in use: takes process slots in a state
+    /// no version writes and reaps dead processes, clears tenant slots left `WRITING`
+    /// by no live process, quarantines lease records in a state no version writes,
+    /// rebuilds every pool's counters from its lease records, then frees the
+    /// quarantined leases. Returns what it did.
+    pub fn repair(&self) -> Result<Repaired> {
+        self.writable("repairing")?;
+        let reaper = Reaper::me(crate::layout::noticed::CALL);
+        let mut out = Repaired::default();
+        for (s, st) in crate::repair::odd_slots(&self.seg) {
+            if let Some(r) = recovery::take_odd_slot(&self.seg, s, st, reaper)? {
+                out.slots_taken += 1;
+                out.reaped.push(r);
+            }
+        }
+        out.reaped.extend(self.reap_dead()?);
+        out.tenant_slots_cleared = tenants::clear_stale(&self.seg, &|s| {
+            liveness::slot_dead(&self.seg, s, &liveness::is_dead)
+        });
+        out.leases_quarantined = crate::repair::quarantine_unknown(&self.seg);
+        for p in 0..self.seg.geometry().pools {
+            out.pools.push(crate::repair::repair_pool(&self.seg, p)?);
+        }
+        out.leases_freed = crate::repair::free_quarantined(&self.seg);
+        crate::peers::announce(&self.seg, &out.reaped);
+        for p in &out.pools {
+            if p.in_use_after < p.in_use_before {
+                crate::waiting::released(self.seg.pool(p.pool), p.in_use_before - p.in_use_after);
+            }
+        }
+        Ok(out)
     }
 
     /// A snapshot of the whole table, read now.

@@ -90,6 +90,24 @@ pub enum Error {
     #[error("segment {name:?} was opened read-only (an observer); {what} needs a worker's open")]
     ReadOnly { name: String, what: &'static str },
 
+    /// A tenant slot that a lookup must pass is still being written by a live process
+    /// (stopped, or very slow) after the lookup's time bound. Retryable: the writer
+    /// finishes, or dies and its slot is cleared.
+    #[error(
+        "tenant {name:?} cannot be looked up now: directory slot {slot} is still being \
+         written by a live process after {waited_ms} ms; retry"
+    )]
+    TenantBusy {
+        name: String,
+        slot: usize,
+        waited_ms: u64,
+    },
+
+    /// The segment's path is not a regular file that this process may trust (a
+    /// symlink, a directory, a device, or a file with a mode fairshm never sets).
+    #[error("segment {name:?} is not a usable segment file: {why}")]
+    BadFile { name: String, why: String },
+
     #[error("{op} on segment {name:?} failed: {source}")]
     Io {
         name: String,
@@ -128,6 +146,8 @@ impl Error {
             Error::NotOwner { .. } => 20,
             Error::Io { .. } => 21,
             Error::ReadOnly { .. } => 22,
+            Error::TenantBusy { .. } => 23,
+            Error::BadFile { .. } => 24,
         }
     }
 
@@ -158,6 +178,8 @@ impl Error {
             Error::NotOwner { .. } => "not_owner",
             Error::Io { .. } => "io",
             Error::ReadOnly { .. } => "read_only",
+            Error::TenantBusy { .. } => "tenant_busy",
+            Error::BadFile { .. } => "bad_file",
         }
     }
 }
@@ -246,12 +268,21 @@ mod tests {
                 name: String::new(),
                 what: "",
             },
+            Error::TenantBusy {
+                name: String::new(),
+                slot: 0,
+                waited_ms: 0,
+            },
+            Error::BadFile {
+                name: String::new(),
+                why: String::new(),
+            },
         ];
         let codes: Vec<u32> = all.iter().map(Error::code).collect();
         assert_eq!(
             codes,
-            (1..=22).collect::<Vec<_>>(),
-            "codes are 1..=22 in order"
+            (1..=24).collect::<Vec<_>>(),
+            "codes are 1..=24 in order"
         );
         let mut kinds: Vec<&str> = all.iter().map(Error::kind).collect();
         kinds.sort_unstable();

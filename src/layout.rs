@@ -363,6 +363,10 @@ pub mod lease_state {
     pub const HELD: u32 = 3;
     /// A release is taking its units back: from the pool word, then the held word.
     pub const RELEASING: u32 = 4;
+    /// Could not be understood or finished (garbage fields, or words that contradict
+    /// it): counted nowhere, never claimed, until `repair` rebuilds the counters of the
+    /// pools without it and frees it.
+    pub const QUARANTINED: u32 = 5;
 
     pub fn name(s: u32) -> &'static str {
         match s {
@@ -371,6 +375,7 @@ pub mod lease_state {
             ACQUIRING => "acquiring",
             HELD => "held",
             RELEASING => "releasing",
+            QUARANTINED => "quarantined",
             _ => "corrupt",
         }
     }

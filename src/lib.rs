@@ -48,6 +48,7 @@ internal!(
     policy,
     recovery,
     region,
+    repair,
     tenants,
     #[cfg(not(loom))]
     anchor,
@@ -83,10 +84,11 @@ mod table;
 pub use blocking::Ended;
 pub use config::{Config, PerWorker, PoolConfig};
 #[cfg(not(loom))]
-pub use engine::{Engine, LeaseId, Outcome, PoolId, TenantId};
+pub use engine::{Engine, LeaseId, Outcome, PoolId, Repaired, TenantId};
 pub use error::{Error, Result};
 pub use recovery::Reaped;
 pub use refusal::{Reason, Refusal, Refused};
+pub use repair::PoolRepair;
 pub use stats::Snapshot;
 #[cfg(not(loom))]
 pub use table::{DEFAULT_SWEEP, Lease, LeaseGuard, OwnedLease, Request, Table};

@@ -154,7 +154,8 @@ pub fn named_dead(st: u64) -> bool {
 /// Whether slot `s` belongs to a process that is gone, judged by `dead(pid, start)`
 /// alone, not by the owner word: for rare checks (a tenant slot left WRITING), where a
 /// corrupt owner word claiming a live anchor must not stall the caller. A slot still
-/// being claimed is judged by the identity its claim names.
+/// being claimed is judged by the identity its claim names; a slot that is free or
+/// being reaped holds no live process.
 pub fn slot_dead<R: Region>(r: &R, s: usize, dead: &dyn Fn(u32, u64) -> bool) -> bool {
     let rec = r.proc_slot(s);
     // Acquire: pairs with the Release store of LIVE, so `start_time` is current.
@@ -162,7 +163,8 @@ pub fn slot_dead<R: Region>(r: &R, s: usize, dead: &dyn Fn(u32, u64) -> bool) ->
     match ps::status(st) {
         ps::LIVE => dead(ps::pid(st), rec.start_time.load(Relaxed)),
         ps::CLAIMING => named_dead(st),
-        _ => false,
+        // No process holds the slot (or garbage does): nobody behind it is writing.
+        _ => true,
     }
 }
 

@@ -35,6 +35,9 @@ pub struct Reaped {
     pub units_returned: Vec<u64>,
     /// Acquires in flight that were finished or dropped.
     pub in_flight: usize,
+    /// Leases that could not be understood or finished, quarantined (see
+    /// `layout::lease_state::QUARANTINED`) instead of stopping the walk.
+    pub quarantined: usize,
 }
 
 /// Who is reaping, and how it noticed the death (recorded in the slot).
@@ -122,6 +125,23 @@ pub fn reap_slot<R: Region>(
     Ok(Some(out))
 }
 
+/// Takes slot `s`, found in state word `st` that no version writes (garbage), as a
+/// reaper would a dead process's, and empties and frees it. `None` if the word changed.
+pub fn take_odd_slot<R: Region>(r: &R, s: usize, st: u64, reaper: Reaper) -> Result<Option<Reaped>> {
+    let me = ps::make(ps::REAPING, reaper.pid, reaper.start_time);
+    // Acquire: as a reaper's CAS.
+    if r.proc_slot(s)
+        .state
+        .compare_exchange(st, me, Acquire, Relaxed)
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let out = empty_slot(r, s, ps::pid(st))?;
+    free_slot(r, s);
+    Ok(Some(out))
+}
+
 /// Gives back slot `s` of the live process `pid` (started at `start_time`), which is
 /// the caller's own: whatever its leases still hold is released, and the slot is freed.
 /// `None` if the slot is not `LIVE` for that process.
@@ -151,7 +171,7 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
         ..Reaped::default()
     };
     for l in s * geo.leases_per_proc..(s + 1) * geo.leases_per_proc {
-        recover_lease(r, l, &mut out)?;
+        resolve_lease(r, l, &mut out);
     }
     crate::tenants::clear_writer(r, s);
     // A tenant whose units a reaper gave back may have left the active set at once (its
@@ -174,6 +194,41 @@ fn free_slot<R: Region>(r: &R, s: usize) {
     rec.state.store(ps::make(ps::FREE, 0, 0), Release);
 }
 
+/// Brings lease `l`, whose owner is dead or is the caller (which stopped driving it
+/// after an error), to `FREE`, giving back what it held; a lease that cannot be
+/// understood or finished is quarantined instead, and the walk goes on.
+pub fn resolve_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) {
+    if recover_lease(r, l, out).is_err() {
+        quarantine(r, l);
+        out.quarantined += 1;
+    }
+}
+
+/// Marks lease `l` `QUARANTINED` (keeping its generation), whatever its state.
+pub fn quarantine<R: Region>(r: &R, l: usize) {
+    let lease = r.lease(l);
+    loop {
+        // Acquire: as any reader of a state word.
+        let s = lease.state.load(Acquire);
+        if ls::state(s) == ls::QUARANTINED {
+            return;
+        }
+        // AcqRel: as every state change a settler may race with.
+        if lease
+            .state
+            .compare_exchange(
+                s,
+                ls::make(ls::generation(s), ls::QUARANTINED),
+                AcqRel,
+                Relaxed,
+            )
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
 /// Brings one lease of a dead owner to `FREE`, giving back what it held.
 fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
     let lease = r.lease(l);
@@ -182,7 +237,7 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
         let sw = lease.state.load(Acquire);
         let (generation, state) = (ls::generation(sw), ls::state(sw));
         match state {
-            ls::FREE => return Ok(()),
+            ls::FREE | ls::QUARANTINED => return Ok(()),
             ls::CLAIMED => {
                 // Private, never published, counted nowhere.
                 ops::free_lease(lease, generation, state);
@@ -191,20 +246,26 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
             ls::HELD => {
                 let d = ops::release(r, l, generation, None)?;
                 out.leases_released += 1;
-                out.units_returned[d.pool as usize] += d.units as u64;
+                if let Some(u) = out.units_returned.get_mut(d.pool as usize) {
+                    *u += d.units as u64;
+                }
                 return Ok(());
             }
             ls::RELEASING => {
                 let d = ops::finish_release(r, l, generation, None)?;
                 out.leases_released += 1;
-                out.units_returned[d.pool as usize] += d.units as u64;
+                if let Some(u) = out.units_returned.get_mut(d.pool as usize) {
+                    *u += d.units as u64;
+                }
                 return Ok(());
             }
             ls::ACQUIRING => {
                 if let Some(returned) = undo_acquire(r, l, generation)? {
                     out.in_flight += 1;
-                    if let Some((p, units)) = returned {
-                        out.units_returned[p] += units as u64;
+                    if let Some((p, units)) = returned
+                        && let Some(u) = out.units_returned.get_mut(p)
+                    {
+                        *u += units as u64;
                     }
                     return Ok(());
                 }

@@ -273,6 +273,19 @@ impl Table {
         self.engine.reap_dead()
     }
 
+    /// Checks the invariants the lease records let one check (see [`Engine::check`]):
+    /// one line per violation, empty when the table is sound.
+    pub fn check(&self) -> Result<Vec<String>> {
+        self.engine.check()
+    }
+
+    /// Repairs the table in place while it is in use (see [`Engine::repair`]):
+    /// rebuilds every pool's counters from its lease records, and clears or
+    /// quarantines what no version writes.
+    pub fn repair(&self) -> Result<crate::Repaired> {
+        self.engine.repair()
+    }
+
     /// Like `try_acquire`, with a guard that owns a reference to the table, so it can
     /// be kept or moved without a lifetime (a binding's handle, a spawned task).
     pub fn try_acquire_owned(

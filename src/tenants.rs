@@ -4,7 +4,12 @@
 //! `EMPTY` slot to `WRITING` (naming its process slot), writes name, hash and weight,
 //! then stores `READY` with Release. Every searcher follows the same probe order and
 //! never passes a `WRITING` slot without resolving it (waiting for it, or clearing it if
-//! its writer is dead), so one name never gets two slots.
+//! its writer is dead or names no process slot), so one name never gets two slots. The
+//! wait is bounded by time ([`WRITING_WAIT`]): a live writer that does not finish (a
+//! stopped process, or garbage naming a live one) makes the lookup fail with the
+//! retryable [`Error::TenantBusy`], never wait without bound.
+
+use std::time::{Duration, Instant};
 
 use crate::config::fnv1a;
 use crate::error::{Error, Result};
@@ -12,12 +17,14 @@ use crate::layout::{MAX_NAME, TenantRec, tenant_state as ts};
 use crate::region::Region;
 use crate::sync::{Backoff, Ordering::*};
 
-/// Spins on a `WRITING` slot before asking whether its writer is alive.
-const SPINS_BEFORE_LIVENESS: u32 = 1000;
-/// Liveness checks of a live writer before the slot is declared stuck. A writer needs
-/// a few stores to finish; one that is alive and has not finished after this many
-/// rounds (about a second of yielding) is stopped or the slot is garbage.
-const LIVENESS_ROUNDS: u32 = 500;
+/// How long a lookup waits on a `WRITING` slot before asking whether its writer is
+/// alive (a writer needs a few stores; it may have been preempted).
+const LIVENESS_AFTER: Duration = Duration::from_millis(1);
+/// How long a lookup waits, at most, on a slot whose writer is alive: then it gives up
+/// with the retryable [`Error::TenantBusy`] (the writer is stopped, or the slot is
+/// garbage naming a live process). Time, not a count of yields: on a loaded machine a
+/// count of yields can take seconds.
+pub const WRITING_WAIT: Duration = Duration::from_millis(20);
 
 /// A name as the six little-endian words a record stores it in (zero-padded).
 fn pack_name(name: &[u8]) -> [u64; 6] {
@@ -89,7 +96,7 @@ fn probe<R: Region>(
         let t = (start + i) % n;
         let rec = r.tenant(t);
         let backoff = Backoff::new();
-        let (mut spins, mut rounds) = (0u32, 0u32);
+        let mut waiting_since: Option<Instant> = None;
         loop {
             // Acquire: pairs with the Release store of READY, so name/hash are visible.
             let s = rec.state.load(Acquire);
@@ -120,43 +127,71 @@ fn probe<R: Region>(
                     return Ok(Some(t));
                 }
                 ts::WRITING => {
-                    spins += 1;
-                    if spins >= SPINS_BEFORE_LIVENESS {
-                        spins = 0;
-                        rounds += 1;
+                    let now = Instant::now();
+                    let since = *waiting_since.get_or_insert(now);
+                    if now - since >= LIVENESS_AFTER {
                         let writer = ts::writer(s).filter(|&w| w < r.geometry().procs);
-                        if writer.is_none() || rounds >= LIVENESS_ROUNDS {
-                            return Err(Error::Corrupt(format!(
-                                "tenant slot {t} is stuck WRITING (state {s:#x}): its writer \
-                                 is {} and never finished",
-                                if writer.is_some() {
-                                    "alive"
-                                } else {
-                                    "not a process slot"
-                                }
-                            )));
-                        }
-                        if writer.is_some_and(writer_dead) {
-                            // Relaxed: the next iteration re-reads with Acquire.
+                        // A writer that is no process slot, or a dead one, never
+                        // finishes: the slot is cleared (and claimed again, maybe by
+                        // us). Relaxed: the next iteration re-reads with Acquire.
+                        if writer.is_none_or(writer_dead) {
                             let _ = rec.state.compare_exchange(
                                 s,
                                 ts::make(ts::EMPTY, 0, None),
                                 Relaxed,
                                 Relaxed,
                             );
+                            continue;
+                        }
+                        if now - since >= WRITING_WAIT {
+                            return Err(Error::TenantBusy {
+                                name: String::from_utf8_lossy(name).into_owned(),
+                                slot: t,
+                                waited_ms: (now - since).as_millis() as u64,
+                            });
                         }
                     }
                     backoff.wait();
                 }
                 _ => {
-                    return Err(Error::Corrupt(format!(
-                        "tenant slot {t} has state word {s:#x}"
-                    )));
+                    // A state no version writes: garbage, no writer behind it. Cleared
+                    // (Relaxed: the next iteration re-reads with Acquire).
+                    let _ =
+                        rec.state
+                            .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed);
                 }
             }
         }
     }
     Ok(None)
+}
+
+/// Clears the `WRITING` slots whose writer names no process slot or a dead one, and
+/// slots in a state no version writes; returns how many.
+pub fn clear_stale<R: Region>(r: &R, writer_dead: &dyn Fn(usize) -> bool) -> usize {
+    let mut cleared = 0;
+    for t in 0..r.geometry().tenants {
+        let rec = r.tenant(t);
+        // Acquire: as every reader of the state.
+        let s = rec.state.load(Acquire);
+        let stale = match ts::status(s) {
+            ts::EMPTY | ts::READY => false,
+            ts::WRITING => ts::writer(s)
+                .filter(|&w| w < r.geometry().procs)
+                .is_none_or(writer_dead),
+            _ => true,
+        };
+        // Relaxed: as in `clear_writer`.
+        if stale
+            && rec
+                .state
+                .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed)
+                .is_ok()
+        {
+            cleared += 1;
+        }
+    }
+    cleared
 }
 
 /// Clears the `WRITING` slots left by process slot `dead` (after its death).
@@ -204,6 +239,30 @@ mod tests {
         find_or_claim(&r, b"b", &|| 1, 0, &|_| false).unwrap();
         let e = find_or_claim(&r, b"c", &|| 1, 0, &|_| false).unwrap_err();
         assert!(matches!(e, Error::TenantTableFull { max: 2, .. }), "{e}");
+    }
+
+    #[test]
+    fn a_live_writer_that_never_finishes_is_a_retryable_error_within_the_bound() {
+        let r = HeapRegion::new(1, 4, 2, 1);
+        let stuck = ts::make(ts::WRITING, 3, Some(1));
+        r.tenant(0).state.store(stuck, Relaxed);
+        // "new" hashes somewhere; find a name whose probe starts at the stuck slot.
+        let name = (0..)
+            .map(|i| format!("n{i}"))
+            .find(|n| fnv1a(n.as_bytes()) % 4 == 0)
+            .unwrap();
+        let t0 = Instant::now();
+        let e = find_or_claim(&r, name.as_bytes(), &|| 1, 0, &|_| false).unwrap_err();
+        let took = t0.elapsed();
+        assert!(matches!(e, Error::TenantBusy { slot: 0, .. }), "{e}");
+        assert!(took >= WRITING_WAIT && took < WRITING_WAIT * 50, "{took:?}");
+        assert_eq!(r.tenant(0).state.load(Relaxed), stuck, "a live writer's slot stays");
+        // A writer naming no process slot is garbage: cleared, and the name claimed.
+        r.tenant(0)
+            .state
+            .store(ts::make(ts::WRITING, 3, Some(9)), Relaxed);
+        let t = find_or_claim(&r, name.as_bytes(), &|| 1, 0, &|_| false).unwrap();
+        assert_eq!(t, 0);
     }
 
     #[test]

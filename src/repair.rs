@@ -1,0 +1,239 @@
+//! Checking the counters against the lease records, and rebuilding them
+//! (`Table::check`, `Table::repair`): what heals a pool whose words a hostile writer or
+//! a bug broke, while the other pools keep working.
+//!
+//! The lease records are the truth: a pool word must count exactly the units of the
+//! pool's `HELD` leases, and a held word those of its tenant's, at any moment when no
+//! lease of the pool is mid-op (`ACQUIRING` / `RELEASING`: their units are in one word
+//! and not yet, or no longer, in the other). A check or a repair of pool `p`:
+//! 1. reads the pool word and the pool's held words;
+//! 2. scans every lease; a lease of `p` mid-op means "not now": it starts again (up
+//!    to a bound, then reports the pool busy);
+//! 3. reads the pool word again: if it moved, starts again;
+//! 4. (repair) CASes each held word that differs from its sum, from the value read in
+//!    step 1, to the sum with no tag, and the pool word likewise. A CAS that fails
+//!    (an op came in) starts again.
+//!
+//! Why a CAS from the value read before the scan is enough: every op changes the held
+//! word, then the pool word (acquire) or the pool word, then the held word (release),
+//! each by a CAS that a repair's CAS would fail or be failed by. An acquire that
+//! publishes after the scan passed its lease has changed no word yet; its CAS then
+//! lands on the rebuilt word and adds its units to it. A release that starts after the
+//! scan counted its lease `HELD` takes its units back from the rebuilt words. A tag
+//! replaced by a repair names no lease mid-op (step 2), so nothing needs settling.
+//!
+//! Quarantined leases count nowhere; once every pool is rebuilt without them, a
+//! repair frees them. Lease records in a state no version writes are quarantined; a
+//! process slot in a state no version writes is taken and emptied as a reaper would.
+
+use crate::error::{Error, Result};
+use crate::layout::{lease_state as ls, op_word, proc_state as ps};
+use crate::ops::{check_desc, read_desc};
+use crate::region::Region;
+use crate::sync::{Backoff, Ordering::*};
+
+/// Attempts at finding a pool with no op in flight before giving up.
+const ATTEMPTS: u32 = 10_000;
+
+/// What a repair of one pool changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolRepair {
+    pub pool: usize,
+    /// Units in use before and after.
+    pub in_use_before: u32,
+    pub in_use_after: u32,
+    /// Tenants whose held word was rebuilt.
+    pub tenants_fixed: usize,
+}
+
+/// The sums the lease records give for pool `p`, read while no lease of it was mid-op,
+/// with the words they were compared to.
+struct Sums {
+    pool_word: u64,
+    held_words: Vec<u64>,
+    total: u64,
+    held: Vec<u64>,
+}
+
+/// Reads the lease sums of pool `p` at a moment with no op of it in flight.
+fn sums<R: Region>(r: &R, p: usize) -> Result<Sums> {
+    let geo = *r.geometry();
+    let backoff = Backoff::new();
+    for _ in 0..ATTEMPTS {
+        // SeqCst: as every reader of the pool word.
+        let pool_word = r.pool(p).word.load(SeqCst);
+        // Acquire: pairs with the ops' AcqRel CASes.
+        let held_words: Vec<u64> = (0..geo.tenants)
+            .map(|t| r.tenant_pool(p, t).held.load(Acquire))
+            .collect();
+        let mut total = 0u64;
+        let mut held = vec![0u64; geo.tenants];
+        let mut busy = false;
+        for l in 0..geo.leases() {
+            // Acquire: publishes the lease's fields (the seqlock of `ops`).
+            let s = r.lease(l).state.load(Acquire);
+            let st = ls::state(s);
+            if !matches!(st, ls::ACQUIRING | ls::HELD | ls::RELEASING) {
+                continue;
+            }
+            let Some(d) = read_desc(r.lease(l), ls::generation(s)) else {
+                busy = true; // changed under us
+                break;
+            };
+            if check_desc(r, l, &d).is_err() || d.pool as usize != p {
+                continue;
+            }
+            if st != ls::HELD {
+                busy = true;
+                break;
+            }
+            total += d.units as u64;
+            held[d.tenant as usize] += d.units as u64;
+        }
+        if !busy && r.pool(p).word.load(SeqCst) == pool_word {
+            return Ok(Sums {
+                pool_word,
+                held_words,
+                total,
+                held,
+            });
+        }
+        backoff.snooze();
+    }
+    Err(Error::Corrupt(format!(
+        "pool {p}: never found without an op in flight after {ATTEMPTS} tries; retry"
+    )))
+}
+
+/// What breaks the invariants of pool `p`, one line each (empty: none).
+pub fn check_pool<R: Region>(r: &R, p: usize) -> Result<Vec<String>> {
+    let s = sums(r, p)?;
+    let mut out = Vec::new();
+    let in_use = op_word::count(s.pool_word) as u64;
+    if in_use != s.total {
+        out.push(format!(
+            "pool {p}: in_use is {in_use}, its held leases hold {}",
+            s.total
+        ));
+    }
+    for (t, (&w, &sum)) in s.held_words.iter().zip(&s.held).enumerate() {
+        if op_word::count(w) as u64 != sum {
+            out.push(format!(
+                "pool {p} tenant {t}: held is {}, its held leases hold {sum}",
+                op_word::count(w)
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Rebuilds the counters of pool `p` from its lease records (see the module docs).
+pub fn repair_pool<R: Region>(r: &R, p: usize) -> Result<PoolRepair> {
+    'again: for _ in 0..ATTEMPTS {
+        let s = sums(r, p)?;
+        let mut out = PoolRepair {
+            pool: p,
+            in_use_before: op_word::count(s.pool_word),
+            in_use_after: op_word::count(s.pool_word),
+            tenants_fixed: 0,
+        };
+        for (t, (&w, &sum)) in s.held_words.iter().zip(&s.held).enumerate() {
+            if op_word::count(w) as u64 == sum {
+                continue;
+            }
+            let sum = sum.min(op_word::MAX_COUNT as u64) as u32;
+            // AcqRel: as an op's CAS of the word.
+            if r.tenant_pool(p, t)
+                .held
+                .compare_exchange(w, op_word::make(sum, 0), AcqRel, Relaxed)
+                .is_err()
+            {
+                continue 'again;
+            }
+            out.tenants_fixed += 1;
+        }
+        if op_word::count(s.pool_word) as u64 != s.total {
+            let total = s.total.min(op_word::MAX_COUNT as u64) as u32;
+            // SeqCst: as an op's CAS of the pool word (the waiters' handshake).
+            if r.pool(p)
+                .word
+                .compare_exchange(s.pool_word, op_word::make(total, 0), SeqCst, Relaxed)
+                .is_err()
+            {
+                continue 'again;
+            }
+            out.in_use_after = total;
+        }
+        return Ok(out);
+    }
+    Err(Error::Corrupt(format!(
+        "pool {p}: its words kept moving during the repair; retry"
+    )))
+}
+
+/// Quarantines every lease in a state no version writes; returns how many.
+pub fn quarantine_unknown<R: Region>(r: &R) -> usize {
+    (0..r.geometry().leases())
+        .filter(|&l| {
+            // Relaxed: a state no op writes cannot be a step of one.
+            let st = ls::state(r.lease(l).state.load(Relaxed));
+            st > ls::QUARANTINED && {
+                crate::recovery::quarantine(r, l);
+                true
+            }
+        })
+        .count()
+}
+
+/// Frees every quarantined lease (after every pool was rebuilt without them); returns
+/// how many.
+pub fn free_quarantined<R: Region>(r: &R) -> usize {
+    (0..r.geometry().leases())
+        .filter(|&l| {
+            let lease = r.lease(l);
+            // Acquire: as any reader of a state word.
+            let s = lease.state.load(Acquire);
+            ls::state(s) == ls::QUARANTINED && crate::ops::free_lease_from(lease, s)
+        })
+        .count()
+}
+
+/// Process slots in a state no version writes, as (slot, state word).
+pub fn odd_slots<R: Region>(r: &R) -> Vec<(usize, u64)> {
+    (0..r.geometry().procs)
+        .filter_map(|s| {
+            // Acquire: as any reader of a slot.
+            let st = r.proc_slot(s).state.load(Acquire);
+            (ps::status(st) > ps::REAPING).then_some((s, st))
+        })
+        .collect()
+}
+
+/// Frees the quarantined leases whose descriptor names pool `p` (after `p` was rebuilt
+/// without them); returns how many.
+pub fn free_quarantined_of<R: Region>(r: &R, p: usize) -> usize {
+    (0..r.geometry().leases())
+        .filter(|&l| {
+            let lease = r.lease(l);
+            // Acquire: as any reader of a state word.
+            let s = lease.state.load(Acquire);
+            ls::state(s) == ls::QUARANTINED
+                && read_desc(lease, ls::generation(s)).is_some_and(|d| d.pool as usize == p)
+                && crate::ops::free_lease_from(lease, s)
+        })
+        .count()
+}
+
+/// Leases in a state no version writes, and quarantined leases.
+pub fn odd_leases<R: Region>(r: &R) -> (usize, usize) {
+    let (mut odd, mut quarantined) = (0, 0);
+    for l in 0..r.geometry().leases() {
+        // Relaxed: a count for a report.
+        match ls::state(r.lease(l).state.load(Relaxed)) {
+            ls::QUARANTINED => quarantined += 1,
+            s if s > ls::QUARANTINED => odd += 1,
+            _ => {}
+        }
+    }
+    (odd, quarantined)
+}
