@@ -181,8 +181,12 @@ fn run(
     // 0 first: from here the kernel would leave the word alone at our exit (it no
     // longer holds our tid), and `/proc` judges the slot. AcqRel: WAITERS bits set by
     // watchers are read and dropped here.
-    word.swap(0, AcqRel);
-    wake_all(word_ptr);
+    // (Not on a truncated segment: the word's page may be gone, and touching it would
+    // raise SIGBUS; the kernel's write at our exit fails harmlessly there.)
+    if seg.check_size().is_ok() {
+        word.swap(0, AcqRel);
+        wake_all(word_ptr);
+    }
     // SAFETY: a NULL head unregisters the list: the kernel reads nothing at our exit.
     unsafe {
         libc::syscall(

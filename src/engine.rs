@@ -559,6 +559,7 @@ impl Engine {
     /// each tenant's counts against the sums of their held leases, and every record in
     /// a state some version writes. One line per violation; empty when sound.
     pub fn check(&self) -> Result<Vec<String>> {
+        self.seg.check_size()?;
         let mut out = Vec::new();
         for p in 0..self.seg.geometry().pools {
             out.extend(crate::repair::check_pool(&self.seg, p)?);
@@ -585,6 +586,7 @@ impl Engine {
     /// quarantined leases. Returns what it did.
     pub fn repair(&self) -> Result<Repaired> {
         self.writable("repairing")?;
+        self.seg.check_size()?;
         let reaper = Reaper::me(crate::layout::noticed::CALL);
         let mut out = Repaired::default();
         for (s, st) in crate::repair::odd_slots(&self.seg) {
@@ -611,7 +613,15 @@ impl Engine {
         Ok(out)
     }
 
-    /// A snapshot of the whole table, read now.
+    /// A snapshot, after checking that the segment's file was not truncated under
+    /// the mapping (`Err(Truncated)`: reading it would raise SIGBUS).
+    pub fn try_snapshot(&self) -> Result<Snapshot> {
+        self.seg.check_size()?;
+        Ok(self.snapshot())
+    }
+
+    /// A snapshot of the whole table, read now. (It reads the mapping without checking
+    /// the file's size: see [`Engine::try_snapshot`].)
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot_at(clock::now_ms())
     }
@@ -629,6 +639,7 @@ impl Engine {
     /// [`Engine::reap_dead`], recording `how` (a `layout::noticed` code) in each slot.
     pub(crate) fn reap_dead_as(&self, how: u32) -> Result<Vec<Reaped>> {
         self.writable("reaping")?;
+        self.seg.check_size()?;
         let reaper = Reaper::me(how);
         let mut out = Vec::new();
         for s in 0..self.seg.geometry().procs {
@@ -677,7 +688,9 @@ impl Drop for Engine {
             None => {}
         }
         let start = self.start.load(Relaxed);
-        if let Some(slot) = self.registered(pid)
+        // A truncated segment is left alone: touching it would raise SIGBUS.
+        if self.seg.check_size().is_ok()
+            && let Some(slot) = self.registered(pid)
             && let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32, start)
         {
             crate::peers::announce(&self.seg, &[gone]);

@@ -51,6 +51,16 @@ pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, reaper: (u32, u64)) {
     let mut dying: Vec<(usize, u32, u64)> = Vec::new();
     // Acquire: pairs with `detach`'s Release store.
     while stop.load(Acquire) == 0 {
+        if seg.check_size().is_err() {
+            // Truncated under us: reading the mapping would raise SIGBUS in this
+            // process. Watch nothing; look again at the next sweep.
+            let only_stop = [Watch {
+                word: stop,
+                val: 0,
+            }];
+            waiting::sleep_on(&only_stop, Instant::now() + SWEEP);
+            continue;
+        }
         // Read before the scan (Acquire: pairs with the registrant's Release bump, so
         // its slot is seen LIVE with its tid): a registration after the scan changes
         // the word and ends the sleep below at once.
@@ -113,7 +123,8 @@ pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, reaper: (u32, u64)) {
             continue;
         }
         waiting::sleep_on(&watch, next_sweep);
-        if Instant::now() >= next_sweep {
+        // (Size checked again: the file may have been truncated while we slept.)
+        if Instant::now() >= next_sweep && seg.check_size().is_ok() {
             let mut reaped = Vec::new();
             for s in (0..procs).filter(|&s| s != me) {
                 reap(seg, s, reaper, noticed::SWEEP, &mut reaped);

@@ -98,6 +98,57 @@ fn io<'a>(name: &'a str, op: &'static str) -> impl FnOnce(std::io::Error) -> Err
     }
 }
 
+/// Checks a mode for a new segment: read and write for the owner, and optionally read
+/// or read and write for the group; nothing else (no execute, setuid, setgid, sticky
+/// or world bits).
+pub fn check_mode(mode: u32) -> Result<()> {
+    if mode & 0o600 != 0o600 || mode & !0o660 != 0 {
+        return Err(Error::InvalidConfig(format!(
+            "file mode {mode:#o}: a segment's mode is 0o600 (the owner only), 0o640 or \
+             0o660 (a group too); no execute, special or world bits"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the open file is one this process may trust as a segment: a regular file
+/// with a mode fairshm sets, owned by us, or (a group mode) by a group we are in. An
+/// observer (read-only) needs only a regular file: the kernel already checked that it
+/// may read it.
+fn check_file(name: &str, meta: &std::fs::Metadata, read_only: bool) -> Result<()> {
+    let bad = |why: String| Error::BadFile {
+        name: name.to_owned(),
+        why,
+    };
+    if !meta.file_type().is_file() {
+        return Err(bad("it is not a regular file".into()));
+    }
+    if read_only {
+        return Ok(());
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & !0o660 != 0 {
+        return Err(bad(format!(
+            "its mode {mode:#o} has bits fairshm never sets (execute, special or world)"
+        )));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() == me {
+        return Ok(());
+    }
+    let group_rw = mode & 0o060 == 0o060;
+    let in_group = nix::unistd::getegid().as_raw() == meta.gid()
+        || nix::unistd::getgroups().is_ok_and(|g| g.iter().any(|g| g.as_raw() == meta.gid()));
+    if group_rw && in_group {
+        return Ok(());
+    }
+    Err(Error::WrongOwner {
+        name: name.to_owned(),
+        owner: meta.uid(),
+        me,
+    })
+}
+
 /// Removes a segment's file. Processes that mapped it keep their mapping.
 pub fn unlink(name: &str) -> Result<()> {
     check_name(name)?;
@@ -108,6 +159,7 @@ impl Segment {
     /// Creates segment `name` (it must not exist) with file mode `mode`.
     pub fn create(name: &str, cfg: &Config, mode: u32) -> Result<Segment> {
         check_name(name)?;
+        check_mode(mode)?;
         cfg.validate()?;
         let path = path_of(name);
         let file = OpenOptions::new()
@@ -217,6 +269,21 @@ impl Segment {
         Ok(seg)
     }
 
+    /// `Err(Truncated)` if the file is now shorter than this mapping: touching the
+    /// missing part would raise SIGBUS. A truncation after this check can still do so
+    /// (see the README's trust model: whoever can write the segment is trusted).
+    pub fn check_size(&self) -> Result<()> {
+        let size = self.file.metadata().map_err(io(&self.name, "fstat"))?.len();
+        if size < self.len as u64 {
+            return Err(Error::Truncated {
+                name: self.name.clone(),
+                size,
+                need: self.len as u64,
+            });
+        }
+        Ok(())
+    }
+
     /// The header's `registry` futex word (see `layout::Header`).
     pub fn registry(&self) -> &crate::sync::AtomicU32 {
         &self.header().registry
@@ -247,20 +314,26 @@ impl Segment {
         read_only: bool,
     ) -> Result<Segment> {
         check_name(name)?;
+        // O_NOFOLLOW: a symlink planted at the path is refused (ELOOP), never followed
+        // into a file outside /dev/shm. O_NONBLOCK: opening a FIFO planted there does not
+        // block (it is refused below as not a regular file).
         let file = OpenOptions::new()
             .read(true)
             .write(!read_only)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path_of(name))
-            .map_err(io(name, "open"))?;
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    Error::BadFile {
+                        name: name.to_owned(),
+                        why: "it is a symbolic link".into(),
+                    }
+                } else {
+                    io(name, "open")(e)
+                }
+            })?;
         let meta = file.metadata().map_err(io(name, "fstat"))?;
-        let me = nix::unistd::geteuid().as_raw();
-        if !read_only && meta.uid() != me {
-            return Err(Error::WrongOwner {
-                name: name.to_owned(),
-                owner: meta.uid(),
-                me,
-            });
-        }
+        check_file(name, &meta, read_only)?;
         let deadline = Instant::now() + ready_wait;
         // A creator between create and ftruncate shows a short file: wait for it.
         let mut size = meta.len();

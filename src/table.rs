@@ -273,6 +273,12 @@ impl Table {
         self.engine.reap_dead()
     }
 
+    /// A snapshot, with the segment's size checked first: `Err(Truncated)` instead of
+    /// the SIGBUS that reading a truncated mapping raises.
+    pub fn try_snapshot(&self) -> Result<Snapshot> {
+        self.engine.try_snapshot()
+    }
+
     /// Checks the invariants the lease records let one check (see [`Engine::check`]):
     /// one line per violation, empty when the table is sound.
     pub fn check(&self) -> Result<Vec<String>> {
