@@ -93,8 +93,11 @@ pub struct Repaired {
     pub reaped: Vec<Reaped>,
     /// Tenant slots left `WRITING` by no live process, cleared.
     pub tenant_slots_cleared: usize,
-    /// Lease records in a state no version writes, quarantined.
+    /// Lease records in a state no version writes (or that could not be resolved),
+    /// quarantined.
     pub leases_quarantined: usize,
+    /// Leases found in the range of a free process slot, resolved as a reaper would.
+    pub orphans_resolved: usize,
     /// Each pool's counters, rebuilt from its lease records.
     pub pools: Vec<crate::repair::PoolRepair>,
     /// Quarantined leases freed once every pool was rebuilt without them.
@@ -378,6 +381,16 @@ impl Engine {
         let limits = self.seg.pool(p).limits.load(Relaxed);
         let cap = pair::lo(limits);
         if cap > crate::layout::op_word::MAX_COUNT {
+            // Garbage: the config's value goes back (a per_worker pool's is recomputed),
+            // so the next call works; this one reports it.
+            let pc = &self.config().pools[p];
+            let floor = crate::config::floor_of(pc.capacity, pc.floor_percent);
+            // Relaxed: an input, as at creation.
+            self.seg
+                .pool(p)
+                .limits
+                .store(pair::make(pc.capacity, floor), Relaxed);
+            crate::capacity::recompute(&self.seg, self.config());
             return Err(Error::Corrupt(format!(
                 "pool {p} has capacity {cap}, beyond the {} an op word counts",
                 crate::layout::op_word::MAX_COUNT
@@ -548,7 +561,7 @@ impl Engine {
         }
         if (corrupt || out.quarantined > 0)
             && p < geo.pools
-            && crate::repair::repair_pool(&self.seg, p).is_ok()
+            && crate::repair::repair_pool(&self.seg, p, crate::repair::INLINE_BUDGET).is_ok()
         {
             crate::repair::free_quarantined_of(&self.seg, p);
         }
@@ -600,8 +613,38 @@ impl Engine {
             liveness::slot_dead(&self.seg, s, &liveness::is_dead)
         });
         out.leases_quarantined = crate::repair::quarantine_unknown(&self.seg);
+        let mut orphans = Reaped {
+            units_returned: vec![0; self.seg.geometry().pools],
+            ..Reaped::default()
+        };
+        crate::repair::resolve_orphans(&self.seg, (reaper.pid, reaper.start_time), &mut orphans);
+        out.leases_quarantined += orphans.quarantined;
+        out.orphans_resolved = orphans.leases_released + orphans.in_flight;
+        out.reaped.push(orphans);
+        // The pools' inputs, from the config (the creator's values; `per_worker`
+        // capacities from the live workers), and a recount of the active set.
+        let now = clock::now_ms();
+        for (p, pc) in self.config().pools.iter().enumerate() {
+            let rec = self.seg.pool(p);
+            let floor = crate::config::floor_of(pc.capacity, pc.floor_percent);
+            // Relaxed: inputs, as at creation and in `capacity::recompute`.
+            rec.limits.store(pair::make(pc.capacity, floor), Relaxed);
+            rec.rescan_at_ms.store(0, Relaxed);
+            for t in 0..self.seg.geometry().tenants {
+                let tp = self.seg.tenant_pool(p, t);
+                // Relaxed: activity stamps are soft; one in the future is garbage.
+                if tp.last_active_ms.load(Relaxed) > now {
+                    tp.last_active_ms.store(now, Relaxed);
+                }
+            }
+        }
+        crate::capacity::recompute(&self.seg, self.config());
         for p in 0..self.seg.geometry().pools {
-            out.pools.push(crate::repair::repair_pool(&self.seg, p)?);
+            out.pools.push(crate::repair::repair_pool(
+                &self.seg,
+                p,
+                crate::repair::REPAIR_BUDGET,
+            )?);
         }
         out.leases_freed = crate::repair::free_quarantined(&self.seg);
         crate::peers::announce(&self.seg, &out.reaped);

@@ -30,10 +30,14 @@ use crate::error::{Error, Result};
 use crate::layout::{lease_state as ls, op_word, proc_state as ps};
 use crate::ops::{check_desc, read_desc};
 use crate::region::Region;
+use std::time::{Duration, Instant};
+
 use crate::sync::{Backoff, Ordering::*};
 
-/// Attempts at finding a pool with no op in flight before giving up.
-const ATTEMPTS: u32 = 10_000;
+/// How long `Table::repair` looks for a moment with no op of a pool in flight.
+pub const REPAIR_BUDGET: Duration = Duration::from_secs(1);
+/// The same for the repair a failed call makes of its own pool (it must return soon).
+pub const INLINE_BUDGET: Duration = Duration::from_millis(5);
 
 /// What a repair of one pool changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,10 +60,10 @@ struct Sums {
 }
 
 /// Reads the lease sums of pool `p` at a moment with no op of it in flight.
-fn sums<R: Region>(r: &R, p: usize) -> Result<Sums> {
+fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
     let geo = *r.geometry();
     let backoff = Backoff::new();
-    for _ in 0..ATTEMPTS {
+    loop {
         // SeqCst: as every reader of the pool word.
         let pool_word = r.pool(p).word.load(SeqCst);
         // Acquire: pairs with the ops' AcqRel CASes.
@@ -98,16 +102,18 @@ fn sums<R: Region>(r: &R, p: usize) -> Result<Sums> {
                 held,
             });
         }
+        if Instant::now() >= deadline {
+            return Err(Error::Corrupt(format!(
+                "pool {p}: never found without an op in flight in the repair's time; retry"
+            )));
+        }
         backoff.snooze();
     }
-    Err(Error::Corrupt(format!(
-        "pool {p}: never found without an op in flight after {ATTEMPTS} tries; retry"
-    )))
 }
 
 /// What breaks the invariants of pool `p`, one line each (empty: none).
 pub fn check_pool<R: Region>(r: &R, p: usize) -> Result<Vec<String>> {
-    let s = sums(r, p)?;
+    let s = sums(r, p, Instant::now() + REPAIR_BUDGET)?;
     let mut out = Vec::new();
     let in_use = op_word::count(s.pool_word) as u64;
     if in_use != s.total {
@@ -128,9 +134,11 @@ pub fn check_pool<R: Region>(r: &R, p: usize) -> Result<Vec<String>> {
 }
 
 /// Rebuilds the counters of pool `p` from its lease records (see the module docs).
-pub fn repair_pool<R: Region>(r: &R, p: usize) -> Result<PoolRepair> {
-    'again: for _ in 0..ATTEMPTS {
-        let s = sums(r, p)?;
+/// Gives up (an error: retry) after `budget` without a moment free of its ops.
+pub fn repair_pool<R: Region>(r: &R, p: usize, budget: Duration) -> Result<PoolRepair> {
+    let deadline = Instant::now() + budget;
+    'again: loop {
+        let s = sums(r, p, deadline)?;
         let mut out = PoolRepair {
             pool: p,
             in_use_before: op_word::count(s.pool_word),
@@ -166,9 +174,6 @@ pub fn repair_pool<R: Region>(r: &R, p: usize) -> Result<PoolRepair> {
         }
         return Ok(out);
     }
-    Err(Error::Corrupt(format!(
-        "pool {p}: its words kept moving during the repair; retry"
-    )))
 }
 
 /// Quarantines every lease in a state no version writes; returns how many.
@@ -236,4 +241,43 @@ pub fn odd_leases<R: Region>(r: &R) -> (usize, usize) {
         }
     }
     (odd, quarantined)
+}
+
+/// Resolves, as a reaper would, the leases in the range of a process slot that is free
+/// (no process drives them: only a hostile write or a bug puts them there), so that
+/// they count nowhere and do not keep a pool "busy". Such a slot is first taken
+/// (FREE -> REAPING by `reaper`, so that nobody registers into it meanwhile), then
+/// freed again.
+pub fn resolve_orphans<R: Region>(r: &R, reaper: (u32, u64), out: &mut crate::recovery::Reaped) {
+    let geo = *r.geometry();
+    let busy = |l: usize| {
+        // Relaxed: a first look; `resolve_lease` re-reads with Acquire.
+        let st = ls::state(r.lease(l).state.load(Relaxed));
+        st != ls::FREE && st != ls::QUARANTINED
+    };
+    for s in 0..geo.procs {
+        let range = s * geo.leases_per_proc..(s + 1) * geo.leases_per_proc;
+        let rec = r.proc_slot(s);
+        // Acquire: as any reader of a slot.
+        let st = rec.state.load(Acquire);
+        if ps::status(st) != ps::FREE || !range.clone().any(busy) {
+            continue;
+        }
+        let taken = ps::make(ps::REAPING, reaper.0, reaper.1);
+        // Acquire: as a reaper's CAS.
+        if rec
+            .state
+            .compare_exchange(st, taken, Acquire, Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        for l in range {
+            if busy(l) {
+                crate::recovery::resolve_lease(r, l, out);
+            }
+        }
+        // Release: as a reaper's store of FREE.
+        rec.state.store(ps::make(ps::FREE, 0, 0), Release);
+    }
 }

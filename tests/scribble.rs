@@ -1,0 +1,218 @@
+//! A hostile writer: workers run while another process writes random bytes and chosen
+//! values into the live segment's records. No panic, no signal, no call past its
+//! bound; errors are counted by kind. Then the scribbling stops, `repair` runs, and a
+//! fresh set of workers runs clean on the same segment.
+//!
+//! `FAIRSHM_SCRIBBLE_MS` sets the scribbling time (default 3,000 ms).
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use common::{Seg, fork_child, wait};
+use fairshm::layout::op_word;
+use fairshm::region::Region;
+use fairshm::{Config, PoolConfig, Request, Table};
+
+const WORKERS: usize = 3;
+/// The bound on one call here: `try_acquire`'s own (a tenant slot stuck writing:
+/// 20 ms; an inline repair: 5 ms) and a blocking acquire's timeout (20 ms), with room
+/// for a loaded 2-core machine's scheduling.
+const BOUND: Duration = Duration::from_millis(1000);
+
+fn cfg() -> Config {
+    Config {
+        pools: vec![
+            PoolConfig::new("requests", 6),
+            PoolConfig::new("flights", 3),
+        ],
+        max_tenants: 16,
+        max_processes: 8,
+        leases_per_process: 8,
+        ..Config::default()
+    }
+}
+
+/// Shared counters: [0] calls, [1] calls past the bound, [2] slowest call (us),
+/// [3] grants, [4] scribbles, [8 + code] errors by code.
+const CALLS: usize = 0;
+const PAST: usize = 1;
+const SLOWEST: usize = 2;
+const GRANTS: usize = 3;
+const SCRIBBLES: usize = 4;
+const ERRORS: usize = 8;
+
+fn worker(name: &str, seed: u64, until: Instant, c: &'static [AtomicU64]) -> i32 {
+    let t = match Table::open(name) {
+        Ok(t) => t,
+        Err(_) => return 0, // opening a scribbled segment may fail: not a fault
+    };
+    let mut x = seed | 1;
+    while Instant::now() < until {
+        common::xorshift(&mut x);
+        let pool = ["requests", "flights"][(x % 2) as usize];
+        let tenant = format!("t{}", (x >> 8) % 6);
+        let req = Request::new(pool, &tenant).units(1 + ((x >> 16) % 2) as u32);
+        let t0 = Instant::now();
+        let res = if x % 7 == 0 {
+            t.acquire(&req, Duration::from_millis(20)).map(|r| r.ok())
+        } else {
+            t.try_acquire(&req).map(|r| r.ok())
+        };
+        let lease = match res {
+            Ok(l) => l,
+            Err(e) => {
+                if c[ERRORS + e.code() as usize].fetch_add(1, SeqCst) == 0 {
+                    eprintln!("first {}: {e}", e.kind());
+                }
+                None
+            }
+        };
+        if let Some(lease) = lease {
+            c[GRANTS].fetch_add(1, SeqCst);
+            if let Err(e) = lease.release() {
+                c[ERRORS + e.code() as usize].fetch_add(1, SeqCst);
+            }
+        }
+        let took = t0.elapsed();
+        c[CALLS].fetch_add(1, SeqCst);
+        c[SLOWEST].fetch_max(took.as_micros() as u64, SeqCst);
+        if took > BOUND {
+            c[PAST].fetch_add(1, SeqCst);
+        }
+    }
+    0
+}
+
+/// Writes into the records (never the header or the config block, which `open`
+/// validates and which nothing rewrites): random bytes, and values chosen to break
+/// things (zero, all ones, counts at their limit, states no version writes, tags naming
+/// leases beyond the table).
+fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64]) -> i32 {
+    let t = Table::open(name).unwrap();
+    let geo = *t.region().geometry();
+    let base = t.region().pool(0) as *const _ as usize - geo.pools_off;
+    let (lo, hi) = (geo.pools_off / 8, geo.total_size / 8);
+    let chosen = [
+        0,
+        u64::MAX,
+        op_word::make(op_word::MAX_COUNT, 0),
+        op_word::make(1, 65_000),
+        0x0000_0000_0001_0109,
+        0xFFFF_FFFF_0000_0007,
+        3,
+        1,
+    ];
+    let mut x: u64 = 0x5DEE_CE66_D1CE_4E5B;
+    while Instant::now() < until {
+        common::xorshift(&mut x);
+        let at = lo + (x as usize >> 4) % (hi - lo);
+        let v = if x % 3 == 0 {
+            chosen[(x >> 40) as usize % chosen.len()]
+        } else {
+            common::xorshift(&mut x)
+        };
+        // SAFETY: `at * 8` is an 8-aligned offset inside the mapping (`total_size` is
+        // its length), which `t` keeps mapped; every access to the records is atomic.
+        let word = unsafe { &*((base + at * 8) as *const AtomicU64) };
+        word.store(v, SeqCst);
+        c[SCRIBBLES].fetch_add(1, SeqCst);
+        if x % 64 == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    0
+}
+
+fn run_workers(name: &str, ms: u64, c: &'static [AtomicU64], scribble: bool) {
+    let until = Instant::now() + Duration::from_millis(ms);
+    let mut pids: Vec<_> = (0..WORKERS)
+        .map(|i| {
+            let name = name.to_owned();
+            fork_child(move || worker(&name, 0x9E37_79B9 * (i as u64 + 1), until, c))
+        })
+        .collect();
+    if scribble {
+        let name = name.to_owned();
+        pids.push(fork_child(move || scribbler(&name, until, c)));
+    }
+    // The children run until `until`; the waits below have their own deadline after it.
+    std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    for pid in pids {
+        // 0: finished; anything else is a panic (101) or a signal (128 + n).
+        assert_eq!(wait(pid), 0, "a worker or the scribbler ended abnormally");
+    }
+}
+
+fn errors(c: &[AtomicU64]) -> Vec<(&'static str, u64)> {
+    let kinds = [
+        "",
+        "invalid_name",
+        "invalid_config",
+        "not_found",
+        "already_exists",
+        "truncated",
+        "bad_magic",
+        "version_mismatch",
+        "not_ready",
+        "wrong_owner",
+        "config_mismatch",
+        "corrupt",
+        "unknown_pool",
+        "invalid_tenant",
+        "tenant_table_full",
+        "lease_table_full",
+        "process_table_full",
+        "invalid_request",
+        "units_exceed_capacity",
+        "already_released",
+        "not_owner",
+        "io",
+        "read_only",
+        "tenant_busy",
+        "bad_file",
+    ];
+    (1..kinds.len())
+        .filter_map(|k| {
+            let n = c[ERRORS + k].load(SeqCst);
+            (n > 0).then_some((kinds[k], n))
+        })
+        .collect()
+}
+
+#[test]
+fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
+    let seg = Seg::new("scribble");
+    let t = seg.create(&cfg());
+    let c = common::shared_words(40);
+    let ms = common::env_or("FAIRSHM_SCRIBBLE_MS", 3000);
+    run_workers(&seg.name, ms, c, true);
+    eprintln!(
+        "scribbling {ms} ms: {} scribbles, {} calls, {} grants, {} past {BOUND:?} \
+         (slowest {} us), errors {:?}",
+        c[SCRIBBLES].load(SeqCst),
+        c[CALLS].load(SeqCst),
+        c[GRANTS].load(SeqCst),
+        c[PAST].load(SeqCst),
+        c[SLOWEST].load(SeqCst),
+        errors(c)
+    );
+    assert_eq!(c[PAST].load(SeqCst), 0, "calls past their bound");
+    assert!(c[SCRIBBLES].load(SeqCst) > 1000, "the scribbler barely ran");
+    // The scribbling is over. Repair, then a fresh set of workers must run clean.
+    let rep = t.repair().unwrap();
+    eprintln!("repair: {rep:?}");
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+    let fresh = common::shared_words(40);
+    run_workers(&seg.name, 500, fresh, false);
+    assert_eq!(errors(fresh), vec![], "errors after the repair");
+    assert!(
+        fresh[GRANTS].load(SeqCst) > 100,
+        "the fresh workers barely ran"
+    );
+    assert_eq!(fresh[PAST].load(SeqCst), 0);
+    t.repair().unwrap(); // the last workers exited (their tables deregistered them)
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+    let snap = t.snapshot();
+    assert!(snap.pools.iter().all(|p| p.in_use == 0), "{:?}", snap.pools);
+}
