@@ -9,6 +9,10 @@
 //! hour, so only the kernel's robust-futex wake can serve the waiter; the baseline is
 //! `SEM_UNDO`, which the kernel applies at the holder's exit.
 //!
+//! Last, the death return with nobody waiting: a holder is SIGKILLed and the bench
+//! polls until its permit is free again; fairshm's permit comes back through the anchor
+//! of a live process (the bench's own); the baseline is again `SEM_UNDO`.
+//!
 //! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000;
 //! FAIRSHM_DEATH_ROUNDS, default 100).
 
@@ -86,35 +90,20 @@ fn main() {
     let (f50, f99) = report("fairshm futex", lat, n);
     drop((t, seg));
 
-    // SAFETY: a private SysV set of one semaphore, value 1; removed below.
-    let semid = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
-    assert!(semid >= 0);
-    // SAFETY: SETVAL on our own set.
-    assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 1) }, 0);
+    let sem = Sem::new(1);
     let lat = shared_words(n + 4);
-    let op = |delta: i16| {
-        let mut b = libc::sembuf {
-            sem_num: 0,
-            sem_op: delta,
-            sem_flg: libc::SEM_UNDO as i16,
-        };
-        // SAFETY: a valid sembuf on our set; a -1 blocks until the other releases.
-        assert_eq!(unsafe { libc::semop(semid, &mut b, 1) }, 0);
-    };
     two_players(|me| {
         handoff_rounds(
             lat,
             n,
             me,
-            || op(-1),
-            // SAFETY: GETNCNT on our own set: processes waiting to decrement.
-            || unsafe { libc::semctl(semid, 0, libc::GETNCNT) } > 0,
-            || op(1),
+            || sem.op(-1),
+            || sem.get(libc::GETNCNT) > 0,
+            || sem.op(1),
         );
     });
     let (s50, s99) = report("SysV semop + SEM_UNDO", lat, n);
-    // SAFETY: removing our own set.
-    unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
+    drop(sem);
     println!(
         "ratio fairshm / semop: p50 {:.2}, p99 {:.2}",
         f50 / s50,
@@ -127,6 +116,123 @@ fn main() {
         b99 / s99
     );
     death_wake();
+    death_return();
+}
+
+/// A private SysV set of one semaphore, used as Semian uses it (`SEM_UNDO`); removed
+/// when dropped (by the process that made it: forked children `_exit`).
+struct Sem(i32);
+
+impl Sem {
+    fn new(val: i32) -> Sem {
+        // SAFETY: semget with IPC_PRIVATE makes a new set; no pointer is passed.
+        let id = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
+        assert!(id >= 0, "semget");
+        let sem = Sem(id);
+        sem.set(val);
+        sem
+    }
+    /// `semop` of `delta` with `SEM_UNDO` (a -1 blocks while the value is 0).
+    fn op(&self, delta: i16) {
+        let mut b = libc::sembuf {
+            sem_num: 0,
+            sem_op: delta,
+            sem_flg: libc::SEM_UNDO as i16,
+        };
+        // SAFETY: one valid sembuf on our own set.
+        assert_eq!(unsafe { libc::semop(self.0, &mut b, 1) }, 0);
+    }
+    fn set(&self, val: i32) {
+        // SAFETY: SETVAL on our own set takes an int argument.
+        assert_eq!(unsafe { libc::semctl(self.0, 0, libc::SETVAL, val) }, 0);
+    }
+    /// `GETVAL`, `GETNCNT`: commands that take no argument.
+    fn get(&self, cmd: i32) -> i32 {
+        // SAFETY: a read-only command on our own set, no argument.
+        unsafe { libc::semctl(self.0, 0, cmd) }
+    }
+}
+
+impl Drop for Sem {
+    fn drop(&mut self) {
+        // SAFETY: removing our own set; no argument.
+        unsafe { libc::semctl(self.0, 0, libc::IPC_RMID) };
+    }
+}
+
+/// One return round with nobody waiting: `hold` (in a child) takes the only permit
+/// and sets `w[1]`; it is SIGKILLed, and the parent polls `back` (every 20 us, the
+/// same for both mechanisms) until the permit is free again. Returns kill -> back, ns.
+fn return_round(w: &[AtomicU64], hold: impl FnOnce(), back: impl Fn() -> bool) -> u64 {
+    w[1].store(0, SeqCst);
+    let holder = fork_child(|| {
+        hold();
+        0
+    });
+    while w[1].load(SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    let t0 = fairshm::clock::now_ns();
+    nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
+    while !back() {
+        assert!(fairshm::clock::now_ns() - t0 < 30_000_000_000, "never back");
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    let ns = fairshm::clock::now_ns() - t0;
+    assert_eq!(wait(holder), 128 + 9);
+    ns
+}
+
+/// A dead holder's permit back with nobody waiting and nobody calling `reap_dead`:
+/// fairshm's returner is the anchor of a live registered process (here the bench's
+/// own, which only watches); the baseline is `SEM_UNDO`, applied by the kernel at exit.
+fn death_return() {
+    let n = env_or("FAIRSHM_DEATH_ROUNDS", 100).clamp(3, 10_000);
+    println!("death return: holder SIGKILLed -> permit free again, nobody waiting, {n} kills");
+    let w = shared_words(2);
+    let seg = Seg::new("bench-return");
+    let (name, t) = (seg.name.clone(), seg.create(&one_pool(1)));
+    t.register().unwrap();
+    let fairshm_ns: Vec<u64> = (0..n)
+        .map(|_| {
+            return_round(
+                w,
+                || {
+                    let t = Table::open(&name).unwrap();
+                    let _lease = t
+                        .try_acquire(&Request::new("requests", "a"))
+                        .unwrap()
+                        .unwrap();
+                    w[1].store(1, SeqCst);
+                    std::thread::sleep(Duration::from_secs(60));
+                },
+                || fairshm::layout::pool_word::in_use(t.region().pool(0).word.load(SeqCst)) == 0,
+            )
+        })
+        .collect();
+    let (f50, f99) = report_ns("fairshm, a live peer's anchor reaps", fairshm_ns);
+    drop((t, seg));
+    let sem = Sem::new(1);
+    let sem_ns: Vec<u64> = (0..n)
+        .map(|_| {
+            return_round(
+                w,
+                || {
+                    sem.op(-1);
+                    w[1].store(1, SeqCst);
+                    std::thread::sleep(Duration::from_secs(60));
+                },
+                || sem.get(libc::GETVAL) == 1,
+            )
+        })
+        .collect();
+    let (s50, s99) = report_ns("SysV SEM_UNDO at exit", sem_ns);
+    drop(sem);
+    println!(
+        "ratio fairshm / SEM_UNDO: p50 {:.2}, p99 {:.2}",
+        f50 / s50,
+        f99 / s99
+    );
 }
 
 /// The floor under fairshm's wake: the same handoff with nothing but a process-shared
@@ -287,41 +393,27 @@ fn death_wake() {
     let (f50, f99) = report_ns("fairshm robust futex", fairshm_ns);
     drop((t, seg));
 
-    // SAFETY: a private SysV set of one semaphore; removed below.
-    let semid = unsafe { libc::semget(libc::IPC_PRIVATE, 1, libc::IPC_CREAT | 0o600) };
-    assert!(semid >= 0);
-    let op = |delta: i16| {
-        let mut b = libc::sembuf {
-            sem_num: 0,
-            sem_op: delta,
-            sem_flg: libc::SEM_UNDO as i16,
-        };
-        // SAFETY: a valid sembuf on our own set.
-        assert_eq!(unsafe { libc::semop(semid, &mut b, 1) }, 0);
-    };
+    let sem = Sem::new(1);
     let sem_ns: Vec<u64> = (0..n)
         .map(|_| {
-            // SAFETY: SETVAL on our own set.
-            assert_eq!(unsafe { libc::semctl(semid, 0, libc::SETVAL, 1) }, 0);
+            sem.set(1);
             death_round(
                 w,
                 || {
-                    op(-1);
+                    sem.op(-1);
                     w[1].store(1, SeqCst);
                     std::thread::sleep(Duration::from_secs(60));
                 },
                 || {
-                    op(-1);
+                    sem.op(-1);
                     w[2].store(fairshm::clock::now_ns(), SeqCst);
                 },
-                // SAFETY: GETNCNT on our own set.
-                || unsafe { libc::semctl(semid, 0, libc::GETNCNT) } > 0,
+                || sem.get(libc::GETNCNT) > 0,
             )
         })
         .collect();
     let (s50, s99) = report_ns("SysV SEM_UNDO at exit", sem_ns);
-    // SAFETY: removing our own set.
-    unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
+    drop(sem);
     println!(
         "ratio fairshm / SEM_UNDO: p50 {:.2}, p99 {:.2}",
         f50 / s50,

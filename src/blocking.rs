@@ -107,7 +107,9 @@ pub(crate) fn acquire(
         if let Some(c) = cancel {
             watch.push(c.watch());
         }
-        let behind = waiting::watch::watch(seg, engine.process_slot()?, p, &mut watch);
+        // `sleep` adds the pool's word to these: one `futex_waitv` takes WAITV_MAX.
+        let room = waiting::WAITV_MAX - 1 - watch.len();
+        let behind = waiting::watch::watch(seg, engine.process_slot()?, Some(p), room, &mut watch);
         let until = deadline.min(next_sweep);
         if behind.dying > 0 {
             announced = None; // not while we reap: our own releases need not wake us

@@ -18,6 +18,18 @@ pub fn live_workers<R: Region>(r: &R) -> u32 {
         .count() as u32
 }
 
+/// Stores every pool's capacity and floor as the config sets them (at creation, and
+/// when a repair or a call finds them garbage), `per_worker` pools' for the live
+/// workers.
+pub fn reset<R: Region>(r: &R, cfg: &Config) {
+    for (p, pc) in cfg.pools.iter().enumerate() {
+        let floor = floor_of(pc.capacity, pc.floor_percent);
+        // Relaxed: an input frozen into each descriptor (see `admission`).
+        r.pool(p).limits.store(pair::make(pc.capacity, floor), Relaxed);
+    }
+    recompute(r, cfg);
+}
+
 /// Stores every `per_worker` pool's capacity (and floor) for the live workers; returns
 /// the worker count used. Two processes recomputing at once may interleave; each
 /// re-counts after storing and goes again if the count moved, so the last writer

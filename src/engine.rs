@@ -383,14 +383,7 @@ impl Engine {
         if cap > crate::layout::op_word::MAX_COUNT {
             // Garbage: the config's value goes back (a per_worker pool's is recomputed),
             // so the next call works; this one reports it.
-            let pc = &self.config().pools[p];
-            let floor = crate::config::floor_of(pc.capacity, pc.floor_percent);
-            // Relaxed: an input, as at creation.
-            self.seg
-                .pool(p)
-                .limits
-                .store(pair::make(pc.capacity, floor), Relaxed);
-            crate::capacity::recompute(&self.seg, self.config());
+            crate::capacity::reset(&self.seg, self.config());
             return Err(Error::Corrupt(format!(
                 "pool {p} has capacity {cap}, beyond the {} an op word counts",
                 crate::layout::op_word::MAX_COUNT
@@ -600,10 +593,10 @@ impl Engine {
     pub fn repair(&self) -> Result<Repaired> {
         self.writable("repairing")?;
         self.seg.check_size()?;
-        let reaper = Reaper::me(crate::layout::noticed::CALL);
+        let reaper = self.reaper(crate::layout::noticed::CALL);
         let mut out = Repaired::default();
         for (s, st) in crate::repair::odd_slots(&self.seg) {
-            if let Some(r) = recovery::take_odd_slot(&self.seg, s, st, reaper)? {
+            if let Some(r) = recovery::take_slot(&self.seg, s, st, reaper) {
                 out.slots_taken += 1;
                 out.reaped.push(r);
             }
@@ -613,23 +606,20 @@ impl Engine {
             liveness::slot_dead(&self.seg, s, &liveness::is_dead)
         });
         out.leases_quarantined = crate::repair::quarantine_unknown(&self.seg);
-        let mut orphans = Reaped {
-            units_returned: vec![0; self.seg.geometry().pools],
-            ..Reaped::default()
-        };
-        crate::repair::resolve_orphans(&self.seg, (reaper.pid, reaper.start_time), &mut orphans);
-        out.leases_quarantined += orphans.quarantined;
-        out.orphans_resolved = orphans.leases_released + orphans.in_flight;
-        out.reaped.push(orphans);
+        let orphans = crate::repair::resolve_orphans(&self.seg, reaper);
+        out.leases_quarantined += orphans.iter().map(|r| r.quarantined).sum::<usize>();
+        out.orphans_resolved = orphans
+            .iter()
+            .map(|r| r.leases_released + r.in_flight)
+            .sum();
+        out.reaped.extend(orphans);
         // The pools' inputs, from the config (the creator's values; `per_worker`
         // capacities from the live workers), and a recount of the active set.
+        crate::capacity::reset(&self.seg, self.config());
         let now = clock::now_ms();
-        for (p, pc) in self.config().pools.iter().enumerate() {
-            let rec = self.seg.pool(p);
-            let floor = crate::config::floor_of(pc.capacity, pc.floor_percent);
-            // Relaxed: inputs, as at creation and in `capacity::recompute`.
-            rec.limits.store(pair::make(pc.capacity, floor), Relaxed);
-            rec.rescan_at_ms.store(0, Relaxed);
+        for p in 0..self.seg.geometry().pools {
+            // Relaxed: a priority input (see `admission::touch`).
+            self.seg.pool(p).rescan_at_ms.store(0, Relaxed);
             for t in 0..self.seg.geometry().tenants {
                 let tp = self.seg.tenant_pool(p, t);
                 // Relaxed: activity stamps are soft; one in the future is garbage.
@@ -638,7 +628,6 @@ impl Engine {
                 }
             }
         }
-        crate::capacity::recompute(&self.seg, self.config());
         for p in 0..self.seg.geometry().pools {
             out.pools.push(crate::repair::repair_pool(
                 &self.seg,
@@ -674,6 +663,18 @@ impl Engine {
         stats::snapshot(&self.seg, self.config(), now)
     }
 
+    /// This process as a reaper: the identity it registered with, or (not registered)
+    /// read from `/proc`.
+    fn reaper(&self, how: u32) -> Reaper {
+        let pid = crate::selfid::pid();
+        match self.registered(pid as u64) {
+            // Relaxed: written before the Release store of `reg` that `registered` read.
+            Some(_) => Reaper::with_pid(pid).started(self.start.load(Relaxed)),
+            None => Reaper::me(crate::layout::noticed::CALL),
+        }
+        .noticing(how)
+    }
+
     /// Returns the permits of every registered process that has died.
     pub fn reap_dead(&self) -> Result<Vec<Reaped>> {
         self.reap_dead_as(crate::layout::noticed::CALL)
@@ -683,7 +684,7 @@ impl Engine {
     pub(crate) fn reap_dead_as(&self, how: u32) -> Result<Vec<Reaped>> {
         self.writable("reaping")?;
         self.seg.check_size()?;
-        let reaper = Reaper::me(how);
+        let reaper = self.reaper(how);
         let mut out = Vec::new();
         for s in 0..self.seg.geometry().procs {
             if let Some(r) = recovery::reap_slot(&self.seg, s, reaper, &liveness::is_dead)? {
@@ -734,7 +735,7 @@ impl Drop for Engine {
         // A truncated segment is left alone: touching it would raise SIGBUS.
         if self.seg.check_size().is_ok()
             && let Some(slot) = self.registered(pid)
-            && let Ok(Some(gone)) = recovery::retire_slot(&self.seg, slot, pid as u32, start)
+            && let Some(gone) = recovery::retire_slot(&self.seg, slot, pid as u32, start)
         {
             crate::peers::announce(&self.seg, &[gone]);
         }

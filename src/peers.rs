@@ -24,8 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::layout::owner_word::{self, Owner};
-use crate::layout::{noticed, proc_state as ps};
+use crate::layout::noticed;
 use crate::liveness;
 use crate::recovery::{self, Reaped, Reaper};
 use crate::region::Region;
@@ -38,17 +37,18 @@ pub const SWEEP: Duration = Duration::from_secs(1);
 /// First bound on the wait for a dying process to exit; it doubles up to `SWEEP` while
 /// the process lingers (the wait ends as soon as it is gone).
 const DYING_PAUSE: Duration = Duration::from_millis(1);
-/// Peers one anchor watches: `futex_waitv` takes 128 words, two are the stop word and
-/// `registry`.
-const WATCHED: usize = WAITV_MAX - 2;
 
-/// Watches the peers of process slot `me` until `stop` is non-zero.
-pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, reaper: (u32, u64)) {
-    let procs = seg.geometry().procs;
+/// Watches the peers of process slot `me` until `stop` is non-zero, reaping as
+/// `(pid, start time)`.
+pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, (pid, start_time): (u32, u64)) {
+    let reaper = |how| Reaper {
+        pid,
+        start_time,
+        how,
+    };
     let mut next_sweep = Instant::now() + SWEEP;
     let mut pause = DYING_PAUSE;
-    let mut watch: Vec<Watch<'_>> = Vec::with_capacity(WATCHED + 2);
-    let mut dying: Vec<(usize, u32, u64)> = Vec::new();
+    let mut watch: Vec<Watch<'_>> = Vec::with_capacity(WAITV_MAX);
     // Acquire: pairs with `detach`'s Release store.
     while stop.load(Acquire) == 0 {
         if seg.check_size().is_err() {
@@ -66,7 +66,6 @@ pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, reaper: (u32, u64)) {
         // the word and ends the sleep below at once.
         let epoch = seg.registry().load(Acquire);
         watch.clear();
-        dying.clear();
         watch.push(Watch {
             word: stop,
             val: 0,
@@ -75,47 +74,13 @@ pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, reaper: (u32, u64)) {
             word: seg.registry(),
             val: epoch,
         });
-        for i in 1..procs {
-            let s = (me + i) % procs;
-            let rec = seg.proc_slot(s);
-            // Acquire, both: the slot's fields and its anchor's tid are published by
-            // Release stores.
-            let st = rec.state.load(Acquire);
-            if ps::status(st) != ps::LIVE {
-                continue;
-            }
-            let died = match owner_word::decode(rec.owner_futex.load(Acquire)) {
-                Owner::Alive { .. } if watch.len() < WATCHED + 2 => {
-                    match waiting::watch::arm(&rec.owner_futex) {
-                        Some(val) => {
-                            watch.push(Watch {
-                                word: &rec.owner_futex,
-                                val,
-                            });
-                            false
-                        }
-                        None => true,
-                    }
-                }
-                Owner::Alive { .. } | Owner::Unanchored => false,
-                Owner::Died => true,
-            };
-            if died {
-                // Relaxed: read after the Acquire load of LIVE.
-                dying.push((s, ps::pid(st), rec.start_time.load(Relaxed)));
-            }
-        }
-        if !dying.is_empty() {
-            let procs: Vec<(u32, u64)> = dying.iter().map(|&(_, p, t)| (p, t)).collect();
-            liveness::wait_exit(&procs, pause);
-            let mut reaped = Vec::new();
-            for &(s, ..) in &dying {
-                reap(seg, s, reaper, noticed::WATCHER, &mut reaped);
-            }
-            announce(seg, &reaped);
+        let room = WAITV_MAX - watch.len();
+        let behind = waiting::watch::watch(seg, me, None, room, &mut watch);
+        if behind.dying > 0 {
+            liveness::wait_exit(behind.dying_procs(), pause);
             // A process that lingers (a thread stuck in the kernel) is waited for
             // longer each time, so this loop never spins.
-            pause = if reaped.is_empty() {
+            pause = if sweep(seg, me, reaper(noticed::WATCHER)) == 0 {
                 (pause * 2).min(SWEEP)
             } else {
                 DYING_PAUSE
@@ -125,30 +90,27 @@ pub fn run(seg: &Segment, me: usize, stop: &AtomicU32, reaper: (u32, u64)) {
         waiting::sleep_on(&watch, next_sweep);
         // (Size checked again: the file may have been truncated while we slept.)
         if Instant::now() >= next_sweep && seg.check_size().is_ok() {
-            let mut reaped = Vec::new();
-            for s in (0..procs).filter(|&s| s != me) {
-                reap(seg, s, reaper, noticed::SWEEP, &mut reaped);
-            }
-            announce(seg, &reaped);
+            sweep(seg, me, reaper(noticed::SWEEP));
             next_sweep = Instant::now() + SWEEP;
         }
     }
 }
 
-/// Reaps slot `s` if its process is dead, and wakes whoever else sleeps on its owner
-/// word (the kernel woke one waiter only).
-fn reap(seg: &Segment, s: usize, (pid, start_time): (u32, u64), how: u32, out: &mut Vec<Reaped>) {
-    let reaper = Reaper {
-        pid,
-        start_time,
-        how,
-    };
-    // An error leaves the slot to the next reaper and to `Table::repair`; the anchor
-    // has nobody to report it to.
-    if let Ok(Some(r)) = recovery::reap_slot(seg, s, reaper, &liveness::is_dead) {
-        out.push(r);
-        waiting::wake_word(seg.proc_slot(s).owner_futex.as_ptr(), u32::MAX);
+/// Reaps every dead process but slot `me`'s, as `reaper`; wakes whoever else sleeps on
+/// a reaped slot's owner word (the kernel woke one waiter only) and the waiters of the
+/// pools that got units back. Returns how many slots it reaped.
+fn sweep(seg: &Segment, me: usize, reaper: Reaper) -> usize {
+    let mut reaped = Vec::new();
+    for s in (0..seg.geometry().procs).filter(|&s| s != me) {
+        // An error leaves the slot to the next reaper and to `Table::repair`; the
+        // anchor has nobody to report it to.
+        if let Ok(Some(r)) = recovery::reap_slot(seg, s, reaper, &liveness::is_dead) {
+            reaped.push(r);
+            waiting::wake_word(seg.proc_slot(s).owner_futex.as_ptr(), u32::MAX);
+        }
     }
+    announce(seg, &reaped);
+    reaped.len()
 }
 
 /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the units

@@ -61,6 +61,16 @@ impl Reaper {
         }
     }
 
+    /// The same, naming the reaper's start time too.
+    pub fn started(self, start_time: u64) -> Reaper {
+        Reaper { start_time, ..self }
+    }
+
+    /// The same, noticing a death by `how` (a `layout::noticed` code).
+    pub fn noticing(self, how: u32) -> Reaper {
+        Reaper { how, ..self }
+    }
+
     /// This process, reaping because of `how`.
     pub fn me(how: u32) -> Reaper {
         let (pid, start_time) = crate::liveness::me();
@@ -114,7 +124,7 @@ pub fn reap_slot<R: Region>(
         rec.death_unix_ms.store(unix_ms, Relaxed);
         rec.death_info.store(pair::make(reaper.how, 0), Relaxed);
     }
-    let out = empty_slot(r, s, pid)?;
+    let out = empty_slot(r, s, pid);
     // Relaxed: as above.
     let info = rec.death_info.load(Relaxed);
     rec.death_info.store(
@@ -125,44 +135,32 @@ pub fn reap_slot<R: Region>(
     Ok(Some(out))
 }
 
-/// Takes slot `s`, found in state word `st` that no version writes (garbage), as a
-/// reaper would a dead process's, and empties and frees it. `None` if the word changed.
-pub fn take_odd_slot<R: Region>(r: &R, s: usize, st: u64, reaper: Reaper) -> Result<Option<Reaped>> {
+/// Takes slot `s`, found in state word `st`, as `reaper` (CAS to `REAPING`), empties it
+/// and frees it. For a slot no reaper judges by liveness: the caller's own (LIVE, when
+/// it deregisters), one in a state no version writes, or a free one whose leases were
+/// left busy (both found by `repair`). `None` if the word changed.
+pub fn take_slot<R: Region>(r: &R, s: usize, st: u64, reaper: Reaper) -> Option<Reaped> {
     let me = ps::make(ps::REAPING, reaper.pid, reaper.start_time);
-    // Acquire: as a reaper's CAS.
-    if r.proc_slot(s)
+    // Acquire: as a reaper's CAS (the leases' last changes are visible to the walk).
+    r.proc_slot(s)
         .state
         .compare_exchange(st, me, Acquire, Relaxed)
-        .is_err()
-    {
-        return Ok(None);
-    }
-    let out = empty_slot(r, s, ps::pid(st))?;
+        .ok()?;
+    let out = empty_slot(r, s, ps::pid(st));
     free_slot(r, s);
-    Ok(Some(out))
+    Some(out)
 }
 
 /// Gives back slot `s` of the live process `pid` (started at `start_time`), which is
 /// the caller's own: whatever its leases still hold is released, and the slot is freed.
 /// `None` if the slot is not `LIVE` for that process.
-pub fn retire_slot<R: Region>(r: &R, s: usize, pid: u32, start_time: u64) -> Result<Option<Reaped>> {
-    let rec = r.proc_slot(s);
+pub fn retire_slot<R: Region>(r: &R, s: usize, pid: u32, start_time: u64) -> Option<Reaped> {
     let live = ps::make(ps::LIVE, pid, start_time);
-    // Acquire: as for a reaper (the slot's leases are ours, but may have been helped).
-    if rec
-        .state
-        .compare_exchange(live, ps::make(ps::REAPING, pid, start_time), Acquire, Relaxed)
-        .is_err()
-    {
-        return Ok(None);
-    }
-    let out = empty_slot(r, s, pid)?;
-    free_slot(r, s);
-    Ok(Some(out))
+    take_slot(r, s, live, Reaper::with_pid(pid).started(start_time))
 }
 
 /// Walks the lease range of slot `s`, taken (`REAPING`) by the caller.
-fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
+fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
     let geo = *r.geometry();
     let mut out = Reaped {
         slot: s,
@@ -182,7 +180,7 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Result<Reaped> {
             r.pool(p).rescan_at_ms.store(0, Relaxed);
         }
     }
-    Ok(out)
+    out
 }
 
 /// Frees slot `s`, taken (`REAPING`) by the caller and emptied.

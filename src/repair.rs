@@ -29,6 +29,7 @@
 use crate::error::{Error, Result};
 use crate::layout::{lease_state as ls, op_word, proc_state as ps};
 use crate::ops::{check_desc, read_desc};
+use crate::recovery::{Reaped, Reaper};
 use crate::region::Region;
 use std::time::{Duration, Instant};
 
@@ -243,41 +244,24 @@ pub fn odd_leases<R: Region>(r: &R) -> (usize, usize) {
     (odd, quarantined)
 }
 
-/// Resolves, as a reaper would, the leases in the range of a process slot that is free
-/// (no process drives them: only a hostile write or a bug puts them there), so that
-/// they count nowhere and do not keep a pool "busy". Such a slot is first taken
-/// (FREE -> REAPING by `reaper`, so that nobody registers into it meanwhile), then
-/// freed again.
-pub fn resolve_orphans<R: Region>(r: &R, reaper: (u32, u64), out: &mut crate::recovery::Reaped) {
-    let geo = *r.geometry();
-    let busy = |l: usize| {
-        // Relaxed: a first look; `resolve_lease` re-reads with Acquire.
-        let st = ls::state(r.lease(l).state.load(Relaxed));
-        st != ls::FREE && st != ls::QUARANTINED
-    };
-    for s in 0..geo.procs {
-        let range = s * geo.leases_per_proc..(s + 1) * geo.leases_per_proc;
-        let rec = r.proc_slot(s);
-        // Acquire: as any reader of a slot.
-        let st = rec.state.load(Acquire);
-        if ps::status(st) != ps::FREE || !range.clone().any(busy) {
-            continue;
-        }
-        let taken = ps::make(ps::REAPING, reaper.0, reaper.1);
-        // Acquire: as a reaper's CAS.
-        if rec
-            .state
-            .compare_exchange(st, taken, Acquire, Relaxed)
-            .is_err()
-        {
-            continue;
-        }
-        for l in range {
-            if busy(l) {
-                crate::recovery::resolve_lease(r, l, out);
-            }
-        }
-        // Release: as a reaper's store of FREE.
-        rec.state.store(ps::make(ps::FREE, 0, 0), Release);
-    }
+/// Takes, empties and frees every free process slot whose lease range is not all free
+/// (no process drives those leases: only a hostile write or a bug puts them there), so
+/// that they count nowhere and keep no pool "busy". Taking the slot first keeps anyone
+/// from registering into it meanwhile.
+pub fn resolve_orphans<R: Region>(r: &R, reaper: Reaper) -> Vec<Reaped> {
+    let lpp = r.geometry().leases_per_proc;
+    (0..r.geometry().procs)
+        .filter_map(|s| {
+            // Acquire: as any reader of a slot.
+            let st = r.proc_slot(s).state.load(Acquire);
+            let busy = (s * lpp..(s + 1) * lpp).any(|l| {
+                // Relaxed: a first look; the walk re-reads each lease with Acquire.
+                let ls = ls::state(r.lease(l).state.load(Relaxed));
+                ls != ls::FREE && ls != ls::QUARANTINED
+            });
+            (ps::status(st) == ps::FREE && busy)
+                .then(|| crate::recovery::take_slot(r, s, st, reaper))
+                .flatten()
+        })
+        .collect()
 }

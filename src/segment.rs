@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 
-use crate::config::{Config, floor_of, fnv1a};
+use crate::config::{Config, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
     Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
-    RECORD, TenantPoolRec, TenantRec, pair,
+    RECORD, TenantPoolRec, TenantRec,
 };
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -198,11 +198,7 @@ impl Segment {
                 bytes.len(),
             );
         }
-        for (p, pc) in cfg.pools.iter().enumerate() {
-            let rec = seg.pool(p);
-            let floor = floor_of(pc.capacity, pc.floor_percent);
-            rec.limits.store(pair::make(pc.capacity, floor), Relaxed);
-        }
+        crate::capacity::reset(&seg, cfg);
         let h = seg.header();
         h.magic.store(MAGIC, Relaxed);
         h.version.store(LAYOUT_VERSION, Relaxed);

@@ -130,17 +130,10 @@ fn probe<R: Region>(
                     let now = Instant::now();
                     let since = *waiting_since.get_or_insert(now);
                     if now - since >= LIVENESS_AFTER {
-                        let writer = ts::writer(s).filter(|&w| w < r.geometry().procs);
                         // A writer that is no process slot, or a dead one, never
                         // finishes: the slot is cleared (and claimed again, maybe by
-                        // us). Relaxed: the next iteration re-reads with Acquire.
-                        if writer.is_none_or(writer_dead) {
-                            let _ = rec.state.compare_exchange(
-                                s,
-                                ts::make(ts::EMPTY, 0, None),
-                                Relaxed,
-                                Relaxed,
-                            );
+                        // us).
+                        if clear_if(rec, s, |s| stale(r, s, writer_dead)) {
                             continue;
                         }
                         if now - since >= WRITING_WAIT {
@@ -154,11 +147,8 @@ fn probe<R: Region>(
                     backoff.wait();
                 }
                 _ => {
-                    // A state no version writes: garbage, no writer behind it. Cleared
-                    // (Relaxed: the next iteration re-reads with Acquire).
-                    let _ =
-                        rec.state
-                            .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed);
+                    // A state no version writes: garbage, no writer behind it.
+                    clear_if(rec, s, |_| true);
                 }
             }
         }
@@ -166,53 +156,48 @@ fn probe<R: Region>(
     Ok(None)
 }
 
-/// Clears the `WRITING` slots whose writer names no process slot or a dead one, and
-/// slots in a state no version writes; returns how many.
-pub fn clear_stale<R: Region>(r: &R, writer_dead: &dyn Fn(usize) -> bool) -> usize {
-    let mut cleared = 0;
-    for t in 0..r.geometry().tenants {
-        let rec = r.tenant(t);
-        // Acquire: as every reader of the state.
-        let s = rec.state.load(Acquire);
-        let stale = match ts::status(s) {
-            ts::EMPTY | ts::READY => false,
-            ts::WRITING => ts::writer(s)
-                .filter(|&w| w < r.geometry().procs)
-                .is_none_or(writer_dead),
-            _ => true,
-        };
-        // Relaxed: as in `clear_writer`.
-        if stale
-            && rec
-                .state
-                .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed)
-                .is_ok()
-        {
-            cleared += 1;
-        }
+/// Whether a slot in state `s` is stale: `WRITING` by no process slot or by a dead one
+/// (`writer_dead`), or in a state no version writes. Nobody will ever finish it.
+fn stale<R: Region>(r: &R, s: u32, writer_dead: &dyn Fn(usize) -> bool) -> bool {
+    match ts::status(s) {
+        ts::EMPTY | ts::READY => false,
+        ts::WRITING => ts::writer(s)
+            .filter(|&w| w < r.geometry().procs)
+            .is_none_or(writer_dead),
+        _ => true,
     }
-    cleared
+}
+
+/// Clears tenant slot `rec`, read in state `s`, if `s` is stale by `judge`: CAS back to
+/// `EMPTY`. Relaxed: the writer is gone (or never was), so nothing it wrote needs
+/// publishing; a claimant's CAS from EMPTY is what orders its own writes, and a
+/// prober re-reads the state with Acquire.
+fn clear_if(rec: &TenantRec, s: u32, judge: impl Fn(u32) -> bool) -> bool {
+    judge(s)
+        && rec
+            .state
+            .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed)
+            .is_ok()
+}
+
+/// Clears every stale slot (see [`stale`]); returns how many.
+pub fn clear_stale<R: Region>(r: &R, writer_dead: &dyn Fn(usize) -> bool) -> usize {
+    clear_all(r, |s| stale(r, s, writer_dead))
 }
 
 /// Clears the `WRITING` slots left by process slot `dead` (after its death).
 pub fn clear_writer<R: Region>(r: &R, dead: usize) -> usize {
-    let mut cleared = 0;
-    for t in 0..r.geometry().tenants {
-        let rec = r.tenant(t);
-        let s = rec.state.load(Acquire);
-        if ts::status(s) == ts::WRITING
-            && ts::writer(s) == Some(dead)
-            // Relaxed: the writer is dead, so nothing it wrote needs publishing; a
-            // claimant's CAS from EMPTY is what orders its own writes.
-            && rec
-                .state
-                .compare_exchange(s, ts::make(ts::EMPTY, 0, None), Relaxed, Relaxed)
-                .is_ok()
-        {
-            cleared += 1;
-        }
-    }
-    cleared
+    clear_all(r, |s| ts::status(s) == ts::WRITING && ts::writer(s) == Some(dead))
+}
+
+fn clear_all<R: Region>(r: &R, judge: impl Fn(u32) -> bool) -> usize {
+    (0..r.geometry().tenants)
+        .filter(|&t| {
+            let rec = r.tenant(t);
+            // Acquire: as every reader of the state.
+            clear_if(rec, rec.state.load(Acquire), &judge)
+        })
+        .count()
 }
 
 #[cfg(test)]

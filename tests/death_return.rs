@@ -69,11 +69,19 @@ fn a_killed_holder_s_permit_comes_back_within_milliseconds_with_nobody_waiting()
     let t = seg.create(&one_pool(WORKERS as u32));
     // [0..4] holding flags, [4..8] slot + 1 of each worker.
     let shared = common::shared_words(2 * WORKERS);
-    let mut pids: Vec<Pid> = (0..WORKERS).map(|i| spawn(&seg.name, i, shared)).collect();
+    let mut pids = common::Children((0..WORKERS).map(|i| spawn(&seg.name, i, shared)).collect());
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     let mut back_us: Vec<u64> = Vec::new();
     let mut released = 0u64;
+    let deadline = Instant::now() + common::DEADLINE;
     while back_us.len() < kills() {
+        // Never hangs: workers that never hold a permit when stopped fail the test.
+        assert!(
+            Instant::now() < deadline,
+            "only {} holders caught in {:?}",
+            back_us.len(),
+            common::DEADLINE
+        );
         common::xorshift(&mut x);
         let i = x as usize % WORKERS;
         common::wait_until(
@@ -127,10 +135,7 @@ fn a_killed_holder_s_permit_comes_back_within_milliseconds_with_nobody_waiting()
         shared[i].store(0, SeqCst);
         pids[i] = spawn(&seg.name, i, shared);
     }
-    for &pid in &pids {
-        kill(pid, Signal::SIGKILL).unwrap();
-        common::wait(pid);
-    }
+    pids.kill_all();
     back_us.sort_unstable();
     let at =
         |q: f64| back_us[((back_us.len() as f64 * q).ceil() as usize).clamp(1, back_us.len()) - 1];

@@ -66,7 +66,7 @@ fn torture(reap_calls: bool) {
     };
     // [0] over-capacity sightings, [1] grants.
     let witness = common::shared_words(2);
-    let mut pids: Vec<_> = (0..WORKERS).map(|i| spawn(&seg.name, i, witness)).collect();
+    let mut pids = common::Children((0..WORKERS).map(|i| spawn(&seg.name, i, witness)).collect());
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut reaped = 0;
     for _ in 0..kills() {
@@ -80,10 +80,7 @@ fn torture(reap_calls: bool) {
         }
         pids[i] = spawn(&seg.name, i, witness);
     }
-    for pid in pids {
-        nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).unwrap();
-        common::wait(pid);
-    }
+    pids.kill_all();
     if reap_calls {
         reaped += t.reap_dead().unwrap().len();
     }

@@ -127,8 +127,8 @@ pub fn sleep_on(watch: &[Watch<'_>], until: Instant) {
     let Some(deadline) = deadline(until) else {
         return;
     };
+    debug_assert!(!watch.is_empty(), "sleep_on needs a word to sleep on");
     let Some(first) = watch.first() else {
-        std::thread::sleep(until.saturating_duration_since(Instant::now()));
         return;
     };
     if !waitv(watch.iter().map(|w| (w.val, w.word.as_ptr())), &deadline) {

@@ -7,7 +7,7 @@ use crate::layout::{lease_state as ls, pair, proc_state as ps};
 use crate::region::Region;
 use crate::sync::{AtomicU32, Ordering::*};
 
-use super::{WAITV_MAX, Watch};
+use super::Watch;
 
 /// Marks an owner word as watched, so that the kernel wakes a waiter of it when the
 /// owner dies. Returns the value to sleep on, or `None` if the word has no live owner.
@@ -58,27 +58,35 @@ impl Behind {
     }
 }
 
-/// Arms the owner words of the live processes other than slot `me` and adds them to
-/// `out`. With more than fit in one `futex_waitv`, only processes holding or acquiring
-/// permits of pool `p` are watched, the first that fit; the sweep covers the rest.
-pub fn watch<'a, R: Region>(r: &'a R, me: usize, p: usize, out: &mut Vec<Watch<'a>>) -> Behind {
+/// Arms the owner words of the live processes other than slot `me` and adds at most
+/// `room` of them to `out`, in slot order from `me` on (so that with many processes the
+/// anchors, each starting after its own slot, between them watch every slot). With
+/// more than fit and a pool `p`, only processes holding or acquiring permits of `p`
+/// are kept; the sweeps cover the rest.
+pub fn watch<'a, R: Region>(
+    r: &'a R,
+    me: usize,
+    p: Option<usize>,
+    room: usize,
+    out: &mut Vec<Watch<'a>>,
+) -> Behind {
     let mut behind = Behind::default();
     let mut alive = Vec::new();
-    for s in 0..r.geometry().procs {
+    let n = r.geometry().procs;
+    for s in (1..n).map(|i| (me + i) % n) {
         let rec = r.proc_slot(s);
         // Acquire, both: the slot's fields (read by `note_dying`) and its owner's tid
         // are published by Release stores.
-        if s == me || ps::status(rec.state.load(Acquire)) != ps::LIVE {
+        if ps::status(rec.state.load(Acquire)) != ps::LIVE {
             continue;
         }
         match owner_word::decode(rec.owner_futex.load(Acquire)) {
             Owner::Alive { .. } => alive.push(s),
             Owner::Died => behind.note_dying(rec),
-            Owner::Unanchored => {} // only the sweep can judge it
+            Owner::Unanchored => {} // only a sweep can judge it
         }
     }
-    let room = WAITV_MAX - 1;
-    if alive.len() > room {
+    if let Some(p) = p.filter(|_| alive.len() > room) {
         alive.retain(|&s| uses_pool(r, s, p));
     }
     for s in alive.into_iter().take(room) {

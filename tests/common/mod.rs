@@ -110,3 +110,47 @@ pub fn wait_until(
         std::thread::sleep(every);
     }
 }
+
+/// Forked children that a test kills and reaps when it ends, even by a panic, so that
+/// a failing test leaves no worker running.
+pub struct Children(pub Vec<nix::unistd::Pid>);
+
+impl Children {
+    /// SIGKILLs and reaps every child still listed; returns their wait codes.
+    pub fn kill_all(&mut self) -> Vec<i32> {
+        self.0
+            .drain(..)
+            .map(|pid| {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+                wait(pid)
+            })
+            .collect()
+    }
+}
+
+impl std::ops::Deref for Children {
+    type Target = Vec<nix::unistd::Pid>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Children {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // No second panic from `wait`'s deadline while unwinding.
+            for pid in self.0.drain(..) {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+            }
+        } else {
+            self.kill_all();
+        }
+    }
+}
