@@ -381,13 +381,7 @@ impl Engine {
         let limits = self.seg.pool(p).limits.load(Relaxed);
         let cap = pair::lo(limits);
         if cap > crate::layout::op_word::MAX_COUNT {
-            // Garbage: the config's value goes back (a per_worker pool's is recomputed),
-            // so the next call works; this one reports it.
-            crate::capacity::reset(&self.seg, self.config());
-            return Err(Error::Corrupt(format!(
-                "pool {p} has capacity {cap}, beyond the {} an op word counts",
-                crate::layout::op_word::MAX_COUNT
-            )));
+            return Err(self.garbage_capacity(p, cap));
         }
         if units > cap {
             return Err(Error::UnitsExceedCapacity {
@@ -443,10 +437,7 @@ impl Engine {
         }
         let admitted = match admitted {
             Ok(a) => a,
-            Err(e) => {
-                self.after_error(slot, p, None, matches!(e, Error::Corrupt(_)));
-                return Err(e);
-            }
+            Err(e) => return Err(self.after_error(slot, p, None, e)),
         };
         match admitted {
             Admitted::Granted { lease, desc } => Ok(Outcome::Granted(LeaseId {
@@ -493,16 +484,11 @@ impl Engine {
         });
         let d = match admission::release(&self.seg, l, id.generation, None, now.max(1), keep) {
             Ok(d) => d,
+            Err(e @ Error::AlreadyReleased { .. }) => return Err(e),
+            // Our own lease, which we stopped driving: resolved now, never left
+            // RELEASING with a count raised.
             Err(e) => {
-                if !matches!(e, Error::AlreadyReleased { .. }) {
-                    // Our own lease, which we stopped driving: resolved now, never left
-                    // RELEASING with a count raised.
-                    let pool = crate::ops::read_desc(self.seg.lease(l), id.generation)
-                        .map_or(usize::MAX, |d| d.pool as usize);
-                    let slot = l / geo.leases_per_proc;
-                    self.after_error(slot, pool, Some(l), matches!(e, Error::Corrupt(_)));
-                }
-                return Err(e);
+                return Err(self.after_error(l / geo.leases_per_proc, usize::MAX, Some(l), e));
             }
         };
         if keep.is_none() {
@@ -523,15 +509,39 @@ impl Engine {
         Ok(PoolId(d.pool))
     }
 
+    /// A capacity no op word can count is garbage: the config's values go back (a
+    /// `per_worker` pool's recomputed), so that the next call works; this one reports it.
+    #[cold]
+    #[inline(never)]
+    fn garbage_capacity(&self, p: usize, cap: u32) -> Error {
+        crate::capacity::reset(&self.seg, self.config());
+        Error::Corrupt(format!(
+            "pool {p} has capacity {cap}, beyond the {} an op word counts",
+            crate::layout::op_word::MAX_COUNT
+        ))
+    }
+
     /// After an error in an op of this thread: resolves the lease it left mid-op (`l`,
     /// or, for an acquire, every `ACQUIRING` lease of this thread in slot `slot`) as a
     /// reaper would, quarantining what cannot be finished, so that errors never use up
     /// this process's leases or leave a count raised; then, if the error was a broken
     /// invariant or a lease was quarantined, rebuilds pool `p`'s counters (`repair`),
     /// so that the pool heals at once instead of failing every later call.
+    /// Returns `e`, for the caller to return. (Out of line: the fast paths stay as
+    /// they were.) `p` is `usize::MAX` for a release: read from the lease.
     #[cold]
-    fn after_error(&self, slot: usize, p: usize, l: Option<usize>, corrupt: bool) {
+    #[inline(never)]
+    fn after_error(&self, slot: usize, p: usize, l: Option<usize>, e: Error) -> Error {
+        let corrupt = matches!(e, Error::Corrupt(_));
         let geo = self.seg.geometry();
+        let p = match l {
+            Some(l) if p == usize::MAX => {
+                let s = self.seg.lease(l).state.load(Acquire);
+                crate::ops::read_desc(self.seg.lease(l), crate::layout::lease_state::generation(s))
+                    .map_or(usize::MAX, |d| d.pool as usize)
+            }
+            _ => p,
+        };
         let tid = crate::selfid::tid();
         let mut out = Reaped {
             units_returned: vec![0; geo.pools],
@@ -559,6 +569,7 @@ impl Engine {
             crate::repair::free_quarantined_of(&self.seg, p);
         }
         crate::peers::announce(&self.seg, &[out]);
+        e
     }
 
     /// Checks every invariant that the lease records let one check: each pool's and
