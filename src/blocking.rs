@@ -47,7 +47,9 @@ impl Drop for Announced<'_> {
 
 /// Acquires `units` of `pool` for `tenant`, waiting up to `timeout`; sweeps for dead
 /// processes every `sweep` as the backup to the kernel's death wake. `Ok(Err(..))` says
-/// why it gave up and how long it waited.
+/// why it gave up and how long it waited. With `count_end` false, an end by timeout or
+/// cancellation is not counted in the tenant's refusals: a binding that waits in slices
+/// (so that its language's interrupts land between them) counts only its last.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
     engine: &Engine,
@@ -58,6 +60,7 @@ pub(crate) fn acquire(
     timeout: Duration,
     sweep: Duration,
     cancel: Option<&Cancel>,
+    count_end: bool,
 ) -> Result<std::result::Result<LeaseId, (Ended, Duration)>> {
     let start = Instant::now();
     let deadline = start + timeout;
@@ -90,7 +93,10 @@ pub(crate) fn acquire(
         };
         if let Some(reason) = ended {
             // Relaxed: a statistic.
-            seg.tenant_pool(p, tenant.index()).refusals[reason as usize - 1].fetch_add(1, Relaxed);
+            if count_end {
+                seg.tenant_pool(p, tenant.index()).refusals[reason as usize - 1]
+                    .fetch_add(1, Relaxed);
+            }
             return Ok(Err((Ended { reason, last }, now - start)));
         }
         let class = if last.reason == Reason::OverShare {

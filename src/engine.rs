@@ -264,6 +264,27 @@ impl Engine {
         tenants::find(&self.seg, name.as_bytes()).map(|t| self.tenant_at(t))
     }
 
+    /// A tenant's handle from its directory index (`TenantId::index`), for bindings
+    /// that pass handles as integers: the slot must be a claimed name; its weight is
+    /// read from the directory, never taken from the caller.
+    pub fn tenant_by_index(&self, index: u32) -> Result<TenantId> {
+        let t = index as usize;
+        if t >= self.seg.geometry().tenants {
+            return Err(Error::InvalidRequest(format!(
+                "tenant handle {index} is beyond this table's {} tenant slots",
+                self.seg.geometry().tenants
+            )));
+        }
+        // Acquire: pairs with the claimer's READY, which publishes the weight.
+        let s = self.seg.tenant(t).state.load(Acquire);
+        if tenant_state::status(s) != tenant_state::READY {
+            return Err(Error::InvalidRequest(format!(
+                "tenant handle {index} names no claimed tenant"
+            )));
+        }
+        Ok(self.tenant_at(t))
+    }
+
     fn tenant_at(&self, t: usize) -> TenantId {
         // Relaxed: written before the slot's READY, which the lookup acquired.
         let weight = self.seg.tenant(t).weight.load(Relaxed).max(1);

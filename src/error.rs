@@ -289,5 +289,13 @@ mod tests {
         kinds.dedup();
         assert_eq!(kinds.len(), all.len(), "every kind has its own name");
         assert_eq!(Error::LeaseTableFull { max: 0 }.kind(), "lease_table_full");
+        #[cfg(not(loom))]
+        for e in &all {
+            // The C ABI's names of the (negated) codes are the same.
+            let name = crate::ffi::fairshm_code_name(-(e.code() as i32));
+            // SAFETY: a static NUL-terminated string.
+            let name = unsafe { std::ffi::CStr::from_ptr(name) };
+            assert_eq!(name.to_str().unwrap(), e.kind());
+        }
     }
 }

@@ -78,6 +78,8 @@ pub mod crash;
 #[cfg(not(loom))]
 mod engine;
 #[cfg(not(loom))]
+pub mod ffi;
+#[cfg(not(loom))]
 mod table;
 
 #[cfg(not(loom))]

@@ -28,6 +28,8 @@ pub enum Reason {
 
 impl Reason {
     /// Reasons with a per-tenant counter in the segment (index = code - 1).
+    ///
+    /// cbindgen:ignore
     pub const ALL_COUNTED: [Reason; 4] = [
         Reason::PoolFull,
         Reason::OverShare,

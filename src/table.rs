@@ -224,6 +224,7 @@ impl Table {
             timeout,
             sweep,
             cancel,
+            true,
         )?;
         match outcome {
             Ok(id) => Ok(Ok(Lease {
@@ -247,6 +248,12 @@ impl Table {
             every.as_micros().clamp(1000, u64::MAX as u128) as u64,
             Relaxed,
         );
+    }
+
+    /// How often a blocked `acquire` sweeps for dead processes itself.
+    pub fn sweep_interval(&self) -> Duration {
+        // Relaxed: a tuning value.
+        Duration::from_micros(self.sweep_us.load(Relaxed))
     }
 
     /// Releases a lease by id, at `now`. The lease must belong to this process.

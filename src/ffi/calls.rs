@@ -1,0 +1,524 @@
+//! The C ABI's calls on an open table: handles, acquire and release, refusals and their
+//! explanations, cancellation, statistics. Conventions: see the module above.
+
+use std::ffi::{CString, c_char};
+use std::time::Duration;
+
+use super::{FAIRSHM_OK, FAIRSHM_REFUSED, arg_str, arg_table, fail, fairshm_table, guard, invalid};
+use crate::clock;
+use crate::engine::{LeaseId, Outcome, PoolId, TenantId};
+use crate::refusal::{Reason, Refusal, Refused};
+use crate::table::Table;
+use crate::waiting::Cancel;
+
+/// The facts of a refusal (`FAIRSHM_REFUSED`), filled by the acquire calls.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct fairshm_refusal {
+    /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`
+    /// (`fairshm_code_name`).
+    pub reason: u32,
+    /// The rule's reason for the last refusal (1 or 2): `reason` itself, or for
+    /// `timed_out` and `cancelled` what blocked the wait last.
+    pub rule: u32,
+    /// Units asked for.
+    pub units: u32,
+    /// When to try again, in ms, rounded up, at least 1.
+    pub retry_after_ms: u64,
+    /// The pool's units in use and the tenant's units held, as the rule saw them.
+    pub in_use: u32,
+    pub held: u32,
+    /// The pool's capacity and floor, as frozen for the decision.
+    pub capacity: u32,
+    pub floor: u32,
+    /// The tenant's weight and the active weight it was judged among (its own in it).
+    pub weight: u32,
+    /// Units more that would have to be free (`pool_full`) or that would eat into the
+    /// floor (`over_share`).
+    pub short_units: u32,
+    pub active_weight: u64,
+    /// How long a blocking acquire waited (`timed_out`, `cancelled`); else 0.
+    pub waited_ms: u64,
+    /// The handles asked with, so that `fairshm_explain` can name them.
+    pub pool: u32,
+    pub tenant: u32,
+}
+
+impl fairshm_refusal {
+    fn new(r: &Refused, reason: Reason, waited_ms: u64, pool: u32, tenant: u32) -> Self {
+        fairshm_refusal {
+            reason: reason.code(),
+            rule: r.reason.code(),
+            units: r.units,
+            retry_after_ms: r.retry_after_ms,
+            in_use: r.in_use,
+            held: r.held,
+            capacity: r.capacity,
+            floor: r.floor,
+            weight: r.weight,
+            short_units: r.short,
+            active_weight: r.active_weight,
+            waited_ms,
+            pool,
+            tenant,
+        }
+    }
+
+    /// The engine's facts again (the rule's reason: `pool_full` or `over_share`).
+    fn facts(&self, rule_reason: Reason) -> Refused {
+        Refused {
+            reason: rule_reason,
+            retry_after_ms: self.retry_after_ms,
+            units: self.units,
+            in_use: self.in_use,
+            held: self.held,
+            capacity: self.capacity,
+            floor: self.floor,
+            weight: self.weight,
+            active_weight: self.active_weight,
+            short: self.short_units,
+        }
+    }
+}
+
+/// A token that ends blocking acquires early, from another thread. Opaque.
+pub struct fairshm_cancel {
+    c: Cancel,
+}
+
+/// `fairshm_acquire`'s `flags`: this wait is one slice of a longer one (a binding
+/// that wakes up now and then so its language's interrupts land): its timeout is not
+/// counted as a `timed_out` refusal in the statistics.
+pub const FAIRSHM_WAIT_SLICE: u32 = 1;
+
+fn put<T>(p: *mut T, v: T) {
+    if let Some(slot) = std::ptr::NonNull::new(p) {
+        // SAFETY: the caller passes null or a writable pointer (each call's contract).
+        unsafe { slot.as_ptr().write(v) };
+    }
+}
+
+fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, TenantId), i32> {
+    if pool as usize >= table.config().pools.len() {
+        return Err(invalid(format!(
+            "pool handle {pool} is not of this table ({} pools)",
+            table.config().pools.len()
+        )));
+    }
+    let t = table.engine().tenant_by_index(tenant).map_err(fail)?;
+    Ok((PoolId(pool), t))
+}
+
+/// Resolves a pool's name to its handle, in `*out`.
+///
+/// # Safety
+/// `t` is null or an open table; `name` null or a NUL-terminated string; `out` null
+/// or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_pool(
+    t: *const fairshm_table,
+    name: *const c_char,
+    out: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
+            (Ok(t), Ok(n)) => (t, n),
+            (Err(rc), _) | (_, Err(rc)) => return rc,
+        };
+        if out.is_null() {
+            return invalid("argument `out` is null".into());
+        }
+        match table.engine().pool(name) {
+            Ok(p) => {
+                put(out, p.0);
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Resolves a tenant's name to its handle, in `*out`, claiming a directory slot on
+/// the name's first use (which registers this process).
+///
+/// # Safety
+/// As `fairshm_pool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_tenant(
+    t: *const fairshm_table,
+    name: *const c_char,
+    out: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
+            (Ok(t), Ok(n)) => (t, n),
+            (Err(rc), _) | (_, Err(rc)) => return rc,
+        };
+        if out.is_null() {
+            return invalid("argument `out` is null".into());
+        }
+        match table.engine().tenant(name) {
+            Ok(id) => {
+                put(out, id.index);
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Registers this process as a worker now (per_worker pools count it). Returns its
+/// process slot (>= 0) or an error code.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_register(t: *const fairshm_table) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        match unsafe { arg_table(t) }.map(|t| t.register()) {
+            Ok(Ok(slot)) => slot as i32,
+            Ok(Err(e)) => fail(e),
+            Err(rc) => rc,
+        }
+    })
+}
+
+/// Asks for `units` of `pool` for `tenant`, declaring a hold of `hold_ms` (0: none),
+/// without waiting. `FAIRSHM_OK`: `*lease` is the lease. `FAIRSHM_REFUSED`:
+/// `*refusal` (if not null) holds the facts. Negative: an error.
+///
+/// # Safety
+/// `t` is null or an open table; `lease` and `refusal` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_try_acquire(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    units: u32,
+    hold_ms: u64,
+    lease: *mut u64,
+    refusal: *mut fairshm_refusal,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        if lease.is_null() {
+            return invalid("argument `lease` is null".into());
+        }
+        let (p, tn) = match handles(table, pool, tenant) {
+            Ok(h) => h,
+            Err(rc) => return rc,
+        };
+        match table
+            .engine()
+            .acquire(p, tn, units, hold_ms, clock::now_ms())
+        {
+            Ok(Outcome::Granted(id)) => {
+                put(lease, id.to_u64());
+                FAIRSHM_OK
+            }
+            Ok(Outcome::Refused(r)) => {
+                put(refusal, fairshm_refusal::new(&r, r.reason, 0, pool, tenant));
+                FAIRSHM_REFUSED
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// As `fairshm_try_acquire`, but when refused waits up to `timeout_ms` for room, and
+/// ends early when `cancel` (may be null) is fired. A wait that ends unserved is
+/// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`. `flags`: 0, or
+/// `FAIRSHM_WAIT_SLICE`.
+///
+/// # Safety
+/// As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_acquire(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    units: u32,
+    hold_ms: u64,
+    timeout_ms: u64,
+    flags: u32,
+    cancel: *const fairshm_cancel,
+    lease: *mut u64,
+    refusal: *mut fairshm_refusal,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        if lease.is_null() {
+            return invalid("argument `lease` is null".into());
+        }
+        if flags & !FAIRSHM_WAIT_SLICE != 0 {
+            return invalid(format!("flags {flags:#x} has bits no FAIRSHM_ flag names"));
+        }
+        let (p, tn) = match handles(table, pool, tenant) {
+            Ok(h) => h,
+            Err(rc) => return rc,
+        };
+        // SAFETY: null or live, by the contract.
+        let cancel = unsafe { cancel.as_ref() }.map(|c| &c.c);
+        let waited = crate::blocking::acquire(
+            table.engine(),
+            p,
+            tn,
+            units,
+            hold_ms,
+            Duration::from_millis(timeout_ms),
+            table.sweep_interval(),
+            cancel,
+            flags & FAIRSHM_WAIT_SLICE == 0,
+        );
+        match waited {
+            Ok(Ok(id)) => {
+                put(lease, id.to_u64());
+                FAIRSHM_OK
+            }
+            Ok(Err((ended, waited))) => {
+                let ms = waited.as_millis() as u64;
+                put(
+                    refusal,
+                    fairshm_refusal::new(&ended.last, ended.reason, ms, pool, tenant),
+                );
+                FAIRSHM_REFUSED
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Releases a lease of this process. A second release of one lease is
+/// `FAIRSHM_E_ALREADY_RELEASED` and changes nothing.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_release(t: *const fairshm_table, lease: u64) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        match table
+            .engine()
+            .release(LeaseId::from_u64(lease), clock::now_ms())
+        {
+            Ok(_) => FAIRSHM_OK,
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Writes the explanation of a refusal (what was asked, what blocked it, what to do)
+/// into `buf` (`len` bytes, NUL-terminated, cut if too short; `buf` may be null when
+/// `len` is 0). Returns the explanation's full length in bytes, without the NUL, or a
+/// negative error code.
+///
+/// # Safety
+/// `t` is null or an open table; `refusal` null or readable; `buf` null or writable
+/// for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_explain(
+    t: *const fairshm_table,
+    refusal: *const fairshm_refusal,
+    buf: *mut c_char,
+    len: usize,
+) -> i64 {
+    guard64(|| {
+        // SAFETY: per this function's contract.
+        let table = unsafe { arg_table(t) }?;
+        // SAFETY: null or readable, by the contract.
+        let r = unsafe { refusal.as_ref() }
+            .ok_or_else(|| invalid("argument `refusal` is null".into()))?;
+        let text = explain(table, r)?;
+        if len > 0 {
+            if buf.is_null() {
+                return Err(invalid("argument `buf` is null with len > 0".into()));
+            }
+            let n = text.len().min(len - 1);
+            // SAFETY: `buf` is writable for `len` > n bytes by the contract; the
+            // source is `n` bytes of `text`, which does not overlap it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+                buf.add(n).write(0);
+            }
+        }
+        Ok(text.len() as i64)
+    })
+}
+
+fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
+    let reason = match r.reason {
+        1 => Reason::PoolFull,
+        2 => Reason::OverShare,
+        3 => Reason::TimedOut,
+        4 => Reason::Cancelled,
+        x => return Err(invalid(format!("refusal reason {x} is not a reason code"))),
+    };
+    let (p, tn) = handles(table, r.pool, r.tenant)?;
+    let rule = match r.rule {
+        1 => Reason::PoolFull,
+        2 => Reason::OverShare,
+        x => return Err(invalid(format!("refusal rule {x} is not 1 or 2"))),
+    };
+    let tenant = table.engine().tenant_name(tn).unwrap_or_else(|| "?".into());
+    let mut refusal = Refusal::new(table.engine().pool_name(p), &tenant, r.facts(rule));
+    refusal.reason = reason;
+    if matches!(reason, Reason::TimedOut | Reason::Cancelled) {
+        refusal.waited_ms = Some(r.waited_ms);
+    }
+    Ok(refusal.explanation())
+}
+
+fn guard64(f: impl FnOnce() -> Result<i64, i32>) -> i64 {
+    let mut v = 0i64;
+    let rc = guard(|| match f() {
+        Ok(x) => {
+            v = x;
+            FAIRSHM_OK
+        }
+        Err(rc) => rc,
+    });
+    if rc == FAIRSHM_OK { v } else { rc as i64 }
+}
+
+/// The table's statistics (the whole snapshot) as JSON, in a string the caller frees
+/// with `fairshm_string_free`; null on error (`fairshm_last_error`).
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_stats_json(t: *const fairshm_table) -> *mut c_char {
+    let mut s = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let snap = match table.try_snapshot() {
+            Ok(snap) => snap,
+            Err(e) => return fail(e),
+        };
+        let json = serde_json::to_string(&snap).expect("a snapshot serializes");
+        s = CString::new(json).expect("JSON has no NUL").into_raw();
+        FAIRSHM_OK
+    });
+    s
+}
+
+/// Returns the permits of every registered process that has died: the number of
+/// processes reaped, or a negative error code.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_reap_dead(t: *const fairshm_table) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        match unsafe { arg_table(t) }.map(|t| t.reap_dead()) {
+            Ok(Ok(v)) => v.len() as i32,
+            Ok(Err(e)) => fail(e),
+            Err(rc) => rc,
+        }
+    })
+}
+
+/// Sets how often a blocked acquire sweeps for dead processes itself (at least 1 ms).
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_set_sweep_ms(t: *const fairshm_table, ms: u64) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        match unsafe { arg_table(t) } {
+            Ok(t) => {
+                t.set_sweep_interval(Duration::from_millis(ms));
+                FAIRSHM_OK
+            }
+            Err(rc) => rc,
+        }
+    })
+}
+
+/// A new cancel token (never null), freed by `fairshm_cancel_free`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fairshm_cancel_new() -> *mut fairshm_cancel {
+    Box::into_raw(Box::new(fairshm_cancel { c: Cancel::new() }))
+}
+
+/// Fires the token: every acquire waiting with it returns `cancelled` now, and later
+/// ones at once, until `fairshm_cancel_reset`. Null is ignored.
+///
+/// # Safety
+/// `c` is null or a live token.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_cancel_fire(c: *const fairshm_cancel) {
+    // SAFETY: null or live, by the contract.
+    if let Some(c) = unsafe { c.as_ref() } {
+        c.c.cancel();
+    }
+}
+
+/// Makes a fired token usable again. Null is ignored.
+///
+/// # Safety
+/// `c` is null or a live token.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_cancel_reset(c: *const fairshm_cancel) {
+    // SAFETY: null or live, by the contract.
+    if let Some(c) = unsafe { c.as_ref() } {
+        c.c.reset();
+    }
+}
+
+/// Frees a token. No acquire may still be waiting with it. Null is ignored.
+///
+/// # Safety
+/// `c` is null or a token from `fairshm_cancel_new`, freed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_cancel_free(c: *mut fairshm_cancel) {
+    if !c.is_null() {
+        // SAFETY: from `Box::into_raw`, freed once by the contract.
+        drop(unsafe { Box::from_raw(c) });
+    }
+}
+
+/// Does nothing, with `fairshm_try_acquire`'s signature: the benchmarks' baseline
+/// for what a call through a binding's FFI costs. Writes 0 to `*lease` if not null.
+///
+/// # Safety
+/// `lease` is null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_nop_acquire(
+    _t: *const fairshm_table,
+    _pool: u32,
+    _tenant: u32,
+    _units: u32,
+    _hold_ms: u64,
+    lease: *mut u64,
+    _refusal: *mut fairshm_refusal,
+) -> i32 {
+    put(lease, 0);
+    FAIRSHM_OK
+}
+
+/// Does nothing, with `fairshm_release`'s signature (the benchmarks' baseline).
+#[unsafe(no_mangle)]
+pub extern "C" fn fairshm_nop_release(_t: *const fairshm_table, _lease: u64) -> i32 {
+    FAIRSHM_OK
+}

@@ -1,0 +1,204 @@
+/* fairshm's C ABI, used as a C program would: a table created from JSON, workers
+ * forked after the open, each acquiring and releasing while a shared counter checks
+ * that no more than the pool's capacity are ever held at once; then the errors, an
+ * explanation, statistics and a cancelled blocking acquire.
+ *
+ * Usage: pool_bound SEGMENT_NAME. Exit 0 when every check holds; each failure is
+ * printed. Every wait has a deadline (alarm). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fairshm.h"
+
+#define CAPACITY 3
+#define WORKERS 6
+#define ROUNDS 2000
+
+static int failures = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+      failures++;                                          \
+    }                                                      \
+  } while (0)
+
+struct shared {
+  int holding;     /* permits held right now, by all workers */
+  int most;        /* the most ever held at once */
+  long grants;
+  long refusals;
+};
+
+static int worker(fairshm_table *t, struct shared *sh, const char *tenant_name) {
+  uint32_t pool, tenant;
+  if (fairshm_pool(t, "requests", &pool) != FAIRSHM_OK) return 10;
+  if (fairshm_tenant(t, tenant_name, &tenant) != FAIRSHM_OK) return 11;
+  for (int i = 0; i < ROUNDS; i++) {
+    uint64_t lease = 0;
+    fairshm_refusal r;
+    int rc = fairshm_try_acquire(t, pool, tenant, 1, 1, &lease, &r);
+    if (rc == FAIRSHM_OK) {
+      int now = __atomic_add_fetch(&sh->holding, 1, __ATOMIC_SEQ_CST);
+      int most = __atomic_load_n(&sh->most, __ATOMIC_SEQ_CST);
+      while (now > most &&
+             !__atomic_compare_exchange_n(&sh->most, &most, now, 0, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_SEQ_CST)) {
+      }
+      __atomic_add_fetch(&sh->grants, 1, __ATOMIC_SEQ_CST);
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+      __atomic_sub_fetch(&sh->holding, 1, __ATOMIC_SEQ_CST);
+      if (fairshm_release(t, lease) != FAIRSHM_OK) return 12;
+    } else if (rc == FAIRSHM_REFUSED) {
+      if (r.retry_after_ms < 1 || (r.reason != 1 && r.reason != 2)) return 13;
+      __atomic_add_fetch(&sh->refusals, 1, __ATOMIC_SEQ_CST);
+    } else {
+      fprintf(stderr, "worker: %s\n", fairshm_last_error());
+      return 14;
+    }
+  }
+  return 0;
+}
+
+struct waiter {
+  fairshm_table *t;
+  fairshm_cancel *cancel;
+  uint32_t pool, tenant;
+  int rc;
+  fairshm_refusal r;
+};
+
+static void *blocked(void *arg) {
+  struct waiter *w = arg;
+  uint64_t lease;
+  w->rc = fairshm_acquire(w->t, w->pool, w->tenant, 1, 0, 20000, 0, w->cancel, &lease, &w->r);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: pool_bound SEGMENT_NAME\n");
+    return 2;
+  }
+  const char *name = argv[1];
+  alarm(60);
+  char config[256];
+  snprintf(config, sizeof config,
+           "{\"pools\": [{\"name\": \"requests\", \"capacity\": %d}]}", CAPACITY);
+  fairshm_table *t = NULL;
+  int rc = fairshm_open(name, FAIRSHM_CREATE, config, FAIRSHM_CONFIG_JSON, 0, &t);
+  if (rc != FAIRSHM_OK) {
+    fprintf(stderr, "open: %d %s\n", rc, fairshm_last_error());
+    return 1;
+  }
+
+  /* Bad input: typed errors naming what was wrong. */
+  CHECK(fairshm_open(NULL, FAIRSHM_OPEN, NULL, 0, 0, &t) == FAIRSHM_E_INVALID_REQUEST,
+        "null name");
+  CHECK(strstr(fairshm_last_error(), "name") != NULL, "the error names the argument: %s",
+        fairshm_last_error());
+  fairshm_table *bad = NULL;
+  CHECK(fairshm_open(name, FAIRSHM_CREATE, "{\"pools\": []}", FAIRSHM_CONFIG_JSON, 0, &bad) ==
+            FAIRSHM_E_INVALID_CONFIG,
+        "an empty pool list is an invalid config (%s)", fairshm_last_error());
+  CHECK(fairshm_open(name, FAIRSHM_CREATE, config, FAIRSHM_CONFIG_JSON, 0, &bad) ==
+            FAIRSHM_E_ALREADY_EXISTS,
+        "creating twice");
+  uint32_t pool = 99, tenant = 99;
+  CHECK(fairshm_pool(t, "nope", &pool) == FAIRSHM_E_UNKNOWN_POOL, "unknown pool");
+  CHECK(strcmp(fairshm_code_name(FAIRSHM_E_UNKNOWN_POOL), "unknown_pool") == 0, "code name");
+  CHECK(fairshm_pool(t, "requests", &pool) == FAIRSHM_OK && pool == 0, "pool handle");
+  CHECK(fairshm_tenant(t, "acme", &tenant) == FAIRSHM_OK, "tenant handle");
+  uint64_t lease;
+  CHECK(fairshm_try_acquire(t, 7, tenant, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST,
+        "a pool handle of no pool");
+  CHECK(fairshm_try_acquire(t, pool, 4000, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST,
+        "a tenant handle of no tenant");
+  CHECK(fairshm_try_acquire(t, pool, tenant, 1, 0, NULL, NULL) == FAIRSHM_E_INVALID_REQUEST,
+        "a null lease pointer");
+  CHECK(fairshm_try_acquire(NULL, pool, tenant, 1, 0, &lease, NULL) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a null table");
+  CHECK(fairshm_try_acquire(t, pool, tenant, 4, 0, &lease, NULL) ==
+            FAIRSHM_E_UNITS_EXCEED_CAPACITY,
+        "more units than the pool has");
+
+  /* A refusal, explained into a buffer; a lease released twice. */
+  uint64_t held[CAPACITY];
+  for (int i = 0; i < CAPACITY; i++)
+    CHECK(fairshm_try_acquire(t, pool, tenant, 1, 50, &held[i], NULL) == FAIRSHM_OK, "grant %d", i);
+  fairshm_refusal r;
+  memset(&r, 0, sizeof r);
+  CHECK(fairshm_try_acquire(t, pool, tenant, 1, 50, &lease, &r) == FAIRSHM_REFUSED, "full");
+  /* Alone, it holds its whole share (the pool): refused over_share. */
+  CHECK(r.reason == 2 && r.rule == 2 && r.held == CAPACITY && r.in_use == CAPACITY && r.capacity == CAPACITY && r.retry_after_ms >= 1,
+        "refusal facts: reason %u in_use %u", r.reason, r.in_use);
+  char small[16];
+  int64_t need = fairshm_explain(t, &r, small, sizeof small);
+  CHECK(need > (int64_t)sizeof small && strlen(small) == sizeof small - 1, "explanation cut");
+  char *text = malloc(need + 1);
+  CHECK(fairshm_explain(t, &r, text, need + 1) == need, "explanation length");
+  CHECK(strstr(text, "\"acme\"") && strstr(text, "\"requests\""), "explanation names: %s", text);
+  free(text);
+  for (int i = 0; i < CAPACITY; i++) CHECK(fairshm_release(t, held[i]) == FAIRSHM_OK, "release");
+  CHECK(fairshm_release(t, held[0]) == FAIRSHM_E_ALREADY_RELEASED, "released twice: %s",
+        fairshm_last_error());
+
+  /* A blocking acquire cancelled from another thread. */
+  for (int i = 0; i < CAPACITY; i++) fairshm_try_acquire(t, pool, tenant, 1, 0, &held[i], NULL);
+  struct waiter w = {t, fairshm_cancel_new(), pool, tenant, -1000, {0}};
+  pthread_t th;
+  pthread_create(&th, NULL, blocked, &w);
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  fairshm_cancel_fire(w.cancel);
+  pthread_join(th, NULL);
+  CHECK(w.rc == FAIRSHM_REFUSED && w.r.reason == 4 && w.r.waited_ms >= 50,
+        "cancelled: rc %d reason %u waited %llu", w.rc, w.r.reason,
+        (unsigned long long)w.r.waited_ms);
+  fairshm_cancel_free(w.cancel);
+  for (int i = 0; i < CAPACITY; i++) fairshm_release(t, held[i]);
+
+  /* Workers forked after the open share the pool; it is never exceeded. */
+  struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                           -1, 0);
+  memset(sh, 0, sizeof *sh);
+  pid_t kids[WORKERS];
+  for (int i = 0; i < WORKERS; i++) {
+    kids[i] = fork();
+    if (kids[i] == 0) {
+      alarm(30);
+      _exit(worker(t, sh, i % 2 ? "acme" : "globex"));
+    }
+  }
+  for (int i = 0; i < WORKERS; i++) {
+    int status = 0;
+    waitpid(kids[i], &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d status %#x", i, status);
+  }
+  CHECK(sh->most <= CAPACITY && sh->most >= 1, "most held at once %d, capacity %d", sh->most,
+        CAPACITY);
+  CHECK(sh->grants > 0, "grants %ld", sh->grants);
+  printf("workers %d, grants %ld, refusals %ld, most held at once %d (capacity %d)\n", WORKERS,
+         sh->grants, sh->refusals, sh->most, CAPACITY);
+
+  char *stats = fairshm_stats_json(t);
+  CHECK(stats && strstr(stats, "\"pools\""), "stats JSON");
+  CHECK(stats && strstr(stats, "\"in_use\":0"), "nothing held at the end: %.200s", stats);
+  fairshm_string_free(stats);
+  fairshm_close(t);
+  CHECK(fairshm_unlink(name) == FAIRSHM_OK, "unlink");
+  if (failures) fprintf(stderr, "%d checks failed\n", failures);
+  return failures ? 1 : 0;
+}
