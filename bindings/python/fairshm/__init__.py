@@ -1,0 +1,373 @@
+"""fairshm for Python: node-wide pools of permits, shared fairly among tenants by the
+forked worker processes of one server, in one lock-free shared-memory segment.
+
+    import fairshm
+    table = fairshm.Table.open_or_create("myapp", {"pools": [{"name": "requests", "capacity": 64}]})
+    try:
+        with table.permit("requests", "acme", hold_ms=50):
+            ...  # serve the request
+    except fairshm.Refused as r:
+        ...  # answer 429, Retry-After: r.retry_after_header
+
+A table opened before ``fork`` (gunicorn ``preload_app``) works in every worker; a
+worker that dies gives its permits back.
+"""
+
+import json
+import os
+import threading
+import time
+from ctypes import byref, c_uint32, c_uint64, c_void_p, create_string_buffer, memmove, sizeof, string_at
+
+from . import _lib
+from ._lib import lib
+
+__all__ = [
+    "Table", "Lease", "Refused", "Error", "Cancel",
+    "AlreadyReleased", "UnknownPool", "NotFound", "AlreadyExists", "InvalidConfig",
+]
+__version__ = "0.1.0"
+
+#: How long one slice of a blocking acquire lasts, in ms: between slices Python runs
+#: its signal handlers, so Ctrl-C interrupts a wait within this bound.
+WAIT_SLICE_MS = 100
+
+
+class Error(Exception):
+    """Something wrong with the request or the table (not a refusal). ``code`` is the C
+    ABI's (negative) code, ``kind`` its stable name."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.kind = _lib.code_name(code)
+
+
+class NotFound(Error):
+    pass
+
+
+class AlreadyExists(Error):
+    pass
+
+
+class InvalidConfig(Error):
+    pass
+
+
+class UnknownPool(Error):
+    pass
+
+
+class AlreadyReleased(Error):
+    pass
+
+
+_ERRORS = {-2: InvalidConfig, -3: NotFound, -4: AlreadyExists, -12: UnknownPool, -19: AlreadyReleased}
+
+
+def _raise(code):
+    raise _ERRORS.get(code, Error)(code, _lib.last_error())
+
+
+_REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled"}
+
+
+class Refused(Exception):
+    """An acquire not granted. ``reason`` is ``pool_full``, ``over_share``,
+    ``timed_out`` or ``cancelled``; ``retry_after_ms`` when to come back; the numbers
+    the rule decided on are attributes; ``explanation`` says it in words."""
+
+    def __init__(self, table, facts, pool, tenant):
+        self._table = table
+        self._facts = facts
+        self.code = facts.reason
+        self.reason = _REASONS.get(facts.reason, "unknown")
+        self.retry_after_ms = facts.retry_after_ms
+        self.pool = pool
+        self.tenant = tenant
+        super().__init__(self.reason)
+
+    def __getattr__(self, name):
+        # The numbers behind the refusal: units, in_use, held, capacity, floor, weight,
+        # active_weight, short_units, waited_ms.
+        facts = self.__dict__.get("_facts")
+        if facts is not None and name in _FACT_NAMES:
+            return getattr(facts, name)
+        raise AttributeError(name)
+
+    @property
+    def retry_after(self):
+        """Seconds to wait, as a float."""
+        return self.retry_after_ms / 1000.0
+
+    @property
+    def retry_after_header(self):
+        """The HTTP ``Retry-After`` value: whole seconds, rounded up, at least 1."""
+        return max(1, -(-self.retry_after_ms // 1000))
+
+    @property
+    def share(self):
+        f = self._facts
+        aw = max(f.active_weight, f.weight, 1)
+        return max(float(f.floor), f.capacity * f.weight / aw)
+
+    @property
+    def explanation(self):
+        buf = create_string_buffer(512)
+        n = lib.fairshm_explain(self._table._h, byref(self._facts), buf, 512)
+        if n < 0:
+            _raise(n)
+        if n >= 512:
+            buf = create_string_buffer(n + 1)
+            lib.fairshm_explain(self._table._h, byref(self._facts), buf, n + 1)
+        return buf.value.decode()
+
+    def as_dict(self):
+        d = {name: getattr(self._facts, name) for name in _FACT_NAMES}
+        d.update(reason=self.reason, code=self.code, retry_after_ms=self.retry_after_ms,
+                 pool=self.pool, tenant=self.tenant, explanation=self.explanation)
+        return d
+
+    def __str__(self):
+        return "%s: %s" % (self.reason, self.explanation)
+
+
+_FACT_NAMES = ("units", "in_use", "held", "capacity", "floor", "weight", "active_weight",
+               "short_units", "waited_ms")
+
+
+class Cancel:
+    """Ends blocking acquires early, from another thread: ``acquire(cancel=c)`` then
+    raises ``Refused`` with reason ``cancelled``."""
+
+    def __init__(self):
+        self._p = lib.fairshm_cancel_new()
+
+    def cancel(self):
+        lib.fairshm_cancel_fire(self._p)
+
+    def reset(self):
+        lib.fairshm_cancel_reset(self._p)
+
+    def __del__(self):
+        p, self._p = getattr(self, "_p", None), None
+        if p:
+            lib.fairshm_cancel_free(p)
+
+
+class Lease:
+    """A granted permit. Release it with ``release()`` or by leaving its ``with``
+    block; a lease released twice raises ``AlreadyReleased``. ``id`` is the C ABI's
+    lease id (``Table.release(id)`` releases it too)."""
+
+    __slots__ = ("table", "id", "_h")
+
+    def __init__(self, table, lease_id):
+        self.table = table
+        self.id = lease_id
+        self._h = table._h
+
+    def release(self):
+        rc = _release(self._h, self.id)
+        if rc:
+            _raise(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        rc = _release(self._h, self.id)
+        if rc:
+            _raise(rc)
+        return False
+
+
+_try_acquire = lib.fairshm_try_acquire
+_acquire = lib.fairshm_acquire
+_release = lib.fairshm_release
+
+
+class _Out(threading.local):
+    """Each thread's out-parameters (a lease id, a refusal) and their pointers."""
+
+    def __init__(self):
+        lease, refusal = c_uint64(), _lib.Refusal()
+        self.bufs = (lease, refusal, byref(lease), byref(refusal))
+
+
+_out = _Out()
+
+
+def _config_args(config):
+    if config is None:
+        return None, _lib.CONFIG_NONE
+    if isinstance(config, dict):
+        return json.dumps(config).encode(), _lib.CONFIG_JSON
+    if isinstance(config, (str, os.PathLike)):
+        return os.fsencode(config), _lib.CONFIG_FILE
+    raise TypeError("config is a dict, a file's path, or None")
+
+
+class Table:
+    """An open table (a mapped segment). Open it once per process, or once in the
+    master before forking: it works in every forked worker."""
+
+    def __init__(self, name, how, config=None, mode=0):
+        cfg, kind = _config_args(config)
+        h = c_void_p()
+        rc = lib.fairshm_open(name.encode(), how, cfg, kind, mode, byref(h))
+        if rc:
+            _raise(rc)
+        self._h = h.value
+        self.name = name
+        self._pools = {}
+        self._tenants = {}
+
+    @classmethod
+    def create(cls, name, config=None, mode=0):
+        """Creates the segment ``name``; ``config`` a dict or a file's path (TOML if
+        it ends in ``.toml``, else JSON); ``mode`` its file mode (0: 0600)."""
+        return cls(name, _lib.CREATE, config, mode)
+
+    @classmethod
+    def open(cls, name, config=None):
+        """Opens an existing segment, checking its config against ``config`` if given."""
+        return cls(name, _lib.OPEN, config)
+
+    @classmethod
+    def open_or_create(cls, name, config=None):
+        return cls(name, _lib.OPEN_OR_CREATE, config)
+
+    @classmethod
+    def observer(cls, name):
+        """Opens read-only: never registers, changes nothing."""
+        return cls(name, _lib.OBSERVER)
+
+    @staticmethod
+    def unlink(name):
+        rc = lib.fairshm_unlink(name.encode())
+        if rc:
+            _raise(rc)
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            lib.fairshm_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        self.close()
+
+    def pool(self, name):
+        """The pool's handle (resolved once, then cached)."""
+        p = self._pools.get(name)
+        if p is None:
+            out = c_uint32()
+            rc = lib.fairshm_pool(self._h, name.encode(), byref(out))
+            if rc:
+                _raise(rc)
+            p = self._pools[name] = out.value
+        return p
+
+    def tenant(self, name):
+        """The tenant's handle (claimed on first use, then cached)."""
+        t = self._tenants.get(name)
+        if t is None:
+            out = c_uint32()
+            rc = lib.fairshm_tenant(self._h, name.encode(), byref(out))
+            if rc:
+                _raise(rc)
+            t = self._tenants[name] = out.value
+        return t
+
+    def register(self):
+        """Registers this process as a worker now (per_worker pools count it)."""
+        rc = lib.fairshm_register(self._h)
+        if rc < 0:
+            _raise(rc)
+        return rc
+
+    def try_acquire(self, pool, tenant, units=1, hold_ms=0):
+        """A lease, or ``Refused`` at once."""
+        try:
+            p = self._pools[pool]
+            t = self._tenants[tenant]
+        except KeyError:
+            p, t = self.pool(pool), self.tenant(tenant)
+        lease, refusal, lref, rref = _out.bufs
+        rc = _try_acquire(self._h, p, t, units, hold_ms, lref, rref)
+        if rc == 0:
+            return Lease(self, lease.value)
+        if rc == 1:
+            raise Refused(self, _copy(refusal), pool, tenant)
+        _raise(rc)
+
+    def acquire(self, pool, tenant, units=1, hold_ms=0, timeout=None, cancel=None):
+        """A lease, waiting up to ``timeout`` seconds (None: for ever) for room;
+        ``Refused`` (``timed_out`` or ``cancelled``) if none came. The GIL is released
+        while waiting, and Ctrl-C (``KeyboardInterrupt``) interrupts the wait."""
+        p, t = self.pool(pool), self.tenant(tenant)
+        lease, refusal, lref, rref = _out.bufs
+        c = cancel._p if cancel is not None else None
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            left = WAIT_SLICE_MS if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            last = deadline is not None and left <= WAIT_SLICE_MS
+            rc = _acquire(self._h, p, t, units, hold_ms, min(left, WAIT_SLICE_MS),
+                          0 if last else _lib.WAIT_SLICE, c, lref, rref)
+            if rc == 0:
+                return Lease(self, lease.value)
+            if rc == 1:
+                if last or refusal.reason == 4:
+                    raise Refused(self, _copy(refusal), pool, tenant)
+                continue  # a slice ended: signal handlers ran (Ctrl-C raises here)
+            _raise(rc)
+
+    def permit(self, pool, tenant, units=1, hold_ms=0, timeout=None):
+        """A lease for a ``with`` block: ``try_acquire`` without ``timeout``, else
+        ``acquire``. Raises ``Refused``."""
+        if timeout is None:
+            return self.try_acquire(pool, tenant, units, hold_ms)
+        return self.acquire(pool, tenant, units, hold_ms, timeout)
+
+    def release(self, lease_id):
+        """Releases a lease by its id."""
+        rc = _release(self._h, lease_id)
+        if rc:
+            _raise(rc)
+
+    def stats(self):
+        """The whole table, read now, as a dict (pools, tenants, leases, processes)."""
+        s = lib.fairshm_stats_json(self._h)
+        if not s:
+            raise Error(-17, _lib.last_error())
+        try:
+            return json.loads(string_at(s))
+        finally:
+            lib.fairshm_string_free(s)
+
+    def reap_dead(self):
+        """Returns the permits of dead processes now; the number reaped."""
+        rc = lib.fairshm_reap_dead(self._h)
+        if rc < 0:
+            _raise(rc)
+        return rc
+
+    def set_sweep_ms(self, ms):
+        lib.fairshm_set_sweep_ms(self._h, ms)
+
+
+_REFUSAL_SIZE = sizeof(_lib.Refusal)
+
+
+def _copy(r):
+    c = _lib.Refusal()
+    memmove(byref(c), byref(r), _REFUSAL_SIZE)
+    return c

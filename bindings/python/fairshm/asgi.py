@@ -1,0 +1,48 @@
+"""ASGI middleware: a permit per HTTP request, held until the application has sent the
+whole response (or failed).
+
+    from fairshm.asgi import FairshmASGIMiddleware
+    app = FairshmASGIMiddleware(app, table, pool="requests",
+                                tenant=lambda scope: dict(scope["headers"]).get(b"x-tenant", b"").decode() or None)
+
+``tenant`` maps a request's scope to its tenant's name; ``None`` lets it through. A
+refused request gets 429 with ``Retry-After``. Other scopes (lifespan, websocket) pass
+through untouched.
+"""
+
+from . import Refused
+from ._http import refusal_response
+
+
+class FairshmASGIMiddleware:
+    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0):
+        self.app = app
+        self.table = table
+        self.pool = pool
+        self.tenant = tenant
+        self.units = units
+        self.hold_ms = hold_ms
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        name = self.tenant(scope)
+        if name is None:
+            return await self.app(scope, receive, send)
+        try:
+            lease = self.table.try_acquire(self.pool, name, self.units, self.hold_ms)
+        except Refused as r:
+            headers, body = refusal_response(r)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            lease.release()

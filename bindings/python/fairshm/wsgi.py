@@ -1,0 +1,62 @@
+"""WSGI middleware: a permit per request, held until the response is fully sent.
+
+    from fairshm.wsgi import FairshmMiddleware
+    app = FairshmMiddleware(app, table, pool="requests",
+                            tenant=lambda environ: environ.get("HTTP_X_TENANT"))
+
+``tenant`` maps a request to its tenant's name; ``None`` lets the request through
+unlimited. A refused request gets 429 with ``Retry-After``. The permit is released when
+the server closes the response (``close()``, which PEP 3333 requires even of a streamed
+body), or at once if the application raises.
+"""
+
+from . import Refused
+from ._http import refusal_response
+
+
+class FairshmMiddleware:
+    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0):
+        self.app = app
+        self.table = table
+        self.pool = pool
+        self.tenant = tenant
+        self.units = units
+        self.hold_ms = hold_ms
+
+    def __call__(self, environ, start_response):
+        name = self.tenant(environ)
+        if name is None:
+            return self.app(environ, start_response)
+        try:
+            lease = self.table.try_acquire(self.pool, name, self.units, self.hold_ms)
+        except Refused as r:
+            headers, body = refusal_response(r)
+            start_response("429 Too Many Requests", headers)
+            return [body]
+        try:
+            body = self.app(environ, start_response)
+        except BaseException:
+            lease.release()
+            raise
+        return _ReleasingBody(body, lease)
+
+
+class _ReleasingBody:
+    """The application's body, releasing the lease when the server closes it."""
+
+    def __init__(self, body, lease):
+        self._body = body
+        self._lease = lease
+
+    def __iter__(self):
+        return iter(self._body)
+
+    def close(self):
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            lease, self._lease = self._lease, None
+            if lease is not None:
+                lease.release()

@@ -1,0 +1,103 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import fairshm
+
+
+def fill(table, n=4):
+    return [table.try_acquire("requests", "acme") for _ in range(n)]
+
+
+def test_acquire_times_out_with_a_timed_out_refusal(table):
+    held = fill(table)
+    t0 = time.monotonic()
+    with pytest.raises(fairshm.Refused) as e:
+        table.acquire("requests", "acme", timeout=0.35)
+    waited = time.monotonic() - t0
+    assert e.value.reason == "timed_out"
+    assert 0.3 <= waited < 2.0
+    assert e.value.waited_ms >= 1  # the last slice's wait
+    # Only the end of the whole wait is counted, not each slice's.
+    pool = table.stats()["pools"][0]
+    timed_out = sum(dict(t["refusals"]).get("timed_out", 0) for t in pool["tenants"])
+    assert timed_out == 1, pool["tenants"]
+    for lease in held:
+        lease.release()
+
+
+def test_a_release_wakes_a_waiter_and_the_gil_is_free_meanwhile(table):
+    held = fill(table)
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.001)
+
+    def releaser():
+        time.sleep(0.2)
+        held.pop().release()
+
+    threads = [threading.Thread(target=ticker), threading.Thread(target=releaser)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    lease = table.acquire("requests", "acme", timeout=10)
+    waited = time.monotonic() - t0
+    stop.set()
+    for t in threads:
+        t.join()
+    assert 0.15 <= waited < 5
+    assert len(ticks) > 20, "other Python threads ran while acquire waited"
+    lease.release()
+    for lease in held:
+        lease.release()
+
+
+def test_cancel_from_another_thread(table):
+    held = fill(table)
+    cancel = fairshm.Cancel()
+    threading.Timer(0.15, cancel.cancel).start()
+    t0 = time.monotonic()
+    with pytest.raises(fairshm.Refused) as e:
+        table.acquire("requests", "acme", timeout=30, cancel=cancel)
+    assert e.value.reason == "cancelled"
+    assert time.monotonic() - t0 < 5
+    for lease in held:
+        lease.release()
+
+
+def test_ctrl_c_interrupts_a_blocking_acquire(name):
+    script = textwrap.dedent(
+        """
+        import sys, time, fairshm
+        t = fairshm.Table.create(sys.argv[1], {"pools": [{"name": "requests", "capacity": 1}]})
+        held = t.try_acquire("requests", "acme")
+        print("waiting", flush=True)
+        try:
+            t.acquire("requests", "acme", timeout=60)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "waiting"
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=20)
+        assert "interrupted" in out
+        assert time.monotonic() - t0 < 2
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

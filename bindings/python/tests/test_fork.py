@@ -1,0 +1,85 @@
+"""Forked workers, as under a pre-fork server: a table opened before fork works in
+every worker with no hook, the pool bound holds, and a killed worker's permits return."""
+
+import mmap
+import os
+import signal
+import struct
+import time
+
+import fairshm
+from conftest import wait_child
+
+CAP = 3
+WORKERS = 6
+
+
+def test_forked_workers_never_exceed_the_pool(name):
+    table = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": CAP}]})
+    # Shared counters: holding now, most at once, grants. Only one worker touches them
+    # at a time: each holds a permit, so `holding` counts permits; a lock keeps the
+    # read-modify-write of the counters whole.
+    shared = mmap.mmap(-1, 64)
+    lock_r, lock_w = os.pipe()
+    os.write(lock_w, b"x")
+    pids = []
+    for i in range(WORKERS):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                signal.alarm(30)
+                tenant = "acme" if i % 2 else "globex"
+                for _ in range(300):
+                    try:
+                        lease = table.try_acquire("requests", tenant, hold_ms=1)
+                    except fairshm.Refused:
+                        continue
+                    os.read(lock_r, 1)
+                    holding, most, grants = struct.unpack_from("qqq", shared, 0)
+                    holding += 1
+                    struct.pack_into("qqq", shared, 0, holding, max(most, holding), grants + 1)
+                    os.write(lock_w, b"x")
+                    time.sleep(0.0002)
+                    os.read(lock_r, 1)
+                    holding, most, grants = struct.unpack_from("qqq", shared, 0)
+                    struct.pack_into("qqq", shared, 0, holding - 1, most, grants)
+                    os.write(lock_w, b"x")
+                    lease.release()
+            except BaseException:
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    for pid in pids:
+        status = wait_child(pid)
+        assert os.waitstatus_to_exitcode(status) == 0
+    holding, most, grants = struct.unpack_from("qqq", shared, 0)
+    assert holding == 0 and grants > 0
+    assert 1 <= most <= CAP, "at most %d held at once, saw %d" % (CAP, most)
+    assert table.stats()["pools"][0]["in_use"] == 0
+    table.close()
+
+
+def test_a_killed_worker_gives_its_permits_back(name):
+    table = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": CAP}]})
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            table.try_acquire("requests", "acme")
+            table.try_acquire("requests", "acme")
+            os.write(w, b"held")
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    table.register()  # a peer, as the other workers of a server are
+    assert os.read(r, 4) == b"held"
+    assert table.stats()["pools"][0]["in_use"] == 2
+    os.kill(pid, signal.SIGKILL)
+    wait_child(pid)
+    # Nobody blocks and nobody reaps by hand: our anchor notices the death.
+    deadline = time.monotonic() + 5
+    while table.stats()["pools"][0]["in_use"] != 0:
+        assert time.monotonic() < deadline, "the killed worker's permits came back"
+        time.sleep(0.01)
+    table.close()

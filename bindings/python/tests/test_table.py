@@ -1,0 +1,99 @@
+import json
+
+import pytest
+
+import fairshm
+
+
+def test_grant_release_and_refusal_facts(table):
+    a = table.try_acquire("requests", "acme", hold_ms=5)
+    b = table.try_acquire("requests", "acme", units=3)
+    with pytest.raises(fairshm.Refused) as e:
+        table.try_acquire("requests", "acme")
+    r = e.value
+    assert r.reason == "over_share" and r.code == 2
+    assert (r.in_use, r.held, r.capacity, r.floor, r.units) == (4, 4, 4, 1, 1)
+    assert r.retry_after_ms >= 1 and r.retry_after_header >= 1
+    assert r.pool == "requests" and r.tenant == "acme"
+    assert '"acme"' in r.explanation and "Retry after" in r.explanation
+    d = r.as_dict()
+    assert d["reason"] == "over_share" and d["held"] == 4
+    a.release()
+    b.release()
+    assert table.stats()["pools"][0]["in_use"] == 0
+
+
+def test_permit_releases_on_leaving_the_block(table):
+    with table.permit("requests", "acme", units=2, hold_ms=10) as lease:
+        assert table.stats()["pools"][0]["in_use"] == 2
+        assert lease.id > 0
+    assert table.stats()["pools"][0]["in_use"] == 0
+
+
+def test_errors_are_typed_and_named(table, name):
+    lease = table.try_acquire("requests", "acme")
+    lease.release()
+    with pytest.raises(fairshm.AlreadyReleased) as e:
+        lease.release()
+    assert e.value.kind == "already_released" and e.value.code == -19
+    with pytest.raises(fairshm.UnknownPool) as e:
+        table.try_acquire("nope", "acme")
+    assert "requests" in str(e.value)
+    with pytest.raises(fairshm.Error) as e:
+        table.try_acquire("requests", "acme", units=5)
+    assert e.value.kind == "units_exceed_capacity"
+    with pytest.raises(fairshm.Error) as e:
+        table.try_acquire("requests", "acme", units=0)
+    assert e.value.kind == "invalid_request"
+    with pytest.raises(fairshm.AlreadyExists):
+        fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 4}]})
+    with pytest.raises(fairshm.NotFound):
+        fairshm.Table.open(name + "-missing")
+    with pytest.raises(fairshm.InvalidConfig) as e:
+        fairshm.Table.create(name + "-bad", {"pools": [{"name": "requests", "capacity": 0}]})
+    assert "capacity" in str(e.value)
+    with pytest.raises(fairshm.InvalidConfig):
+        fairshm.Table.create(name + "-bad", {"pools": [], "bogus": 1})
+    with pytest.raises(TypeError):
+        fairshm.Table.create(name + "-bad", 42)
+
+
+def test_config_from_toml_and_json_files(tmp_path, name):
+    toml = tmp_path / "fairshm.toml"
+    toml.write_text('[[pools]]\nname = "flights"\ncapacity = 7\n[weights]\nacme = 3\n')
+    t = fairshm.Table.create(name, str(toml))
+    assert t.stats()["pools"][0]["capacity"] == 7
+    t.close()
+    js = tmp_path / "fairshm.json"
+    js.write_text(json.dumps({"pools": [{"name": "flights", "capacity": 7}], "weights": {"acme": 3}}))
+    t2 = fairshm.Table.open(name, js)  # the same config: opens
+    assert t2.stats()["pools"][0]["name"] == "flights"
+    t2.close()
+    js.write_text(json.dumps({"pools": [{"name": "flights", "capacity": 8}]}))
+    with pytest.raises(fairshm.Error) as e:
+        fairshm.Table.open(name, js)
+    assert e.value.kind == "config_mismatch"
+
+
+def test_open_or_create_and_observer(name):
+    cfg = {"pools": [{"name": "requests", "capacity": 2}]}
+    a = fairshm.Table.open_or_create(name, cfg)
+    b = fairshm.Table.open_or_create(name, cfg)
+    lease = a.try_acquire("requests", "acme")
+    obs = fairshm.Table.observer(name)
+    assert obs.stats()["pools"][0]["in_use"] == 1
+    with pytest.raises(fairshm.Error) as e:
+        obs.try_acquire("requests", "acme")
+    assert e.value.kind == "read_only"
+    lease.release()
+    assert b.stats()["pools"][0]["in_use"] == 0
+    for t in (a, b, obs):
+        t.close()
+
+
+def test_stats_is_a_dict_with_tenants(table):
+    with table.permit("requests", "acme"):
+        s = table.stats()
+    assert isinstance(s, dict)
+    assert [t["name"] for t in s["tenants"]] == ["acme"]
+    assert s["pools"][0]["name"] == "requests"
