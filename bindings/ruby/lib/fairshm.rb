@@ -1,0 +1,309 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "fairshm/native"
+
+# fairshm for Ruby: node-wide pools of permits, shared fairly among tenants by the
+# forked worker processes (and their threads) of one server, in one lock-free
+# shared-memory segment.
+#
+#   table = Fairshm::Table.open_or_create("myapp", { pools: [{ name: "requests", capacity: 64 }] })
+#   table.permit("requests", "acme", hold_ms: 50) { serve }
+#   # raises Fairshm::Refused (reason, retry_after_ms, explanation) when refused
+#
+# A table opened before fork (Puma's preload_app!) works in every worker; a worker that
+# dies gives its permits back.
+module Fairshm
+  VERSION = "0.1.0"
+
+  # How long one slice of a blocking acquire lasts, in ms: between slices Ruby handles
+  # interrupts (Thread#raise, Timeout.timeout), so they land within this bound.
+  WAIT_SLICE_MS = 50
+
+  # Something wrong with the request or the table (not a refusal). +code+ is the C
+  # ABI's (negative) code, +kind+ its stable name.
+  class Error < StandardError
+    attr_reader :code, :kind
+
+    def initialize(code, message)
+      super(message)
+      @code = code
+      @kind = Native.code_name(code)
+    end
+  end
+
+  class NotFound < Error; end
+  class AlreadyExists < Error; end
+  class InvalidConfig < Error; end
+  class UnknownPool < Error; end
+  class AlreadyReleased < Error; end
+
+  ERRORS = { -2 => InvalidConfig, -3 => NotFound, -4 => AlreadyExists, -12 => UnknownPool,
+             -19 => AlreadyReleased }.freeze
+  REASONS = { 1 => "pool_full", 2 => "over_share", 3 => "timed_out", 4 => "cancelled" }.freeze
+
+  def self.raise_code(code)
+    raise ERRORS.fetch(code, Error).new(code, Native.last_error)
+  end
+
+  # An acquire not granted: +reason+ (pool_full, over_share, timed_out, cancelled),
+  # +retry_after_ms+, the numbers the rule decided on, and the +explanation+.
+  class Refused < StandardError
+    attr_reader :reason, :code, :retry_after_ms, :pool, :tenant, :facts
+
+    def initialize(table, bytes, pool, tenant)
+      @table = table
+      @bytes = bytes
+      @facts = Native::REFUSAL_FIELDS.zip(bytes.unpack(Native::REFUSAL_PACK)).to_h
+      @code = @facts[:reason]
+      @reason = REASONS.fetch(@code, "unknown")
+      @retry_after_ms = @facts[:retry_after_ms]
+      @pool = pool
+      @tenant = tenant
+      super(@reason)
+    end
+
+    %i[units in_use held capacity floor weight short_units active_weight waited_ms].each do |f|
+      define_method(f) { @facts[f] }
+    end
+
+    # Seconds, as a Float.
+    def retry_after
+      @retry_after_ms / 1000.0
+    end
+
+    # The HTTP Retry-After value: whole seconds, rounded up, at least 1.
+    def retry_after_header
+      [1, (@retry_after_ms + 999) / 1000].max
+    end
+
+    def explanation
+      @explanation ||= begin
+        src = Fiddle::Pointer.to_ptr(@bytes)
+        buf = Fiddle::Pointer.malloc(512, Fiddle::RUBY_FREE)
+        n = Native::EXPLAIN.call(@table.handle, src, buf, 512)
+        Fairshm.raise_code(n) if n.negative?
+        if n >= 512
+          buf = Fiddle::Pointer.malloc(n + 1, Fiddle::RUBY_FREE)
+          Native::EXPLAIN.call(@table.handle, src, buf, n + 1)
+        end
+        buf.to_s.force_encoding(Encoding::UTF_8)
+      end
+    end
+
+    def to_h
+      @facts.merge(reason: @reason, code: @code, pool: @pool, tenant: @tenant, explanation: explanation)
+    end
+
+    def message
+      "#{@reason}: #{explanation}"
+    end
+  end
+
+  # Ends blocking acquires early, from another thread: acquire(cancel: c) then raises
+  # Refused with reason "cancelled".
+  class Cancel
+    attr_reader :ptr
+
+    def initialize
+      @ptr = Native::CANCEL_NEW.call
+      ObjectSpace.define_finalizer(self, Cancel.finalizer(@ptr.to_i))
+    end
+
+    def self.finalizer(addr)
+      proc { Native::CANCEL_FREE.call(addr) }
+    end
+
+    def cancel
+      Native::CANCEL_FIRE.call(@ptr)
+    end
+
+    def reset
+      Native::CANCEL_RESET.call(@ptr)
+    end
+  end
+
+  # A granted permit; release it with #release (or use Table#permit with a block). A
+  # lease released twice raises AlreadyReleased.
+  class Lease
+    attr_reader :id, :table
+
+    def initialize(table, id)
+      @table = table
+      @id = id
+    end
+
+    def release
+      rc = Native::RELEASE.call(@table.handle, @id)
+      Fairshm.raise_code(rc) unless rc.zero?
+      nil
+    end
+  end
+
+  # An open table (a mapped segment). Open it once per process, or once in the master
+  # before forking: it works in every forked worker and in every thread.
+  class Table
+    attr_reader :name, :handle
+
+    def self.create(name, config = nil, mode: 0)
+      new(name, Native::CREATE, config, mode)
+    end
+
+    def self.open(name, config = nil)
+      new(name, Native::OPEN_EXISTING, config)
+    end
+
+    def self.open_or_create(name, config = nil)
+      new(name, Native::OPEN_OR_CREATE, config)
+    end
+
+    # Read-only: never registers, changes nothing.
+    def self.observer(name)
+      new(name, Native::OBSERVER, nil)
+    end
+
+    def self.unlink(name)
+      rc = Native::UNLINK.call(name)
+      Fairshm.raise_code(rc) unless rc.zero?
+    end
+
+    # +config+: a Hash (sent as JSON), a file's path (TOML if it ends in .toml, else
+    # JSON), or nil.
+    def initialize(name, how, config = nil, mode = 0)
+      text, kind = case config
+                   when nil then [nil, Native::CONFIG_NONE]
+                   when Hash then [JSON.generate(config), Native::CONFIG_JSON]
+                   when String then [config, Native::CONFIG_FILE]
+                   else raise TypeError, "config is a Hash, a file's path, or nil"
+                   end
+      out = Fiddle::Pointer.malloc(Fiddle::SIZEOF_VOIDP, Fiddle::RUBY_FREE)
+      rc = Native::OPEN.call(name, how, text, kind, mode, out)
+      Fairshm.raise_code(rc) unless rc.zero?
+      @handle = out[0, Fiddle::SIZEOF_VOIDP].unpack1("J")
+      @name = name
+      @pools = {}
+      @tenants = {}
+    end
+
+    def close
+      h = @handle
+      @handle = 0
+      Native::CLOSE.call(h) unless h.nil? || h.zero?
+      nil
+    end
+
+    # The pool's handle (resolved once, then cached).
+    def pool(name)
+      @pools[name] ||= resolve(Native::POOL, name)
+    end
+
+    # The tenant's handle (claimed on first use, then cached).
+    def tenant(name)
+      @tenants[name] ||= resolve(Native::TENANT, name)
+    end
+
+    # Registers this process as a worker now (per_worker pools count it).
+    def register
+      rc = Native::REGISTER.call(@handle)
+      Fairshm.raise_code(rc) if rc.negative?
+      rc
+    end
+
+    # A Lease, or raises Refused at once.
+    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0)
+      p = @pools[pool_name] || pool(pool_name)
+      t = @tenants[tenant_name] || tenant(tenant_name)
+      lease, refusal = Fairshm.buffers
+      rc = Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
+      return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
+
+      refused_or_raise(rc, refusal, pool_name, tenant_name)
+    end
+
+    # A Lease, waiting up to +timeout+ seconds (nil: for ever) for room; raises Refused
+    # (timed_out or cancelled) if none came. The GVL is released while waiting;
+    # Thread#raise and Timeout.timeout interrupt the wait.
+    def acquire(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, cancel: nil)
+      p = pool(pool_name)
+      t = tenant(tenant_name)
+      lease, refusal = Fairshm.buffers
+      c = cancel ? cancel.ptr : nil
+      deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max)
+      loop do
+        left = if deadline
+                 [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
+               else
+                 WAIT_SLICE_MS
+               end
+        last = deadline && left <= WAIT_SLICE_MS
+        rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
+                                  last ? 0 : Native::WAIT_SLICE, c, lease, refusal)
+        return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
+        # A slice ended: interrupts land here.
+        next if rc == 1 && !last && refusal[0, 4].unpack1("L") != 4
+
+        refused_or_raise(rc, refusal, pool_name, tenant_name)
+      end
+    end
+
+    # Runs the block holding a permit (try_acquire without +timeout+, else acquire),
+    # and releases it when the block ends, however it ends. Raises Refused.
+    def permit(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil)
+      lease = if timeout
+                acquire(pool_name, tenant_name, units: units, hold_ms: hold_ms, timeout: timeout)
+              else
+                try_acquire(pool_name, tenant_name, units: units, hold_ms: hold_ms)
+              end
+      begin
+        yield lease
+      ensure
+        lease.release
+      end
+    end
+
+    def release(lease_id)
+      rc = Native::RELEASE.call(@handle, lease_id)
+      Fairshm.raise_code(rc) unless rc.zero?
+    end
+
+    # The whole table, read now, as a Hash (pools, tenants, leases, processes).
+    def stats
+      s = Native::STATS_JSON.call(@handle)
+      raise Error.new(-17, Native.last_error) if s.null?
+
+      begin
+        JSON.parse(s.to_s)
+      ensure
+        Native::STRING_FREE.call(s)
+      end
+    end
+
+    # Returns the permits of dead processes now; the number reaped.
+    def reap_dead
+      rc = Native::REAP_DEAD.call(@handle)
+      Fairshm.raise_code(rc) if rc.negative?
+      rc
+    end
+
+    private
+
+    def resolve(fn, name)
+      out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      rc = fn.call(@handle, name.to_s, out)
+      Fairshm.raise_code(rc) unless rc.zero?
+      out[0, 4].unpack1("L")
+    end
+
+    def refused_or_raise(rc, refusal, pool_name, tenant_name)
+      raise Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
+
+      Fairshm.raise_code(rc)
+    end
+  end
+
+  # Each thread's (each fiber's) out-parameters: a lease id and a refusal.
+  def self.buffers
+    Thread.current[:fairshm_buffers] ||= [Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE),
+                                          Fiddle::Pointer.malloc(Native::REFUSAL_SIZE, Fiddle::RUBY_FREE)]
+  end
+end

@@ -1,0 +1,79 @@
+# frozen_string_literal: true
+
+require "fiddle"
+
+module Fairshm
+  # fairshm's C ABI through Fiddle (include/fairshm.h): the library and its functions.
+  # Quick calls keep the GVL (releasing it costs more than the call); the blocking
+  # acquire releases it, so other threads run while it waits.
+  module Native
+    def self.library_path
+      env = ENV["FAIRSHM_LIB"]
+      return env if env && !env.empty?
+
+      [File.expand_path("libfairshm.so", __dir__),
+       File.expand_path("../../../../target/release/libfairshm.so", __dir__)].find { |p| File.exist?(p) } or
+        raise LoadError, "fairshm: libfairshm.so not found (gem install it, or set FAIRSHM_LIB)"
+    end
+
+    LIB = Fiddle.dlopen(library_path)
+
+    P = Fiddle::TYPE_VOIDP
+    I32 = Fiddle::TYPE_INT32_T
+    I64 = Fiddle::TYPE_INT64_T
+    U32 = -Fiddle::TYPE_INT32_T
+    U64 = -Fiddle::TYPE_INT64_T
+    SZ = Fiddle::TYPE_SIZE_T
+    VOID = Fiddle::TYPE_VOID
+
+    def self.fn(name, args, ret, need_gvl: true)
+      Fiddle::Function.new(LIB[name], args, ret, need_gvl: need_gvl)
+    end
+
+    OPEN = fn("fairshm_open", [P, U32, P, U32, U32, P], I32, need_gvl: false)
+    CLOSE = fn("fairshm_close", [P], VOID)
+    UNLINK = fn("fairshm_unlink", [P], I32)
+    LAST_ERROR = fn("fairshm_last_error", [], P)
+    CODE_NAME = fn("fairshm_code_name", [I32], P)
+    STRING_FREE = fn("fairshm_string_free", [P], VOID)
+    POOL = fn("fairshm_pool", [P, P, P], I32)
+    TENANT = fn("fairshm_tenant", [P, P, P], I32)
+    REGISTER = fn("fairshm_register", [P], I32)
+    TRY_ACQUIRE = fn("fairshm_try_acquire", [P, U32, U32, U32, U64, P, P], I32)
+    ACQUIRE = fn("fairshm_acquire", [P, U32, U32, U32, U64, U64, U32, P, P, P], I32, need_gvl: false)
+    RELEASE = fn("fairshm_release", [P, U64], I32)
+    EXPLAIN = fn("fairshm_explain", [P, P, P, SZ], I64)
+    STATS_JSON = fn("fairshm_stats_json", [P], P)
+    REAP_DEAD = fn("fairshm_reap_dead", [P], I32)
+    CANCEL_NEW = fn("fairshm_cancel_new", [], P)
+    CANCEL_FIRE = fn("fairshm_cancel_fire", [P], VOID)
+    CANCEL_RESET = fn("fairshm_cancel_reset", [P], VOID)
+    CANCEL_FREE = fn("fairshm_cancel_free", [P], VOID)
+    NOP_ACQUIRE = fn("fairshm_nop_acquire", [P, U32, U32, U32, U64, P, P], I32)
+    NOP_RELEASE = fn("fairshm_nop_release", [P, U64], I32)
+
+    OPEN_EXISTING = 0
+    CREATE = 1
+    OPEN_OR_CREATE = 2
+    OBSERVER = 3
+    CONFIG_NONE = 0
+    CONFIG_JSON = 1
+    CONFIG_FILE = 3
+    WAIT_SLICE = 1
+
+    # fairshm_refusal: reason, rule, units, (pad), retry_after_ms, in_use, held,
+    # capacity, floor, weight, short_units, active_weight, waited_ms, pool, tenant.
+    REFUSAL_SIZE = 72
+    REFUSAL_PACK = "L3x4QL6QQL2"
+    REFUSAL_FIELDS = %i[reason rule units retry_after_ms in_use held capacity floor weight
+                        short_units active_weight waited_ms pool tenant].freeze
+
+    def self.last_error
+      LAST_ERROR.call.to_s.force_encoding(Encoding::UTF_8)
+    end
+
+    def self.code_name(code)
+      CODE_NAME.call(code).to_s
+    end
+  end
+end

@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+
+class TestBlocking < Minitest::Test
+  include FairshmTest
+
+  def test_acquire_times_out_and_counts_one_timeout
+    held = fill
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    r = assert_raises(Fairshm::Refused) { @table.acquire("requests", "acme", timeout: 0.3) }
+    waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    assert_equal "timed_out", r.reason
+    assert_operator waited, :>=, 0.25
+    assert_operator waited, :<, 2
+    tenants = @table.stats["pools"][0]["tenants"]
+    assert_equal 1, tenants.sum { |t| t["refusals"].to_h.fetch("timed_out", 0) }
+    held.each(&:release)
+  end
+
+  def test_a_release_wakes_a_waiter_and_other_threads_run_meanwhile
+    held = fill
+    ticks = 0
+    ticker = Thread.new { loop { ticks += 1; sleep 0.001 } }
+    releaser = Thread.new { sleep 0.2; held.pop.release }
+    lease = @table.acquire("requests", "acme", timeout: 10)
+    ticker.kill
+    releaser.join
+    assert_operator ticks, :>, 20, "other threads ran while acquire waited (the GVL was free)"
+    lease.release
+    held.each(&:release)
+  end
+
+  def test_timeout_timeout_and_thread_raise_interrupt_a_wait
+    held = fill
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_raises(Timeout::Error) { Timeout.timeout(0.2) { @table.acquire("requests", "acme", timeout: 30) } }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0, :<, 2
+    waiter = Thread.new do
+      @table.acquire("requests", "acme", timeout: 30)
+      :granted
+    rescue Interrupt
+      :interrupted
+    end
+    sleep 0.1
+    waiter.raise(Interrupt)
+    assert_equal :interrupted, waiter.join(5)&.value
+    held.each(&:release)
+  end
+
+  def test_cancel_from_another_thread
+    held = fill
+    cancel = Fairshm::Cancel.new
+    Thread.new { sleep 0.1; cancel.cancel }
+    r = assert_raises(Fairshm::Refused) { @table.acquire("requests", "acme", timeout: 30, cancel: cancel) }
+    assert_equal "cancelled", r.reason
+    held.each(&:release)
+  end
+
+  def test_threads_each_hold_their_own_lease
+    leases = Array.new(4) { Thread.new { @table.try_acquire("requests", "t#{rand(2)}") } }.map(&:value)
+    assert_equal 4, leases.map(&:id).uniq.size
+    assert_equal 4, in_use
+    leases.each(&:release)
+    assert_equal 0, in_use
+  end
+end

@@ -1,0 +1,57 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+
+class TestTable < Minitest::Test
+  include FairshmTest
+
+  def test_grant_release_and_refusal_facts
+    a = @table.try_acquire("requests", "acme", hold_ms: 5)
+    b = @table.try_acquire("requests", "acme", units: 3)
+    r = assert_raises(Fairshm::Refused) { @table.try_acquire("requests", "acme") }
+    assert_equal "over_share", r.reason
+    assert_equal [4, 4, 4, 1, 1], [r.in_use, r.held, r.capacity, r.floor, r.units]
+    assert_operator r.retry_after_ms, :>=, 1
+    assert_includes r.explanation, '"acme"'
+    assert_equal "over_share", r.to_h[:reason]
+    a.release
+    b.release
+    assert_equal 0, in_use
+  end
+
+  def test_permit_with_a_block_releases_however_the_block_ends
+    @table.permit("requests", "acme", units: 2) { assert_equal 2, in_use }
+    assert_equal 0, in_use
+    assert_raises(RuntimeError) { @table.permit("requests", "acme") { raise "boom" } }
+    assert_equal 0, in_use
+  end
+
+  def test_errors_are_typed_and_named
+    lease = @table.try_acquire("requests", "acme")
+    lease.release
+    e = assert_raises(Fairshm::AlreadyReleased) { lease.release }
+    assert_equal ["already_released", -19], [e.kind, e.code]
+    e = assert_raises(Fairshm::UnknownPool) { @table.try_acquire("nope", "acme") }
+    assert_includes e.message, "requests"
+    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", "acme", units: 5) }
+    assert_equal "units_exceed_capacity", e.kind
+    assert_raises(Fairshm::AlreadyExists) { Fairshm::Table.create(@name, { "pools" => [{ "name" => "r", "capacity" => 1 }] }) }
+    assert_raises(Fairshm::NotFound) { Fairshm::Table.open("#{@name}-missing") }
+    e = assert_raises(Fairshm::InvalidConfig) do
+      Fairshm::Table.create("#{@name}-bad", { "pools" => [{ "name" => "r", "capacity" => 0 }] })
+    end
+    assert_includes e.message, "capacity"
+    assert_raises(TypeError) { Fairshm::Table.create("#{@name}-bad", 42) }
+  end
+
+  def test_stats_and_observer
+    obs = Fairshm::Table.observer(@name)
+    @table.permit("requests", "acme") do
+      assert_equal 1, obs.stats["pools"][0]["in_use"]
+      assert_equal ["acme"], obs.stats["tenants"].map { |t| t["name"] }
+    end
+    e = assert_raises(Fairshm::Error) { obs.try_acquire("requests", "acme") }
+    assert_equal "read_only", e.kind
+    obs.close
+  end
+end
