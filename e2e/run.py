@@ -1,0 +1,248 @@
+"""End-to-end fairness under real pre-fork servers: gunicorn (sync workers, WSGI
+middleware) and Puma in cluster mode (Rack middleware), both from Debian's packages,
+each opening the table in the master before fork (--preload).
+
+Two tenants: a heavy one with many connections and a light one with two, each request
+5 ms of work, pool = the server's concurrency. The load client is `loadgen` (see
+examples/loadgen.rs): `polite` connections wait the Retry-After they are given,
+`eager` ones retry at once (as wrk or hey). Per server, the phases are:
+
+  solo      light alone (its p99 alone), limiter on
+  polite    heavy + light, clients that honour Retry-After
+  eager     heavy + light, clients that retry at once
+  heavy     heavy alone (it must get the whole pool)
+  nolimit   heavy + light with no limiter (the baseline)
+
+Prints per phase and tenant: requests, 200s, 429s, p50 and p99, and the light tenant's
+p99 next to its p99 alone; with --check, exits non-zero if a target is missed:
+  - polite: light p99 <= 1.5 x its p99 alone; the heavy tenant gets 429s;
+  - heavy alone: the pool's in-use reaches its capacity;
+  - polite: the heavy tenant keeps >= 90% of the throughput its share allows, and its
+    p99 is within 2x of the ideal queueing delay (connections x hold / permits).
+
+    python e2e/run.py [--servers gunicorn,puma-4x1,puma-4x4] [--seconds 10] [--check]
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import fairshm
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK_MS = 5
+HEAVY = 64
+LIGHT = 2
+
+SERVERS = {
+    # name: (workers, threads per worker)
+    "gunicorn": (4, 1),
+    "puma-4x1": (4, 1),
+    "puma-4x4": (4, 4),
+}
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    def __init__(self, kind, segment, log_dir):
+        workers, threads = SERVERS[kind]
+        self.pool = workers * threads
+        self.port = free_port()
+        env = dict(os.environ, E2E_WORK_MS=str(WORK_MS), E2E_POOL=str(self.pool))
+        if segment:
+            env["FAIRSHM_E2E_SEGMENT"] = segment
+        else:
+            env.pop("FAIRSHM_E2E_SEGMENT", None)
+        addr = "127.0.0.1:%d" % self.port
+        if kind == "gunicorn":
+            cmd = [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--preload",
+                   "--bind", addr, "--backlog", "2048", "--log-level", "warning",
+                   "--chdir", str(HERE), "wsgi_app:app"]
+        else:
+            cmd = ["puma", "--workers", str(workers), "--threads", "%d:%d" % (threads, threads),
+                   "--preload", "--bind", "tcp://" + addr, "--environment", "production",
+                   "--quiet", str(HERE / "config.ru")]
+        self.log = open(log_dir / ("%s-%s.log" % (kind, "fairshm" if segment else "nolimit")), "w")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.addr = addr
+        self._wait_ready()
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited with %s; see %s" % (self.proc.returncode, self.log.name))
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    if s.recv(64).startswith(b"HTTP/1.1 200"):
+                        time.sleep(1.0)  # every worker up
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not answer in 60 s")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+class Sampler(threading.Thread):
+    """Reads the table as an observer every 5 ms: the most in use, and per tenant the
+    most held."""
+
+    def __init__(self, segment):
+        super().__init__(daemon=True)
+        self.table = fairshm.Table.observer(segment)
+        self.stop_flag = threading.Event()
+        self.max_in_use = 0
+
+    def run(self):
+        while not self.stop_flag.is_set():
+            pool = self.table.stats()["pools"][0]
+            self.max_in_use = max(self.max_in_use, pool["in_use"])
+            time.sleep(0.005)
+
+    def finish(self):
+        self.stop_flag.set()
+        self.join()
+        self.table.close()
+        return self.max_in_use
+
+
+def load(loadgen, addr, seconds, specs):
+    out = subprocess.run([str(loadgen), addr, str(seconds)] + specs, capture_output=True, text=True,
+                         timeout=seconds + 120)
+    if out.returncode != 0:
+        raise RuntimeError("loadgen failed: %s" % out.stderr)
+    return {d["tenant"]: d for d in map(json.loads, out.stdout.split("\n")[:-1])}
+
+
+def run_server(kind, seconds, loadgen, log_dir):
+    segment = "fairshm-e2e-%s-%d" % (kind, os.getpid())
+    results = {}
+    srv = Server(kind, segment, log_dir)
+    pool = srv.pool
+    try:
+        results["solo"] = load(loadgen, srv.addr, seconds, ["light:%d:polite" % LIGHT])
+        time.sleep(2)  # the activity window forgets the tenant
+        results["polite"] = load(loadgen, srv.addr, seconds,
+                                 ["heavy:%d:polite" % HEAVY, "light:%d:polite" % LIGHT])
+        time.sleep(2)
+        results["eager"] = load(loadgen, srv.addr, seconds,
+                                ["heavy:%d:eager" % HEAVY, "light:%d:eager" % LIGHT])
+        time.sleep(2)
+        sampler = Sampler(segment)
+        sampler.start()
+        results["heavy"] = load(loadgen, srv.addr, seconds, ["heavy:%d:polite" % HEAVY])
+        results["heavy"]["heavy"]["max_in_use"] = sampler.finish()
+        stats = fairshm.Table.observer(segment)
+        leftover = stats.stats()["pools"][0]["in_use"]
+        stats.close()
+    finally:
+        srv.stop()
+        try:
+            fairshm.Table.unlink(segment)
+        except fairshm.NotFound:
+            pass
+    srv = Server(kind, None, log_dir)
+    try:
+        results["nolimit-solo"] = load(loadgen, srv.addr, seconds, ["light:%d:eager" % LIGHT])
+        time.sleep(1)
+        results["nolimit"] = load(loadgen, srv.addr, seconds,
+                                  ["heavy:%d:eager" % HEAVY, "light:%d:eager" % LIGHT])
+    finally:
+        srv.stop()
+    return pool, results, leftover
+
+
+def report(kind, pool, seconds, results, leftover):
+    floor = max(1, pool * 5 // 100)
+    solo = results["solo"]["light"]["p99_ms"]
+    print("\n== %s: pool %d (floor %d), %d heavy + %d light connections, %d ms work, %g s per phase"
+          % (kind, pool, floor, HEAVY, LIGHT, WORK_MS, seconds))
+    print("%-13s %-6s %8s %7s %7s %9s %8s %8s %9s %10s" % (
+        "phase", "tenant", "requests", "200s", "429s", "200/s", "p50 ms", "p99 ms", "hint ms", "light p99"))
+    for phase in ("solo", "polite", "eager", "heavy", "nolimit-solo", "nolimit"):
+        base = results["nolimit-solo"]["light"]["p99_ms"] if phase.startswith("nolimit") else solo
+        for name, d in sorted(results[phase].items()):
+            ratio = "%.2fx" % (d["p99_ms"] / base) if name == "light" and base else ""
+            print("%-13s %-6s %8d %7d %7d %9.1f %8.2f %8.2f %9.1f %10s" % (
+                phase, name, d["attempts"], d["ok"], d["refused"], d["ok"] / seconds, d["p50_ms"],
+                d["p99_ms"], d["mean_hint_ms"], ratio))
+    checks = []
+    pol = results["polite"]
+    light_ratio = pol["light"]["p99_ms"] / solo
+    checks.append(("light p99 with heavy present / alone = %.2f (<= 1.5)" % light_ratio, light_ratio <= 1.5))
+    checks.append(("heavy refused with Retry-After while light is present: %d 429s" % pol["heavy"]["refused"],
+                   pol["heavy"]["refused"] > 0))
+    most = results["heavy"]["heavy"]["max_in_use"]
+    checks.append(("heavy alone holds the whole pool: max in use %d of %d" % (most, pool), most == pool))
+    # The heavy tenant's share: per-permit throughput from its run alone (the whole pool
+    # busy), times the permits it may hold beside the light tenant.
+    per_permit = results["heavy"]["heavy"]["ok"] / seconds / pool
+    light_busy = pol["light"]["ok"] / seconds / per_permit if per_permit else 0
+    allowed = pool - max(floor, light_busy)
+    want = 0.9 * allowed * per_permit
+    got = pol["heavy"]["ok"] / seconds
+    checks.append(("heavy throughput %.0f/s >= 90%% of its share's %.0f/s (%.1f permits)"
+                   % (got, allowed * per_permit, allowed), got >= want))
+    hold_ms = 1000.0 / per_permit if per_permit else 0
+    ideal = HEAVY * hold_ms / allowed if allowed > 0 else 0
+    hp99 = pol["heavy"]["p99_ms"]
+    checks.append(("heavy p99 %.0f ms <= 2 x ideal queueing delay %.0f ms" % (hp99, ideal), hp99 <= 2 * ideal))
+    checks.append(("nothing held after the runs: in use %d" % leftover, leftover == 0))
+    for text, ok in checks:
+        print("%s %s" % ("PASS" if ok else "FAIL", text))
+    return all(ok for _, ok in checks), checks
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servers", default="gunicorn,puma-4x1,puma-4x4")
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--loadgen", default=str(ROOT / "target" / "release" / "examples" / "loadgen"))
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    log_dir = Path(os.environ.get("E2E_LOG_DIR", "/tmp/fairshm-e2e"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ok_all = True
+    everything = {}
+    for kind in a.servers.split(","):
+        pool, results, leftover = run_server(kind, a.seconds, a.loadgen, log_dir)
+        ok, checks = report(kind, pool, a.seconds, results, leftover)
+        everything[kind] = {"pool": pool, "results": results, "checks": [[t, ok] for t, ok in checks]}
+        ok_all &= ok
+    if a.json:
+        Path(a.json).write_text(json.dumps(everything, indent=1))
+    if a.check and not ok_all:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

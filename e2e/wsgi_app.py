@@ -1,0 +1,28 @@
+"""The end-to-end WSGI app: 5 ms of work per request (E2E_WORK_MS), behind fairshm's
+middleware when FAIRSHM_E2E_SEGMENT names a segment. The table is opened at import,
+so with gunicorn's --preload it is opened once in the master, before fork."""
+
+import os
+import time
+
+WORK_MS = int(os.environ.get("E2E_WORK_MS", "5"))
+
+
+def base(environ, start_response):
+    time.sleep(WORK_MS / 1000.0)
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"ok"]
+
+
+app = base
+_segment = os.environ.get("FAIRSHM_E2E_SEGMENT")
+if _segment:
+    import fairshm
+    from fairshm.wsgi import FairshmMiddleware
+
+    table = fairshm.Table.open_or_create(
+        _segment, {"pools": [{"name": "requests", "capacity": int(os.environ["E2E_POOL"])}]}
+    )
+    app = FairshmMiddleware(
+        base, table, "requests", lambda environ: environ.get("HTTP_X_TENANT"), hold_ms=WORK_MS
+    )

@@ -1,0 +1,162 @@
+//! A closed-loop HTTP load client for the end-to-end server tests (`e2e/run.py`).
+//!
+//! Each tenant has N connections (threads); each sends `GET /` with `X-Tenant`, one
+//! request at a time on a new connection, until the duration ends. A request's latency
+//! runs from its first attempt to its 200, including the waits between attempts. A
+//! refused (429) attempt is retried per the tenant's mode:
+//! - `polite`: waits what the response asks (`Retry-After-Ms`, else `Retry-After`
+//!   seconds), as a client that honours `Retry-After` does;
+//! - `eager`: retries at once, as wrk or hey do.
+//!
+//!   loadgen ADDR SECONDS TENANT:CONNECTIONS:MODE...
+//!
+//! Prints one JSON object per tenant on stdout: attempts, 200s, 429s, errors, and the
+//! latency percentiles in ms.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Tally {
+    attempts: u64,
+    ok: u64,
+    refused: u64,
+    errors: u64,
+    hint_ms_total: u64,
+    latencies_us: Vec<u64>,
+}
+
+fn attempt(addr: &str, tenant: &str) -> std::io::Result<(u16, Option<u64>)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.set_nodelay(true)?;
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nX-Tenant: {tenant}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut buf = Vec::with_capacity(1024);
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines = text.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("no status line"))?;
+    let (mut ms, mut secs) = (None, None);
+    for l in lines.take_while(|l| !l.is_empty()) {
+        if let Some((k, v)) = l.split_once(':') {
+            let v = v.trim().parse::<u64>().ok();
+            if k.eq_ignore_ascii_case("retry-after-ms") {
+                ms = v;
+            } else if k.eq_ignore_ascii_case("retry-after") {
+                secs = v;
+            }
+        }
+    }
+    Ok((status, ms.or(secs.map(|s| s * 1000))))
+}
+
+fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>) -> Tally {
+    let mut t = Tally::default();
+    while !stop.load(Ordering::Relaxed) {
+        let start = Instant::now();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return t;
+            }
+            t.attempts += 1;
+            match attempt(&addr, &tenant) {
+                Ok((200, _)) => {
+                    t.ok += 1;
+                    t.latencies_us.push(start.elapsed().as_micros() as u64);
+                    break;
+                }
+                Ok((429, hint)) => {
+                    t.refused += 1;
+                    if polite {
+                        let ms = hint.unwrap_or(1000);
+                        t.hint_ms_total += ms;
+                        std::thread::sleep(Duration::from_millis(ms));
+                    }
+                }
+                _ => {
+                    t.errors += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    t
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1000.0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 3 {
+        eprintln!("usage: loadgen ADDR SECONDS TENANT:CONNECTIONS:polite|eager...");
+        std::process::exit(2);
+    }
+    let addr = args[0].clone();
+    let secs: f64 = args[1].parse().expect("SECONDS is a number");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tenants = Vec::new();
+    for spec in &args[2..] {
+        let parts: Vec<&str> = spec.split(':').collect();
+        let [name, n, mode] = parts[..] else {
+            panic!("tenant spec {spec:?} is not NAME:CONNECTIONS:MODE");
+        };
+        let n: usize = n.parse().expect("CONNECTIONS is a number");
+        let polite = match mode {
+            "polite" => true,
+            "eager" => false,
+            m => panic!("mode {m:?} is not polite or eager"),
+        };
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let (a, t, s) = (addr.clone(), name.to_owned(), Arc::clone(&stop));
+                std::thread::spawn(move || connection(a, t, polite, s))
+            })
+            .collect();
+        tenants.push((name.to_owned(), n, mode.to_owned(), threads));
+    }
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for (name, n, mode, threads) in tenants {
+        let mut all = Tally::default();
+        for th in threads {
+            let t = th.join().expect("a connection thread");
+            all.attempts += t.attempts;
+            all.ok += t.ok;
+            all.refused += t.refused;
+            all.errors += t.errors;
+            all.hint_ms_total += t.hint_ms_total;
+            all.latencies_us.extend(t.latencies_us);
+        }
+        all.latencies_us.sort_unstable();
+        let l = &all.latencies_us;
+        println!(
+            "{{\"tenant\":\"{name}\",\"connections\":{n},\"mode\":\"{mode}\",\"seconds\":{secs},\
+             \"attempts\":{},\"ok\":{},\"refused\":{},\"errors\":{},\"mean_hint_ms\":{:.1},\
+             \"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_ms\":{:.2}}}",
+            all.attempts,
+            all.ok,
+            all.refused,
+            all.errors,
+            all.hint_ms_total as f64 / all.refused.max(1) as f64,
+            pct(l, 0.50),
+            pct(l, 0.99),
+            pct(l, 1.0),
+        );
+    }
+}
