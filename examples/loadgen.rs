@@ -27,6 +27,8 @@ struct Tally {
     errors: u64,
     hint_ms_total: u64,
     latencies_us: Vec<u64>,
+    /// Attempts each served request took.
+    tries: Vec<u32>,
 }
 
 fn attempt(addr: &str, tenant: &str) -> std::io::Result<(u16, Option<u64>)> {
@@ -64,7 +66,9 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
     let mut t = Tally::default();
     while !stop.load(Ordering::Relaxed) {
         let start = Instant::now();
+        let mut tries = 0;
         loop {
+            tries += 1;
             if stop.load(Ordering::Relaxed) {
                 return t;
             }
@@ -73,6 +77,7 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
                 Ok((200, _)) => {
                     t.ok += 1;
                     t.latencies_us.push(start.elapsed().as_micros() as u64);
+                    t.tries.push(tries);
                     break;
                 }
                 Ok((429, hint)) => {
@@ -142,19 +147,29 @@ fn main() {
             all.errors += t.errors;
             all.hint_ms_total += t.hint_ms_total;
             all.latencies_us.extend(t.latencies_us);
+            all.tries.extend(t.tries);
         }
         all.latencies_us.sort_unstable();
+        all.tries.sort_unstable();
+        let first_try = all.tries.iter().filter(|&&n| n == 1).count();
+        let tries_p99 = all
+            .tries
+            .get((all.tries.len() * 99 / 100).min(all.tries.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0);
         let l = &all.latencies_us;
         println!(
             "{{\"tenant\":\"{name}\",\"connections\":{n},\"mode\":\"{mode}\",\"seconds\":{secs},\
              \"attempts\":{},\"ok\":{},\"refused\":{},\"errors\":{},\"mean_hint_ms\":{:.1},\
-             \"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_ms\":{:.2}}}",
+             \"p50_ms\":{:.2},\"p90_ms\":{:.2},\"p99_ms\":{:.2},\"max_ms\":{:.2},\
+             \"served_first_try\":{first_try},\"tries_p99\":{tries_p99}}}",
             all.attempts,
             all.ok,
             all.refused,
             all.errors,
             all.hint_ms_total as f64 / all.refused.max(1) as f64,
             pct(l, 0.50),
+            pct(l, 0.90),
             pct(l, 0.99),
             pct(l, 1.0),
         );

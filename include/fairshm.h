@@ -114,6 +114,8 @@ typedef struct {
   uint32_t rule;
   // Units asked for.
   uint32_t units;
+  // The tenant's refused requests whose turns come before this one's: its backlog.
+  uint32_t queued;
   // When to try again, in ms, rounded up, at least 1.
   uint64_t retry_after_ms;
   // The pool's units in use and the tenant's units held, as the rule saw them.
@@ -133,6 +135,8 @@ typedef struct {
   // The handles asked with, so that `fairshm_explain` can name them.
   uint32_t pool;
   uint32_t tenant;
+  // How often a turn of this tenant's comes, in µs (the retry-after's estimate).
+  uint64_t interval_us;
 } fairshm_refusal;
 
 #ifdef __cplusplus

@@ -7,11 +7,12 @@
 //! on the protocol deciding on a validated snapshot (`ops`).
 
 use crate::error::Result;
-use crate::layout::{held_word, tenant_state};
+use crate::layout::{TenantPoolRec, held_word, tenant_state};
 use crate::ops::{self, AcqOutcome, Desc};
 use crate::policy::Verdict;
 use crate::policy::fair_share::{self, FairShare, Frozen};
 use crate::region::Region;
+use crate::retry;
 use crate::sync::Ordering::*;
 
 /// Whether a tenant whose last activity was `last` is still in the window at `now`.
@@ -137,23 +138,6 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
     next
 }
 
-/// Default hold time assumed before any release was observed, in µs.
-pub const DEFAULT_HOLD_US: u64 = 10_000;
-
-/// Estimated ms until `short` units come free in a pool with `in_use` units held,
-/// assuming holds of the observed average length end evenly. Rounded up, at least 1.
-pub fn retry_after_ms(hold_ewma_us: u64, declared_hold_ms: u64, short: u32, in_use: u32) -> u64 {
-    let hold_us = if hold_ewma_us > 0 {
-        hold_ewma_us
-    } else if declared_hold_ms > 0 {
-        declared_hold_ms.saturating_mul(1000)
-    } else {
-        DEFAULT_HOLD_US
-    };
-    let us = hold_us.saturating_mul(short.max(1) as u64) / (in_use.max(1) as u64);
-    us.div_ceil(1000).max(1)
-}
-
 /// Folds one observed hold time into tenant `t`'s moving average in pool `p` (weight
 /// 1/8). The line is the tenant's own, which its release just wrote.
 pub fn observe_hold<R: Region>(r: &R, p: usize, t: usize, hold_us: u64) {
@@ -199,6 +183,45 @@ pub struct RefusalFacts {
     pub weight: u32,
     pub active_weight: u64,
     pub retry_after_ms: u64,
+    /// The tenant's refused requests with turns ahead of this one (see `retry`).
+    pub queued: u32,
+    /// The interval between the tenant's turns, µs.
+    pub interval_us: u32,
+}
+
+/// Takes the tenant's next turn on its clock (see `retry`).
+fn take_turn(tp: &TenantPoolRec, now: u64, interval_us: u64) -> retry::Turn {
+    // Relaxed: the clock is an estimate and publishes nothing; the CAS makes each
+    // refusal take a turn of its own.
+    let mut cur = tp.turn_at_us.load(Relaxed);
+    loop {
+        let t = retry::next_turn(cur, now, interval_us);
+        match tp
+            .turn_at_us
+            .compare_exchange_weak(cur, t.turn_at_us, Relaxed, Relaxed)
+        {
+            Ok(_) => return t,
+            Err(x) => cur = x,
+        }
+    }
+}
+
+/// Counts a hint given at `now`, and an early return if an earlier hint of this
+/// tenant's (given since its last grant here) has not run out yet.
+fn count_hint(tp: &TenantPoolRec, now: u64, hint_ms: u64) {
+    // Relaxed, all: statistics.
+    tp.hints.fetch_add(1, Relaxed);
+    tp.hint_ms_total.fetch_add(hint_ms, Relaxed);
+    let first = tp.first_due_lo.load(Relaxed);
+    let due = retry::due_lo(now + hint_ms);
+    if retry::before_due(first, now) {
+        tp.early_returns.fetch_add(1, Relaxed);
+        if (due.wrapping_sub(first) as i32) < 0 {
+            tp.first_due_lo.store(due, Relaxed);
+        }
+    } else {
+        tp.first_due_lo.store(due, Relaxed);
+    }
 }
 
 /// What [`try_acquire`] came to.
@@ -253,6 +276,10 @@ pub fn try_acquire<R: Region>(
     match (outcome, l) {
         (AcqOutcome::Granted, Some(l)) => {
             ops::count_grant(r, r.lease(l));
+            // Relaxed: a statistic's marker; the line is ours already (we CAS `held`).
+            if tp.first_due_lo.load(Relaxed) != 0 {
+                tp.first_due_lo.store(0, Relaxed);
+            }
             Ok(Admitted::Granted { lease: l, desc: d })
         }
         (AcqOutcome::Granted, None) => unreachable!("a grant has a lease"),
@@ -264,8 +291,8 @@ pub fn try_acquire<R: Region>(
             },
             claimed,
         ) => {
-            let (code, short) = match verdict {
-                Verdict::Refuse { reason, short } => (reason, short),
+            let code = match verdict {
+                Verdict::Refuse { reason, .. } => reason,
                 Verdict::Admit | Verdict::AdmitCharging => {
                     unreachable!("a refusal carries a refusing verdict")
                 }
@@ -273,7 +300,21 @@ pub fn try_acquire<R: Region>(
             if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1)) {
                 c.fetch_add(1, Relaxed);
             }
-            let ewma = tp.hold_ewma_us.load(Relaxed) as u64;
+            let hold = retry::hold_us(tp.hold_ewma_us.load(Relaxed) as u64, a.hold_ms);
+            // Over its share, only its own releases make room for it; under it, any.
+            let turning = if code == fair_share::OVER_SHARE {
+                held
+            } else {
+                in_use
+            };
+            let turn = take_turn(tp, a.now, retry::interval_us(hold, a.units, turning));
+            let mut hint = turn.hint_ms;
+            // Over its share, the tenant's share grows when another leaves the active
+            // set: not before `set_changes_at`, perhaps then.
+            if code == fair_share::OVER_SHARE && set_changes_at > a.now {
+                hint = hint.min(set_changes_at - a.now);
+            }
+            count_hint(tp, a.now, hint);
             let facts = RefusalFacts {
                 verdict,
                 in_use,
@@ -282,16 +323,9 @@ pub fn try_acquire<R: Region>(
                 floor,
                 weight: a.weight,
                 active_weight,
-                retry_after_ms: {
-                    let est = retry_after_ms(ewma, a.hold_ms, short, in_use);
-                    // Over its share, the tenant's share grows when another leaves the
-                    // active set: not before `set_changes_at`, perhaps then.
-                    if code == fair_share::OVER_SHARE && set_changes_at > a.now {
-                        est.min(set_changes_at - a.now)
-                    } else {
-                        est
-                    }
-                },
+                retry_after_ms: hint,
+                queued: turn.queued,
+                interval_us: turn.interval_us.min(u32::MAX as u64) as u32,
             };
             Ok(Admitted::Refused { facts, claimed })
         }
@@ -380,14 +414,5 @@ mod tests {
             1,
             "a left the set when its last permit was reaped"
         );
-    }
-
-    #[test]
-    fn retry_after_rounds_up_and_is_never_zero() {
-        assert_eq!(retry_after_ms(5_000, 0, 1, 8), 1); // 0.625 ms -> 1
-        assert_eq!(retry_after_ms(5_000, 0, 4, 2), 10);
-        assert_eq!(retry_after_ms(0, 3, 1, 1), 3);
-        assert_eq!(retry_after_ms(0, 0, 1, 1), 10);
-        assert_eq!(retry_after_ms(1, 0, 1, 1000), 1);
     }
 }

@@ -17,6 +17,9 @@ pub const LAYOUT_VERSION: u32 = 3;
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record but `PoolRec` is one cache line, so that two records never share one.
 pub const RECORD: usize = 64;
+/// `TenantPoolRec` is two lines: the counters of the tenant's own ops in the first, the
+/// retry-after estimator's state (written on refusals only) in the second.
+pub const TENANT_POOL_RECORD: usize = 128;
 /// `PoolRec` is two 128-byte halves: the pool word alone in the first (128 bytes, since
 /// x86 prefetches cache lines in adjacent pairs), everything else in the second.
 pub const POOL_RECORD: usize = 256;
@@ -122,8 +125,9 @@ pub struct TenantRec {
     pub name: [AtomicU64; 6],
 }
 
-/// Counters of one tenant in one pool. Every field is on the line that the tenant's own
-/// ops already own (they CAS `held`), so the bookkeeping costs no extra cache miss.
+/// Counters of one tenant in one pool. Every field of the first line is on the line that
+/// the tenant's own ops already own (they CAS `held`), so the bookkeeping costs no extra
+/// cache miss; the second line is the retry-after estimator's, touched by refusals only.
 #[repr(C)]
 pub struct TenantPoolRec {
     /// See [`op_word`]: units held plus the tag of the last op applied to them.
@@ -136,7 +140,18 @@ pub struct TenantPoolRec {
     /// Moving average of this tenant's hold times in this pool, in µs, saturating
     /// (drives retry-after).
     pub hold_ewma_us: AtomicU32,
-    pub reserved: AtomicU32,
+    /// Low 32 bits of the earliest due time (ms) of the hints given since this tenant's
+    /// last grant here, 0 = none: a refusal before it is counted an early return.
+    pub first_due_lo: AtomicU32,
+    /// The tenant's turn clock here, in µs of the callers' `now`: the turn promised to
+    /// its latest refused request (see `retry`).
+    pub turn_at_us: AtomicU64,
+    /// Hints given (refusals with a retry-after), and their sum in ms.
+    pub hints: AtomicU64,
+    pub hint_ms_total: AtomicU64,
+    /// Refusals that came before an earlier hint of this tenant's had run out.
+    pub early_returns: AtomicU64,
+    pub reserved: [AtomicU64; 4],
 }
 
 /// One process slot.
@@ -526,7 +541,7 @@ impl Geometry {
         let pools_off = (config_off + config_len).div_ceil(128) * 128;
         let tenants_off = pools_off + pools * POOL_RECORD;
         let tenant_pools_off = tenants_off + tenants * RECORD;
-        let procs_off = tenant_pools_off + pools * tenants * RECORD;
+        let procs_off = tenant_pools_off + pools * tenants * TENANT_POOL_RECORD;
         let leases_off = procs_off + procs * RECORD;
         let total_size = leases_off + procs * leases_per_proc * RECORD;
         Geometry {
@@ -556,7 +571,12 @@ impl Geometry {
             (CONFIG, self.config_off, self.config_len, 1),
             (POOLS, self.pools_off, POOL_RECORD, self.pools),
             (TENANTS, self.tenants_off, RECORD, self.tenants),
-            (TENANT_POOLS, self.tenant_pools_off, RECORD, self.pools * self.tenants),
+            (
+                TENANT_POOLS,
+                self.tenant_pools_off,
+                TENANT_POOL_RECORD,
+                self.pools * self.tenants,
+            ),
             (PROCS, self.procs_off, RECORD, self.procs),
             (LEASES, self.leases_off, RECORD, self.leases()),
         ]
@@ -569,7 +589,8 @@ pub fn record_size(record: &str) -> Option<usize> {
         "PoolRec" => Some(POOL_RECORD),
         "Header" => Some(HEADER),
         "RegionEntry" => Some(16),
-        "TenantRec" | "TenantPoolRec" | "ProcRec" | "LeaseRec" => Some(RECORD),
+        "TenantPoolRec" => Some(TENANT_POOL_RECORD),
+        "TenantRec" | "ProcRec" | "LeaseRec" => Some(RECORD),
         _ => None,
     }
 }
@@ -602,7 +623,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         waiters, reserved32, wake, extra, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
-        hold_ewma_us, reserved);
+        hold_ewma_us, first_due_lo, turn_at_us, hints, hint_ms_total, early_returns, reserved);
     fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
         registered_ms, death_pids, death_unix_ms, death_info, reserved);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,
@@ -617,7 +638,8 @@ const _: () = {
     assert!(size_of::<RegionEntry>() == 16);
     assert!(size_of::<PoolRec>() == POOL_RECORD);
     assert!(size_of::<TenantRec>() == RECORD);
-    assert!(size_of::<TenantPoolRec>() == RECORD);
+    assert!(size_of::<TenantPoolRec>() == TENANT_POOL_RECORD);
+    assert!(std::mem::offset_of!(TenantPoolRec, turn_at_us) == RECORD);
     assert!(size_of::<ProcRec>() == RECORD);
     assert!(size_of::<LeaseRec>() == RECORD);
     assert!(align_of::<LeaseRec>() <= RECORD);

@@ -18,7 +18,8 @@
 //! Modules, one responsibility each: `layout` (the bytes), `segment` (the mapping),
 //! `region` (the records, mapped or on the heap), `ops` (the crash-safe op protocol,
 //! which names no policy), `policy` (the seam, and `fair_share`: seed 000's rule),
-//! `admission` (activity, frozen inputs, retry-after, statistics), `tenants`,
+//! `admission` (activity, frozen inputs, statistics), `retry` (the retry-after
+//! estimator: a turn clock per tenant), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake), `peers` (anchors watching each other),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
 //! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade),
@@ -49,6 +50,7 @@ internal!(
     recovery,
     region,
     repair,
+    retry,
     tenants,
     #[cfg(not(loom))]
     anchor,

@@ -71,6 +71,11 @@ pub struct Refused {
     /// Units more that would have to be free (`pool_full`), or that would eat into
     /// the floor (`over_share`).
     pub short: u32,
+    /// The tenant's refused requests whose turns come before this one's: its backlog.
+    pub queued: u32,
+    /// How often a turn of this tenant's comes, in µs (saturating): its mean hold over the units
+    /// that turn over for it (its own if over its share, the pool's if not).
+    pub interval_us: u32,
 }
 
 impl Refused {
@@ -99,6 +104,8 @@ impl Refused {
             weight: f.weight,
             active_weight: f.active_weight.max(f.weight as u64),
             short,
+            queued: f.queued,
+            interval_us: f.interval_us,
         }
     }
 
@@ -119,8 +126,8 @@ pub struct Refusal {
     /// The facts of the last refusal by the rule (for `timed_out` and `cancelled`, the
     /// one before the wait ended).
     pub facts: Refused,
-    /// How long a blocking acquire waited, for `timed_out` and `cancelled`.
-    pub waited_ms: Option<u64>,
+    /// How long a blocking acquire waited (ms, saturating), for `timed_out` and `cancelled`.
+    pub waited_ms: Option<u32>,
 }
 
 impl std::fmt::Display for Refusal {
@@ -148,6 +155,36 @@ impl Serialize for Refusal {
         st.serialize_field("share", &self.share())?;
         st.serialize_field("waited_ms", &self.waited_ms)?;
         st.end()
+    }
+}
+
+/// The estimate behind the retry-after, in words.
+struct Turn<'a>(&'a Refused);
+
+impl std::fmt::Display for Turn<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let x = self.0;
+        let every = x.interval_us as f64 / 1000.0;
+        let whose = if x.reason == Reason::OverShare {
+            "its own releases"
+        } else {
+            "the pool's releases"
+        };
+        match x.queued {
+            0 => write!(
+                f,
+                "No request of this tenant's is queued ahead; {whose} make room about every \
+                 {every:.1} ms, so its turn is expected in {} ms",
+                x.retry_after_ms
+            ),
+            q => write!(
+                f,
+                "{} of this tenant's are queued ahead; {whose} make room about every \
+                 {every:.1} ms, so its turn is expected in {} ms",
+                plural(q, "refused request"),
+                x.retry_after_ms
+            ),
+        }
     }
 }
 
@@ -211,14 +248,15 @@ impl Refusal {
             format!("active weight {} (its own {})", x.active_weight, x.weight)
         };
         let retry = x.retry_after_ms;
+        let turn = Turn(x);
         match x.reason {
             Reason::OverShare => write!(
                 f,
                 "tenant {tenant:?} asked for {} of pool {pool:?} ({} of {} in use). \
                  It holds {}, at or past its share of {sh:.1} ({company}), so it may \
                  use the pool only up to {} (capacity less the floor of {} kept for \
-                 other tenants), and that is {} short. Retry after {retry} ms, or \
-                 lower this tenant's concurrency.",
+                 other tenants), and that is {} short. {turn}: retry after {retry} ms, \
+                 or lower this tenant's concurrency.",
                 plural(units, "unit"),
                 x.in_use,
                 x.capacity,
@@ -231,8 +269,8 @@ impl Refusal {
                 f,
                 "tenant {tenant:?} asked for {} of pool {pool:?}, which is full \
                  ({} of {} in use). It holds {}, under its share of {sh:.1} ({company}), \
-                 so it is first in line: retry after {retry} ms, when a release is \
-                 expected; it is admitted as soon as {} free{}.",
+                 so it is first in line. {turn}: retry after {retry} ms, when a \
+                 release is expected; it is admitted as soon as {} free{}.",
                 plural(units, "unit"),
                 x.in_use,
                 x.capacity,

@@ -73,7 +73,12 @@ impl HeapRegion {
                     grants: a64(),
                     refusals: [a64(), a64(), a64(), a64()],
                     hold_ewma_us: a32(),
-                    reserved: a32(),
+                    first_due_lo: a32(),
+                    turn_at_us: a64(),
+                    hints: a64(),
+                    hint_ms_total: a64(),
+                    early_returns: a64(),
+                    reserved: [a64(), a64(), a64(), a64()],
                 })
                 .collect(),
             procs: (0..procs)

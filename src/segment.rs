@@ -17,7 +17,7 @@ use crate::config::{Config, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
     Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
-    RECORD, TenantPoolRec, TenantRec,
+    RECORD, TENANT_POOL_RECORD, TenantPoolRec, TenantRec,
 };
 use crate::region::Region;
 use crate::sync::Ordering::*;
@@ -552,7 +552,9 @@ impl Region for Segment {
     fn tenant_pool(&self, p: usize, t: usize) -> &TenantPoolRec {
         assert!(p < self.geo.pools && t < self.geo.tenants);
         // SAFETY: `p * tenants + t < pools * tenants`: in the tenant-pool region (G).
-        unsafe { self.rec(self.geo.tenant_pools_off + (p * self.geo.tenants + t) * RECORD) }
+        unsafe {
+            self.rec(self.geo.tenant_pools_off + (p * self.geo.tenants + t) * TENANT_POOL_RECORD)
+        }
     }
     #[inline]
     fn proc_slot(&self, s: usize) -> &ProcRec {

@@ -69,6 +69,13 @@ pub struct TenantSnap {
     pub refusals: Vec<(String, u64)>,
     /// Moving average of this tenant's holds in this pool, in µs (0: none seen yet).
     pub hold_ewma_us: u64,
+    /// Retry-after hints given to this tenant here, and their mean in ms.
+    pub hints: u64,
+    pub mean_hint_ms: f64,
+    /// Refusals that came before an earlier hint of this tenant's (given since its last
+    /// grant here) had run out: clients back before their hint, or new ones arriving
+    /// during a run of refusals (an upper bound on the first).
+    pub early_returns: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -199,6 +206,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                     } else {
                         active_weight + weight as u64
                     };
+                    let hints = tp.hints.load(Relaxed);
                     let refusals = Reason::ALL_COUNTED
                         .iter()
                         .map(|&reason| {
@@ -217,6 +225,13 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                         grants,
                         refusals,
                         hold_ewma_us: tp.hold_ewma_us.load(Relaxed) as u64,
+                        hints,
+                        mean_hint_ms: if hints == 0 {
+                            0.0
+                        } else {
+                            tp.hint_ms_total.load(Relaxed) as f64 / hints as f64
+                        },
+                        early_returns: tp.early_returns.load(Relaxed),
                     })
                 })
                 .collect();

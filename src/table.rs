@@ -234,7 +234,7 @@ impl Table {
             Err((facts, waited)) => {
                 let mut r = Refusal::new(req.pool, req.tenant, facts.last);
                 r.reason = facts.reason;
-                r.waited_ms = Some(waited.as_millis() as u64);
+                r.waited_ms = Some(waited.as_millis().min(u32::MAX as u128) as u32);
                 Ok(Err(r))
             }
         }

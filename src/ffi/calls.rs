@@ -15,6 +15,7 @@ use crate::waiting::Cancel;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairshm_refusal {
+    // 80 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
     /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`
     /// (`fairshm_code_name`).
     pub reason: u32,
@@ -23,6 +24,8 @@ pub struct fairshm_refusal {
     pub rule: u32,
     /// Units asked for.
     pub units: u32,
+    /// The tenant's refused requests whose turns come before this one's: its backlog.
+    pub queued: u32,
     /// When to try again, in ms, rounded up, at least 1.
     pub retry_after_ms: u64,
     /// The pool's units in use and the tenant's units held, as the rule saw them.
@@ -42,7 +45,11 @@ pub struct fairshm_refusal {
     /// The handles asked with, so that `fairshm_explain` can name them.
     pub pool: u32,
     pub tenant: u32,
+    /// How often a turn of this tenant's comes, in µs (the retry-after's estimate).
+    pub interval_us: u64,
 }
+
+const _: () = assert!(std::mem::size_of::<fairshm_refusal>() == 80);
 
 impl fairshm_refusal {
     fn new(r: &Refused, reason: Reason, waited_ms: u64, pool: u32, tenant: u32) -> Self {
@@ -50,6 +57,7 @@ impl fairshm_refusal {
             reason: reason.code(),
             rule: r.reason.code(),
             units: r.units,
+            queued: r.queued,
             retry_after_ms: r.retry_after_ms,
             in_use: r.in_use,
             held: r.held,
@@ -61,6 +69,7 @@ impl fairshm_refusal {
             waited_ms,
             pool,
             tenant,
+            interval_us: r.interval_us as u64,
         }
     }
 
@@ -77,6 +86,8 @@ impl fairshm_refusal {
             weight: self.weight,
             active_weight: self.active_weight,
             short: self.short_units,
+            queued: self.queued,
+            interval_us: self.interval_us.min(u32::MAX as u64) as u32,
         }
     }
 }
@@ -378,7 +389,7 @@ fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
     let mut refusal = Refusal::new(table.engine().pool_name(p), &tenant, r.facts(rule));
     refusal.reason = reason;
     if matches!(reason, Reason::TimedOut | Reason::Cancelled) {
-        refusal.waited_ms = Some(r.waited_ms);
+        refusal.waited_ms = Some(r.waited_ms.min(u32::MAX as u64) as u32);
     }
     Ok(refusal.explanation())
 }

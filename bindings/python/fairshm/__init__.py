@@ -90,7 +90,8 @@ class Refused(Exception):
 
     def __getattr__(self, name):
         # The numbers behind the refusal: units, in_use, held, capacity, floor, weight,
-        # active_weight, short_units, waited_ms.
+        # active_weight, short_units, waited_ms; and the estimate behind the retry-after:
+        # queued (the tenant's refused requests with turns ahead), interval_us.
         facts = self.__dict__.get("_facts")
         if facts is not None and name in _FACT_NAMES:
             return getattr(facts, name)
@@ -134,7 +135,7 @@ class Refused(Exception):
 
 
 _FACT_NAMES = ("units", "in_use", "held", "capacity", "floor", "weight", "active_weight",
-               "short_units", "waited_ms")
+               "short_units", "waited_ms", "queued", "interval_us")
 
 
 class Cancel:

@@ -16,6 +16,7 @@ class Refusal(ctypes.Structure):
         ("reason", c_uint32),
         ("rule", c_uint32),
         ("units", c_uint32),
+        ("queued", c_uint32),
         ("retry_after_ms", c_uint64),
         ("in_use", c_uint32),
         ("held", c_uint32),
@@ -27,6 +28,7 @@ class Refusal(ctypes.Structure):
         ("waited_ms", c_uint64),
         ("pool", c_uint32),
         ("tenant", c_uint32),
+        ("interval_us", c_uint64),
     ]
 
 

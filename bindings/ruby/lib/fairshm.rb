@@ -63,7 +63,8 @@ module Fairshm
       super(@reason)
     end
 
-    %i[units in_use held capacity floor weight short_units active_weight waited_ms].each do |f|
+    %i[units in_use held capacity floor weight short_units active_weight waited_ms queued
+       interval_us].each do |f|
       define_method(f) { @facts[f] }
     end
 

@@ -61,12 +61,13 @@ module Fairshm
     CONFIG_FILE = 3
     WAIT_SLICE = 1
 
-    # fairshm_refusal: reason, rule, units, (pad), retry_after_ms, in_use, held,
-    # capacity, floor, weight, short_units, active_weight, waited_ms, pool, tenant.
-    REFUSAL_SIZE = 72
-    REFUSAL_PACK = "L3x4QL6QQL2"
-    REFUSAL_FIELDS = %i[reason rule units retry_after_ms in_use held capacity floor weight
-                        short_units active_weight waited_ms pool tenant].freeze
+    # fairshm_refusal: reason, rule, units, queued, retry_after_ms, in_use, held,
+    # capacity, floor, weight, short_units, active_weight, waited_ms, pool, tenant,
+    # interval_us.
+    REFUSAL_SIZE = 80
+    REFUSAL_PACK = "L4QL6QQL2Q"
+    REFUSAL_FIELDS = %i[reason rule units queued retry_after_ms in_use held capacity floor weight
+                        short_units active_weight waited_ms pool tenant interval_us].freeze
 
     def self.last_error
       LAST_ERROR.call.to_s.force_encoding(Encoding::UTF_8)

@@ -1,0 +1,174 @@
+//! The retry-after estimator through the engine, under explicit `now`: a tenant's
+//! refused requests get turns one interval apart (its mean hold over the units that
+//! turn over for it), the backlog is reported, the clock drains with time, the same
+//! sequence replays to the same hints, and the statistics count hints and early
+//! returns.
+mod common;
+
+use common::{Seg, one_pool};
+use fairshm::{Engine, LeaseId, Outcome, PoolId, Reason, Refused, Table, TenantId};
+
+fn handles(t: &Table) -> (PoolId, TenantId, TenantId) {
+    let e = t.engine();
+    (
+        e.pool("requests").unwrap(),
+        e.tenant("heavy").unwrap(),
+        e.tenant("light").unwrap(),
+    )
+}
+
+fn grant(e: &Engine, p: PoolId, t: TenantId, now: u64) -> LeaseId {
+    match e.acquire(p, t, 1, 0, now).unwrap() {
+        Outcome::Granted(id) => id,
+        Outcome::Refused(r) => panic!("refused at {now}: {r:?}"),
+    }
+}
+
+fn refused(e: &Engine, p: PoolId, t: TenantId, now: u64) -> Refused {
+    match e.acquire(p, t, 1, 0, now).unwrap() {
+        Outcome::Refused(r) => r,
+        Outcome::Granted(id) => panic!("granted {id} at {now}"),
+    }
+}
+
+/// Heavy has held and released one permit for 12 ms (its mean hold), then holds 6 of a
+/// pool of 8 while light holds 1: heavy is past its share of 4, at capacity less the
+/// floor.
+fn setup(seg: &Seg) -> Table {
+    let t = seg.create(&one_pool(8));
+    let (p, heavy, light) = handles(&t);
+    let e = t.engine();
+    let id = grant(e, p, heavy, 1_000);
+    e.release(id, 1_012).unwrap();
+    grant(e, p, light, 1_010);
+    for _ in 0..6 {
+        grant(e, p, heavy, 1_010);
+    }
+    t
+}
+
+#[test]
+fn over_share_refusals_get_turns_one_interval_apart() {
+    let seg = Seg::new("retry-turns");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    // Holds of 12 ms over 6 held units: one of heavy's permits frees every 2 ms.
+    let mut hints = Vec::new();
+    for k in 0..5 {
+        let r = refused(e, p, heavy, 1_020);
+        assert_eq!(r.reason, Reason::OverShare);
+        assert_eq!((r.interval_us, r.queued), (2_000, k), "refusal {k}");
+        hints.push(r.retry_after_ms);
+    }
+    for (k, h) in hints.iter().enumerate() {
+        // Turn k is due (k + 1) x 2 ms from now, plus a jitter under half a ms.
+        let base = (k as u64 + 1) * 2;
+        assert!(*h == base || *h == base + 1, "hint {k}: {h} ms");
+    }
+    // The explanation says what the estimate rests on.
+    let r = refused(e, p, heavy, 1_020);
+    let text = fairshm::Refusal::new("requests", "heavy", r).explanation();
+    assert!(
+        text.contains("5 refused requests of this tenant's are queued ahead"),
+        "{text}"
+    );
+    assert!(text.contains("about every 2.0 ms"), "{text}");
+}
+
+#[test]
+fn the_clock_drains_as_time_passes() {
+    let seg = Seg::new("retry-drain");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    for _ in 0..10 {
+        refused(e, p, heavy, 1_020);
+    }
+    // 10 turns of 2 ms: due by 1_040. At 1_030, five are still ahead.
+    assert_eq!(refused(e, p, heavy, 1_030).queued, 5);
+    // Long after, the queue is empty again: the next turn is one interval away.
+    let r = refused(e, p, heavy, 2_000);
+    assert_eq!(r.queued, 0);
+    assert!((2..=3).contains(&r.retry_after_ms), "{r:?}");
+}
+
+#[test]
+fn pool_full_turns_follow_the_pools_releases() {
+    let seg = Seg::new("retry-full");
+    let t = seg.create(&one_pool(8));
+    let (p, heavy, light) = handles(&t);
+    let e = t.engine();
+    // Light's mean hold: 16 ms.
+    let id = grant(e, p, light, 1_000);
+    e.release(id, 1_016).unwrap();
+    for _ in 0..7 {
+        grant(e, p, heavy, 1_020);
+    }
+    grant(e, p, light, 1_020);
+    // Light holds 1 < its share: refused pool_full, and any of the 8 in use can free
+    // room: one turn every 16 / 8 = 2 ms.
+    let r = refused(e, p, light, 1_021);
+    assert_eq!(
+        (r.reason, r.interval_us, r.queued),
+        (Reason::PoolFull, 2_000, 0)
+    );
+    assert!((2..=3).contains(&r.retry_after_ms), "{r:?}");
+}
+
+#[test]
+fn the_same_sequence_replays_to_the_same_hints() {
+    let run = |tag: &str| {
+        let seg = Seg::new(tag);
+        let t = setup(&seg);
+        let (p, heavy, _) = handles(&t);
+        let e = t.engine();
+        (0..50u64)
+            .map(|k| refused(e, p, heavy, 1_020 + k / 7).retry_after_ms)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (run("retry-replay-a"), run("retry-replay-b"));
+    assert_eq!(a, b);
+    // Jittered: not all hints are whole multiples of the interval.
+    assert!(a.windows(2).any(|w| w[1] != w[0] + 2));
+}
+
+#[test]
+fn statistics_count_hints_and_early_returns() {
+    let seg = Seg::new("retry-stats");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    let first = refused(e, p, heavy, 1_020); // due at 1_022 or 1_023
+    let second = refused(e, p, heavy, 1_021); // before the first ran out: early
+    let third = refused(e, p, heavy, 1_040); // after both: not early
+    let tenant = |now| {
+        let snap = t.snapshot_at(now);
+        snap.pools[0]
+            .tenants
+            .iter()
+            .find(|x| x.name == "heavy")
+            .cloned()
+            .unwrap()
+    };
+    let s = tenant(1_040);
+    assert_eq!((s.hints, s.early_returns), (3, 1));
+    let mean = (first.retry_after_ms + second.retry_after_ms + third.retry_after_ms) as f64 / 3.0;
+    assert!((s.mean_hint_ms - mean).abs() < 1e-9);
+    // A grant clears the marker: a refusal right after it is not early.
+    let lease = t
+        .snapshot_at(1_040)
+        .leases
+        .iter()
+        .find(|l| l.tenant == "heavy")
+        .map(|l| LeaseId {
+            index: l.index as u32,
+            generation: l.generation,
+        })
+        .expect("heavy holds leases");
+    refused(e, p, heavy, 1_041); // a hint not run out yet (early: 2 now)
+    e.release(lease, 1_041).unwrap();
+    grant(e, p, heavy, 1_041); // a grant
+    refused(e, p, heavy, 1_041);
+    assert_eq!(tenant(1_041).early_returns, 2, "not early after a grant");
+}
