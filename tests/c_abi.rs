@@ -8,19 +8,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The directory holding `libfairshm.so` of this build (next to `deps/`).
-fn lib_dir() -> PathBuf {
+/// Builds the cdylib from the current sources (`cargo test` builds only the rlib) in a
+/// target directory of its own, and returns the directory holding `libfairshm.so`.
+fn lib_dir(root: &Path) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let target = exe.ancestors().nth(3).unwrap().join("c-abi");
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--lib", "--quiet", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .expect("run cargo");
+    assert!(built.success(), "cargo builds the cdylib");
+    target.join("release")
 }
 
 #[test]
 fn a_c_program_forks_workers_that_keep_the_pool_bound() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = lib_dir();
+    let dir = lib_dir(root);
     assert!(
         dir.join("libfairshm.so").exists(),
-        "the cdylib is built beside the tests: {}",
+        "the cdylib is built in {}",
         dir.display()
     );
     let out = dir.join(format!("pool_bound-{}", std::process::id()));
