@@ -209,8 +209,7 @@ fn take_turn(tp: &TenantPoolRec, now: u64, interval_us: u64) -> retry::Turn {
 /// Counts a hint given at `now`, and an early return if an earlier hint of this
 /// tenant's (given since its last grant here) has not run out yet.
 fn count_hint(tp: &TenantPoolRec, now: u64, hint_ms: u64) {
-    // Relaxed, all: statistics.
-    tp.hints.fetch_add(1, Relaxed);
+    // Relaxed, all: statistics. (The hints' count is the rule's refusal counters.)
     tp.hint_ms_total.fetch_add(hint_ms, Relaxed);
     let first = tp.first_due_lo.load(Relaxed);
     let due = retry::due_lo(now + hint_ms);

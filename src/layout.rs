@@ -146,12 +146,11 @@ pub struct TenantPoolRec {
     /// The tenant's turn clock here, in µs of the callers' `now`: the turn promised to
     /// its latest refused request (see `retry`).
     pub turn_at_us: AtomicU64,
-    /// Hints given (refusals with a retry-after), and their sum in ms.
-    pub hints: AtomicU64,
+    /// The sum of the hints given, in ms (their count is the rule's refusals).
     pub hint_ms_total: AtomicU64,
     /// Refusals that came before an earlier hint of this tenant's had run out.
     pub early_returns: AtomicU64,
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 5],
 }
 
 /// One process slot.
@@ -623,7 +622,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         waiters, reserved32, wake, extra, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
-        hold_ewma_us, first_due_lo, turn_at_us, hints, hint_ms_total, early_returns, reserved);
+        hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns, reserved);
     fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
         registered_ms, death_pids, death_unix_ms, death_info, reserved);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,

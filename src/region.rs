@@ -75,10 +75,9 @@ impl HeapRegion {
                     hold_ewma_us: a32(),
                     first_due_lo: a32(),
                     turn_at_us: a64(),
-                    hints: a64(),
                     hint_ms_total: a64(),
                     early_returns: a64(),
-                    reserved: [a64(), a64(), a64(), a64()],
+                    reserved: [a64(), a64(), a64(), a64(), a64()],
                 })
                 .collect(),
             procs: (0..procs)

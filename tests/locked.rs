@@ -47,8 +47,11 @@ fn an_uncontended_pair_is_at_most_eight_locked_instructions() {
     );
 }
 
+/// A refusal counts itself (1), takes a turn on its tenant's clock (a CAS) and adds its
+/// hint to the sum (1); a refusal that comes before an earlier hint ran out also counts
+/// an early return (1), as the second one here does.
 #[test]
-fn a_refusal_is_one_locked_instruction() {
+fn a_refusal_is_at_most_four_locked_instructions() {
     let seg = Seg::new("locked-refusal");
     let t = seg.create(&one_pool(2));
     let full = Request::new("requests", "acme").units(2);
@@ -60,8 +63,8 @@ fn a_refusal_is_one_locked_instruction() {
     let n = locked_instructions() - before;
     eprintln!("refusal: {n} locked");
     assert!(
-        n <= 1,
-        "a refusal took {n} locked instructions (its counter)"
+        n <= 4,
+        "a refusal took {n} locked instructions (counter, turn, hint sum, early return)"
     );
     drop(lease);
 }
