@@ -162,15 +162,14 @@ class Lease:
     block; a lease released twice raises ``AlreadyReleased``. ``id`` is the C ABI's
     lease id (``Table.release(id)`` releases it too)."""
 
-    __slots__ = ("table", "id", "_h")
+    __slots__ = ("table", "id")
 
     def __init__(self, table, lease_id):
         self.table = table
         self.id = lease_id
-        self._h = table._h
 
     def release(self):
-        rc = _release(self._h, self.id)
+        rc = _release(self.table._h, self.id)
         if rc:
             _raise(rc)
 
@@ -178,7 +177,7 @@ class Lease:
         return self
 
     def __exit__(self, *exc):
-        rc = _release(self._h, self.id)
+        rc = _release(self.table._h, self.id)
         if rc:
             _raise(rc)
         return False
