@@ -120,6 +120,56 @@ fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, TenantId), 
     Ok((PoolId(pool), t))
 }
 
+/// The arguments of an acquire, checked: the table, a lease pointer to write, and the
+/// handles.
+///
+/// # Safety
+/// `t` is null or an open table.
+unsafe fn asking<'a>(
+    t: *const fairshm_table,
+    lease: *mut u64,
+    pool: u32,
+    tenant: u32,
+) -> Result<(&'a Table, PoolId, TenantId), i32> {
+    // SAFETY: per the caller's contract.
+    let table = unsafe { arg_table(t) }?;
+    if lease.is_null() {
+        return Err(invalid("argument `lease` is null".into()));
+    }
+    let (p, tn) = handles(table, pool, tenant)?;
+    Ok((table, p, tn))
+}
+
+/// Resolves `name` with `f` into `*out`: the body of `fairshm_pool` and
+/// `fairshm_tenant`.
+///
+/// # Safety
+/// As `fairshm_pool`.
+unsafe fn resolve(
+    t: *const fairshm_table,
+    name: *const c_char,
+    out: *mut u32,
+    f: impl FnOnce(&Table, &str) -> crate::error::Result<u32>,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per the caller's contract.
+        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
+            (Ok(t), Ok(n)) => (t, n),
+            (Err(rc), _) | (_, Err(rc)) => return rc,
+        };
+        if out.is_null() {
+            return invalid("argument `out` is null".into());
+        }
+        match f(table, name) {
+            Ok(h) => {
+                put(out, h);
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
 /// Resolves a pool's name to its handle, in `*out`.
 ///
 /// # Safety
@@ -131,23 +181,8 @@ pub unsafe extern "C" fn fairshm_pool(
     name: *const c_char,
     out: *mut u32,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
-            (Ok(t), Ok(n)) => (t, n),
-            (Err(rc), _) | (_, Err(rc)) => return rc,
-        };
-        if out.is_null() {
-            return invalid("argument `out` is null".into());
-        }
-        match table.engine().pool(name) {
-            Ok(p) => {
-                put(out, p.0);
-                FAIRSHM_OK
-            }
-            Err(e) => fail(e),
-        }
-    })
+    // SAFETY: this function's contract is `resolve`'s.
+    unsafe { resolve(t, name, out, |table, n| table.engine().pool(n).map(|p| p.0)) }
 }
 
 /// Resolves a tenant's name to its handle, in `*out`, claiming a directory slot on
@@ -161,23 +196,12 @@ pub unsafe extern "C" fn fairshm_tenant(
     name: *const c_char,
     out: *mut u32,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
-            (Ok(t), Ok(n)) => (t, n),
-            (Err(rc), _) | (_, Err(rc)) => return rc,
-        };
-        if out.is_null() {
-            return invalid("argument `out` is null".into());
-        }
-        match table.engine().tenant(name) {
-            Ok(id) => {
-                put(out, id.index);
-                FAIRSHM_OK
-            }
-            Err(e) => fail(e),
-        }
-    })
+    // SAFETY: this function's contract is `resolve`'s.
+    unsafe {
+        resolve(t, name, out, |table, n| {
+            table.engine().tenant(n).map(|x| x.index)
+        })
+    }
 }
 
 /// Registers this process as a worker now (per_worker pools count it). Returns its
@@ -215,15 +239,8 @@ pub unsafe extern "C" fn fairshm_try_acquire(
 ) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        if lease.is_null() {
-            return invalid("argument `lease` is null".into());
-        }
-        let (p, tn) = match handles(table, pool, tenant) {
-            Ok(h) => h,
+        let (table, p, tn) = match unsafe { asking(t, lease, pool, tenant) } {
+            Ok(x) => x,
             Err(rc) => return rc,
         };
         match table
@@ -264,19 +281,12 @@ pub unsafe extern "C" fn fairshm_acquire(
     refusal: *mut fairshm_refusal,
 ) -> i32 {
     guard(|| {
-        // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        if lease.is_null() {
-            return invalid("argument `lease` is null".into());
-        }
         if flags & !FAIRSHM_WAIT_SLICE != 0 {
             return invalid(format!("flags {flags:#x} has bits no FAIRSHM_ flag names"));
         }
-        let (p, tn) = match handles(table, pool, tenant) {
-            Ok(h) => h,
+        // SAFETY: per this function's contract.
+        let (table, p, tn) = match unsafe { asking(t, lease, pool, tenant) } {
+            Ok(x) => x,
             Err(rc) => return rc,
         };
         // SAFETY: null or live, by the contract.

@@ -269,23 +269,22 @@ class Table:
         """The pool's handle (resolved once, then cached)."""
         p = self._pools.get(name)
         if p is None:
-            out = c_uint32()
-            rc = lib.fairshm_pool(self._h, name.encode(), byref(out))
-            if rc:
-                _raise(rc)
-            p = self._pools[name] = out.value
+            p = self._pools[name] = self._resolve(lib.fairshm_pool, name)
         return p
 
     def tenant(self, name):
         """The tenant's handle (claimed on first use, then cached)."""
         t = self._tenants.get(name)
         if t is None:
-            out = c_uint32()
-            rc = lib.fairshm_tenant(self._h, name.encode(), byref(out))
-            if rc:
-                _raise(rc)
-            t = self._tenants[name] = out.value
+            t = self._tenants[name] = self._resolve(lib.fairshm_tenant, name)
         return t
+
+    def _resolve(self, fn, name):
+        out = c_uint32()
+        rc = fn(self._h, name.encode(), byref(out))
+        if rc:
+            _raise(rc)
+        return out.value
 
     def register(self):
         """Registers this process as a worker now (per_worker pools count it)."""

@@ -22,3 +22,16 @@ def refusal_response(refused):
         ("Retry-After-Ms", str(ms)),
     ]
     return headers, body
+
+
+class Permits:
+    """What both middlewares hold: the table, the pool, the request-to-tenant function,
+    and the units and declared hold of each request's permit."""
+
+    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0):
+        self.app = app
+        self.table = table
+        self.pool = pool
+        self.tenant = tenant
+        self.units = units
+        self.hold_ms = hold_ms

@@ -11,17 +11,11 @@ through untouched.
 """
 
 from . import Refused
-from ._http import refusal_response
+from ._http import Permits, refusal_response
 
 
-class FairshmASGIMiddleware:
-    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0):
-        self.app = app
-        self.table = table
-        self.pool = pool
-        self.tenant = tenant
-        self.units = units
-        self.hold_ms = hold_ms
+class FairshmASGIMiddleware(Permits):
+    """``FairshmASGIMiddleware(app, table, pool, tenant, units=1, hold_ms=0)``."""
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") != "http":

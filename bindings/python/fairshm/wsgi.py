@@ -11,17 +11,11 @@ body), or at once if the application raises.
 """
 
 from . import Refused
-from ._http import refusal_response
+from ._http import Permits, refusal_response
 
 
-class FairshmMiddleware:
-    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0):
-        self.app = app
-        self.table = table
-        self.pool = pool
-        self.tenant = tenant
-        self.units = units
-        self.hold_ms = hold_ms
+class FairshmMiddleware(Permits):
+    """``FairshmMiddleware(app, table, pool, tenant, units=1, hold_ms=0)``."""
 
     def __call__(self, environ, start_response):
         name = self.tenant(environ)
