@@ -13,9 +13,9 @@ segment = ENV["FAIRSHM_E2E_SEGMENT"]
 if segment && !segment.empty?
   require "fairshm"
   require "fairshm/rack"
-  table = Fairshm::Table.open_or_create(
-    segment, { "pools" => [{ "name" => "requests", "capacity" => Integer(ENV.fetch("E2E_POOL")) }] }
-  )
+  pool = { "name" => "requests", "capacity" => Integer(ENV.fetch("E2E_POOL")) }
+  pool["floor_percent"] = Integer(ENV["E2E_FLOOR_PERCENT"]) if ENV["E2E_FLOOR_PERCENT"]
+  table = Fairshm::Table.open_or_create(segment, { "pools" => [pool] })
   use Fairshm::RackMiddleware, table: table, pool: "requests", tenant: ->(env) { env["HTTP_X_TENANT"] },
                                hold_ms: work_ms
 end

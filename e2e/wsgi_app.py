@@ -20,9 +20,10 @@ if _segment:
     import fairshm
     from fairshm.wsgi import FairshmMiddleware
 
-    table = fairshm.Table.open_or_create(
-        _segment, {"pools": [{"name": "requests", "capacity": int(os.environ["E2E_POOL"])}]}
-    )
+    pool = {"name": "requests", "capacity": int(os.environ["E2E_POOL"])}
+    if os.environ.get("E2E_FLOOR_PERCENT"):
+        pool["floor_percent"] = int(os.environ["E2E_FLOOR_PERCENT"])
+    table = fairshm.Table.open_or_create(_segment, {"pools": [pool]})
     app = FairshmMiddleware(
         base, table, "requests", lambda environ: environ.get("HTTP_X_TENANT"), hold_ms=WORK_MS
     )
