@@ -163,6 +163,22 @@ impl Drop for Sem {
 /// One return round with nobody waiting: `hold` (in a child) takes the only permit
 /// and sets `w[1]`; it is SIGKILLed, and the parent polls `back` (every 20 us, the
 /// same for both mechanisms) until the permit is free again. Returns kill -> back, ns.
+/// A holder's body: takes its permit (kept until the process dies), says so in
+/// `w[1]`, and waits to be killed.
+fn hold_until_killed<T>(w: &[AtomicU64], take: impl FnOnce() -> T) {
+    let _held = take();
+    w[1].store(1, SeqCst);
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// One permit of pool `requests` for tenant `a` of the table `name`, opened here.
+fn take_one(name: &str) -> fairshm::OwnedLease {
+    let t = std::sync::Arc::new(Table::open(name).unwrap());
+    t.try_acquire_owned(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap()
+}
+
 fn return_round(w: &[AtomicU64], hold: impl FnOnce(), back: impl Fn() -> bool) -> u64 {
     w[1].store(0, SeqCst);
     let holder = fork_child(|| {
@@ -197,15 +213,7 @@ fn death_return() {
         .map(|_| {
             return_round(
                 w,
-                || {
-                    let t = Table::open(&name).unwrap();
-                    let _lease = t
-                        .try_acquire(&Request::new("requests", "a"))
-                        .unwrap()
-                        .unwrap();
-                    w[1].store(1, SeqCst);
-                    std::thread::sleep(Duration::from_secs(60));
-                },
+                || hold_until_killed(w, || take_one(&name)),
                 || fairshm::layout::pool_word::in_use(t.region().pool(0).word.load(SeqCst)) == 0,
             )
         })
@@ -217,11 +225,7 @@ fn death_return() {
         .map(|_| {
             return_round(
                 w,
-                || {
-                    sem.op(-1);
-                    w[1].store(1, SeqCst);
-                    std::thread::sleep(Duration::from_secs(60));
-                },
+                || hold_until_killed(w, || sem.op(-1)),
                 || sem.get(libc::GETVAL) == 1,
             )
         })
@@ -368,15 +372,7 @@ fn death_wake() {
         .map(|_| {
             death_round(
                 w,
-                || {
-                    let t = Table::open(&name).unwrap();
-                    let _lease = t
-                        .try_acquire(&Request::new("requests", "a"))
-                        .unwrap()
-                        .unwrap();
-                    w[1].store(1, SeqCst);
-                    std::thread::sleep(Duration::from_secs(60));
-                },
+                || hold_until_killed(w, || take_one(&name)),
                 || {
                     let t = Table::open(&name).unwrap();
                     t.set_sweep_interval(Duration::from_secs(3600));
@@ -399,11 +395,7 @@ fn death_wake() {
             sem.set(1);
             death_round(
                 w,
-                || {
-                    sem.op(-1);
-                    w[1].store(1, SeqCst);
-                    std::thread::sleep(Duration::from_secs(60));
-                },
+                || hold_until_killed(w, || sem.op(-1)),
                 || {
                     sem.op(-1);
                     w[2].store(fairshm::clock::now_ns(), SeqCst);

@@ -258,6 +258,13 @@ int64_t fairshm_explain(const fairshm_table *t,
                         char *buf,
                         size_t len);
 
+// `share(t)` of the tenant when the rule refused it, from the refusal's own numbers
+// (the rule's formula, so bindings need not copy it); 0 for a null refusal.
+//
+// # Safety
+// `refusal` is null or readable.
+double fairshm_share(const fairshm_refusal *refusal);
+
 // The table's statistics (the whole snapshot) as JSON, in a string the caller frees
 // with `fairshm_string_free`; null on error (`fairshm_last_error`).
 //

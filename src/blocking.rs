@@ -66,6 +66,14 @@ pub(crate) fn acquire(
     let deadline = start + timeout;
     let seg = engine.seg();
     let p = pool.index();
+    // The handle may come from a binding as a bare integer: checked before its record
+    // is touched (the engine's acquire checks it again, on every try).
+    if p >= seg.geometry().pools {
+        return Err(crate::error::Error::InvalidRequest(format!(
+            "pool handle {p} is not of this table ({} pools)",
+            seg.geometry().pools
+        )));
+    }
     let rec = seg.pool(p);
     let mut next_sweep = start + sweep;
     let mut pause = DYING_PAUSE;

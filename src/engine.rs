@@ -301,6 +301,7 @@ impl Engine {
             return None;
         }
         let rec = self.seg.tenant(t);
+        // Acquire: pairs with the claimer's READY, which publishes the name.
         let s = rec.state.load(Acquire);
         (tenant_state::status(s) == tenant_state::READY)
             .then(|| String::from_utf8_lossy(&tenants::read_name(rec, s)).into_owned())
@@ -557,6 +558,7 @@ impl Engine {
         let geo = self.seg.geometry();
         let p = match l {
             Some(l) if p == usize::MAX => {
+                // Acquire: the lease's fields were published by its state's stores.
                 let s = self.seg.lease(l).state.load(Acquire);
                 crate::ops::read_desc(self.seg.lease(l), crate::layout::lease_state::generation(s))
                     .map_or(usize::MAX, |d| d.pool as usize)
@@ -763,6 +765,7 @@ impl Drop for Engine {
             Some((_, inherited)) => std::mem::forget(inherited),
             None => {}
         }
+        // Relaxed: written by this process's registration, which `drop` follows.
         let start = self.start.load(Relaxed);
         // A truncated segment is left alone: touching it would raise SIGBUS.
         if self.seg.check_size().is_ok()

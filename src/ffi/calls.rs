@@ -102,13 +102,19 @@ pub struct fairshm_cancel {
 /// counted as a `timed_out` refusal in the statistics.
 pub const FAIRSHM_WAIT_SLICE: u32 = 1;
 
-fn put<T>(p: *mut T, v: T) {
+/// Writes `v` to `*p` unless `p` is null.
+///
+/// # Safety
+/// `p` is null or valid for a write of `T`.
+unsafe fn put<T>(p: *mut T, v: T) {
     if let Some(slot) = std::ptr::NonNull::new(p) {
-        // SAFETY: the caller passes null or a writable pointer (each call's contract).
+        // SAFETY: non-null, and writable by this function's contract.
         unsafe { slot.as_ptr().write(v) };
     }
 }
 
+/// The handles of a refusal to explain: the pool checked here (an acquire leaves that
+/// to the engine, which checks it first), the tenant read from the directory.
 fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, TenantId), i32> {
     if pool as usize >= table.config().pools.len() {
         return Err(invalid(format!(
@@ -121,7 +127,8 @@ fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, TenantId), 
 }
 
 /// The arguments of an acquire, checked: the table, a lease pointer to write, and the
-/// handles.
+/// tenant (its weight read from the directory). The pool handle is the engine's to
+/// check: its acquire does that first.
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -136,8 +143,8 @@ unsafe fn asking<'a>(
     if lease.is_null() {
         return Err(invalid("argument `lease` is null".into()));
     }
-    let (p, tn) = handles(table, pool, tenant)?;
-    Ok((table, p, tn))
+    let tn = table.engine().tenant_by_index(tenant).map_err(fail)?;
+    Ok((table, PoolId(pool), tn))
 }
 
 /// Resolves `name` with `f` into `*out`: the body of `fairshm_pool` and
@@ -162,7 +169,8 @@ unsafe fn resolve(
         }
         match f(table, name) {
             Ok(h) => {
-                put(out, h);
+                // SAFETY: `out` is non-null (checked) and writable by the contract.
+                unsafe { put(out, h) };
                 FAIRSHM_OK
             }
             Err(e) => fail(e),
@@ -248,11 +256,13 @@ pub unsafe extern "C" fn fairshm_try_acquire(
             .acquire(p, tn, units, hold_ms, clock::now_ms())
         {
             Ok(Outcome::Granted(id)) => {
-                put(lease, id.to_u64());
+                // SAFETY: `lease` is non-null (checked) and writable by the contract.
+                unsafe { put(lease, id.to_u64()) };
                 FAIRSHM_OK
             }
             Ok(Outcome::Refused(r)) => {
-                put(refusal, fairshm_refusal::new(&r, r.reason, 0, pool, tenant));
+                // SAFETY: `refusal` is null or writable by the contract.
+                unsafe { put(refusal, fairshm_refusal::new(&r, r.reason, 0, pool, tenant)) };
                 FAIRSHM_REFUSED
             }
             Err(e) => fail(e),
@@ -304,15 +314,15 @@ pub unsafe extern "C" fn fairshm_acquire(
         );
         match waited {
             Ok(Ok(id)) => {
-                put(lease, id.to_u64());
+                // SAFETY: `lease` is non-null (checked) and writable by the contract.
+                unsafe { put(lease, id.to_u64()) };
                 FAIRSHM_OK
             }
             Ok(Err((ended, waited))) => {
                 let ms = waited.as_millis() as u64;
-                put(
-                    refusal,
-                    fairshm_refusal::new(&ended.last, ended.reason, ms, pool, tenant),
-                );
+                let facts = fairshm_refusal::new(&ended.last, ended.reason, ms, pool, tenant);
+                // SAFETY: `refusal` is null or writable by the contract.
+                unsafe { put(refusal, facts) };
                 FAIRSHM_REFUSED
             }
             Err(e) => fail(e),
@@ -402,6 +412,20 @@ fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
         refusal.waited_ms = Some(r.waited_ms.min(u32::MAX as u64) as u32);
     }
     Ok(refusal.explanation())
+}
+
+/// `share(t)` of the tenant when the rule refused it, from the refusal's own numbers
+/// (the rule's formula, so bindings need not copy it); 0 for a null refusal.
+///
+/// # Safety
+/// `refusal` is null or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_share(refusal: *const fairshm_refusal) -> f64 {
+    // SAFETY: null or readable, by the contract.
+    match unsafe { refusal.as_ref() } {
+        Some(r) => crate::policy::fair_share::share(r.capacity, r.floor, r.weight, r.active_weight),
+        None => 0.0,
+    }
 }
 
 fn guard64(f: impl FnOnce() -> Result<i64, i32>) -> i64 {
@@ -534,7 +558,8 @@ pub unsafe extern "C" fn fairshm_nop_acquire(
     lease: *mut u64,
     _refusal: *mut fairshm_refusal,
 ) -> i32 {
-    put(lease, 0);
+    // SAFETY: `lease` is null or writable by the contract.
+    unsafe { put(lease, 0) };
     FAIRSHM_OK
 }
 

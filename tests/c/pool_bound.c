@@ -125,6 +125,9 @@ int main(int argc, char **argv) {
         "a pool handle of no pool");
   CHECK(fairshm_try_acquire(t, pool, 4000, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST,
         "a tenant handle of no tenant");
+  CHECK(fairshm_acquire(t, 7, tenant, 1, 0, 10, 0, NULL, &lease, NULL) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a blocking acquire with a pool handle of no pool");
   CHECK(fairshm_try_acquire(t, pool, tenant, 1, 0, NULL, NULL) == FAIRSHM_E_INVALID_REQUEST,
         "a null lease pointer");
   CHECK(fairshm_try_acquire(NULL, pool, tenant, 1, 0, &lease, NULL) ==
@@ -144,6 +147,8 @@ int main(int argc, char **argv) {
   /* Alone, it holds its whole share (the pool): refused over_share. */
   CHECK(r.reason == 2 && r.rule == 2 && r.held == CAPACITY && r.in_use == CAPACITY && r.capacity == CAPACITY && r.retry_after_ms >= 1,
         "refusal facts: reason %u in_use %u", r.reason, r.in_use);
+  CHECK(fairshm_share(&r) == (double)CAPACITY, "alone, its share is the pool: %f",
+        fairshm_share(&r));
   char small[16];
   int64_t need = fairshm_explain(t, &r, small, sizeof small);
   CHECK(need > (int64_t)sizeof small && strlen(small) == sizeof small - 1, "explanation cut");

@@ -109,9 +109,8 @@ class Refused(Exception):
 
     @property
     def share(self):
-        f = self._facts
-        aw = max(f.active_weight, f.weight, 1)
-        return max(float(f.floor), f.capacity * f.weight / aw)
+        """``share(t)`` of the tenant when the rule refused it (the library's formula)."""
+        return lib.fairshm_share(byref(self._facts))
 
     @property
     def explanation(self):
@@ -177,9 +176,7 @@ class Lease:
         return self
 
     def __exit__(self, *exc):
-        rc = _release(self.table._h, self.id)
-        if rc:
-            _raise(rc)
+        self.release()
         return False
 
 

@@ -5,7 +5,7 @@ acquire lets the process's other threads run."""
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 from pathlib import Path
 
 
@@ -78,6 +78,7 @@ _sigs = {
     ),
     "fairshm_release": (c_int32, [c_void_p, c_uint64]),
     "fairshm_explain": (c_int64, [c_void_p, POINTER(Refusal), c_char_p, c_size_t]),
+    "fairshm_share": (c_double, [POINTER(Refusal)]),
     "fairshm_stats_json": (c_void_p, [c_void_p]),
     "fairshm_reap_dead": (c_int32, [c_void_p]),
     "fairshm_set_sweep_ms": (c_int32, [c_void_p, c_uint64]),

@@ -1,4 +1,5 @@
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -90,7 +91,8 @@ def test_ctrl_c_interrupts_a_blocking_acquire(name):
     )
     p = subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE, text=True)
     try:
-        assert p.stdout.readline().strip() == "waiting"
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        assert ready and p.stdout.readline().strip() == "waiting"
         time.sleep(0.2)
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)

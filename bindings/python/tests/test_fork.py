@@ -3,6 +3,7 @@ every worker with no hook, the pool bound holds, and a killed worker's permits r
 
 import mmap
 import os
+import select
 import signal
 import struct
 import time
@@ -72,11 +73,15 @@ def test_a_killed_worker_gives_its_permits_back(name):
             time.sleep(60)
         finally:
             os._exit(0)
-    table.register()  # a peer, as the other workers of a server are
-    assert os.read(r, 4) == b"held"
-    assert table.stats()["pools"][0]["in_use"] == 2
-    os.kill(pid, signal.SIGKILL)
-    wait_child(pid)
+    os.close(w)  # so that a child that dies early gives EOF, not a wait
+    try:
+        table.register()  # a peer, as the other workers of a server are
+        ready, _, _ = select.select([r], [], [], 30)
+        assert ready and os.read(r, 4) == b"held", "the child took its permits"
+        assert table.stats()["pools"][0]["in_use"] == 2
+    finally:
+        os.kill(pid, signal.SIGKILL)  # killed and reaped even if a check failed
+        wait_child(pid)
     # Nobody blocks and nobody reaps by hand: our anchor notices the death.
     deadline = time.monotonic() + 5
     while table.stats()["pools"][0]["in_use"] != 0:

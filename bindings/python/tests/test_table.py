@@ -15,6 +15,7 @@ def test_grant_release_and_refusal_facts(table):
     assert (r.in_use, r.held, r.capacity, r.floor, r.units) == (4, 4, 4, 1, 1)
     assert r.retry_after_ms >= 1 and r.retry_after_header >= 1
     assert r.pool == "requests" and r.tenant == "acme"
+    assert r.share == 4.0  # alone: the whole pool
     assert '"acme"' in r.explanation and "retry after" in r.explanation
     assert "its turn is expected in" in r.explanation and r.queued == 0 and r.interval_us > 0
     d = r.as_dict()

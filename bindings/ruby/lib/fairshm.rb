@@ -73,6 +73,11 @@ module Fairshm
       @retry_after_ms / 1000.0
     end
 
+    # share(t) of the tenant when the rule refused it (the library's formula).
+    def share
+      Native::SHARE.call(Fiddle::Pointer.to_ptr(@bytes))
+    end
+
     # The HTTP Retry-After value: whole seconds, rounded up, at least 1.
     def retry_after_header
       [1, (@retry_after_ms + 999) / 1000].max
@@ -135,8 +140,7 @@ module Fairshm
     end
 
     def release
-      rc = Native::RELEASE.call(@table.handle, @id)
-      Fairshm.raise_code(rc) unless rc.zero?
+      @table.release(@id)
       nil
     end
   end

@@ -46,11 +46,16 @@ class TestFork < Minitest::Test
       sleep 60
       exit!(0)
     end
-    @table.register # a peer, as the other workers of a server are
-    assert_equal "held", rd.read(4)
-    assert_equal 2, in_use
-    Process.kill(:KILL, pid)
-    wait_child(pid)
+    wr.close # so that a child that dies early gives EOF, not a wait
+    begin
+      @table.register # a peer, as the other workers of a server are
+      assert IO.select([rd], nil, nil, 30), "the child took its permits in 30 s"
+      assert_equal "held", rd.read(4)
+      assert_equal 2, in_use
+    ensure
+      Process.kill(:KILL, pid) # killed and reaped even if a check failed
+      wait_child(pid)
+    end
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
     until in_use.zero?
       flunk "the killed worker's permits did not come back" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline

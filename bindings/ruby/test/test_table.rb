@@ -12,6 +12,7 @@ class TestTable < Minitest::Test
     assert_equal "over_share", r.reason
     assert_equal [4, 4, 4, 1, 1], [r.in_use, r.held, r.capacity, r.floor, r.units]
     assert_operator r.retry_after_ms, :>=, 1
+    assert_equal 4.0, r.share # alone: the whole pool
     assert_includes r.explanation, '"acme"'
     assert_equal "over_share", r.to_h[:reason]
     a.release

@@ -43,6 +43,7 @@ module Fairshm
     ACQUIRE = fn("fairshm_acquire", [P, U32, U32, U32, U64, U64, U32, P, P, P], I32, need_gvl: false)
     RELEASE = fn("fairshm_release", [P, U64], I32)
     EXPLAIN = fn("fairshm_explain", [P, P, P, SZ], I64)
+    SHARE = fn("fairshm_share", [P], Fiddle::TYPE_DOUBLE)
     STATS_JSON = fn("fairshm_stats_json", [P], P)
     REAP_DEAD = fn("fairshm_reap_dead", [P], I32)
     CANCEL_NEW = fn("fairshm_cancel_new", [], P)
