@@ -8,6 +8,7 @@
 
 use crate::error::Result;
 use crate::layout::{TenantPoolRec, held_word, tenant_state};
+use crate::decisions;
 use crate::ops::{self, AcqOutcome, Desc};
 use crate::policy::Verdict;
 use crate::policy::fair_share::{self, FairShare, Frozen};
@@ -166,6 +167,8 @@ pub struct Attempt {
     pub window_ms: u64,
     pub weight: u32,
     pub tid: u32,
+    /// The calling process's pid (for the decision log).
+    pub pid: u32,
     /// The pool's `limits` word (capacity, floor) as the caller read it, once: it is
     /// frozen into the descriptor, and the caller checked `units` against it.
     pub limits: u64,
@@ -272,8 +275,27 @@ pub fn try_acquire<R: Region>(
     // Statistics: grants are counted in the lease slot by its owner (no RMW) and reach
     // the tenant's counter when the slot serves another tenant; refusals are counted
     // on the tenant's own line (Relaxed). The pool's totals are sums (see `stats`).
+    let mut logged = decisions::Entry {
+        at_ms: a.now,
+        pool: a.pool as u32,
+        tenant: a.tenant as u32,
+        outcome: 0,
+        policy: decisions::POLICY_FAIR_SHARE,
+        units: a.units,
+        in_use: 0,
+        held: 0,
+        cap,
+        floor,
+        weight: a.weight,
+        active_weight: frozen.active_weight,
+        hint_ms: 0,
+        tid: a.tid,
+        pid: a.pid,
+    };
     match (outcome, l) {
-        (AcqOutcome::Granted, Some(l)) => {
+        (AcqOutcome::Granted { in_use, held }, Some(l)) => {
+            (logged.in_use, logged.held) = (in_use, held);
+            decisions::record(r, slot, &logged);
             ops::count_grant(r, r.lease(l));
             // Relaxed: a statistic's marker; the line is ours already (we CAS `held`).
             if tp.first_due_lo.load(Relaxed) != 0 {
@@ -281,7 +303,7 @@ pub fn try_acquire<R: Region>(
             }
             Ok(Admitted::Granted { lease: l, desc: d })
         }
-        (AcqOutcome::Granted, None) => unreachable!("a grant has a lease"),
+        (AcqOutcome::Granted { .. }, None) => unreachable!("a grant has a lease"),
         (
             AcqOutcome::Refused {
                 in_use,
@@ -314,6 +336,9 @@ pub fn try_acquire<R: Region>(
                 hint = hint.min(set_changes_at - a.now);
             }
             count_hint(tp, a.now, hint);
+            (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
+            logged.hint_ms = hint.min(u32::MAX as u64) as u32;
+            decisions::record(r, slot, &logged);
             let facts = RefusalFacts {
                 verdict,
                 in_use,
@@ -371,6 +396,7 @@ mod tests {
             window_ms: 1000,
             weight,
             tid: 1,
+            pid: 1,
             limits: pair::make(2, 1),
         }
     }

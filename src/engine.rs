@@ -421,6 +421,7 @@ impl Engine {
             window_ms: self.config().pools[p].window_ms as u64,
             weight: tenant.weight.max(1),
             tid: crate::selfid::tid(),
+            pid: crate::selfid::pid(),
             limits,
         };
         // Relaxed: a hint only, where the last release left a free slot (threads that

@@ -12,7 +12,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record but `PoolRec` is one cache line, so that two records never share one.
@@ -33,6 +33,8 @@ pub const HEADER: usize = 256;
 /// Entries of the region directory (unused ones are zero): room for the regions of
 /// later policies (rates, residents, a decision log, the guaranteed policy).
 pub const MAX_REGIONS: usize = 12;
+/// Entries of each process slot's decision log (a ring of [`LogRec`]s).
+pub const LOG_PER_PROCESS: usize = 128;
 
 /// Kinds of region in the directory. Never renumbered.
 pub mod region_kind {
@@ -42,6 +44,7 @@ pub mod region_kind {
     pub const TENANT_POOLS: u32 = 4;
     pub const PROCS: u32 = 5;
     pub const LEASES: u32 = 6;
+    pub const LOGS: u32 = 7;
 }
 
 /// Segment header, at offset 0. Written once by the creator; `ready` last.
@@ -175,7 +178,37 @@ pub struct ProcRec {
     /// How it was noticed (a [`noticed`] code, low half) and the leases it released
     /// (high half).
     pub death_info: AtomicU64,
-    pub reserved: AtomicU64,
+    /// Decisions this slot's processes have logged, ever: the next one goes to entry
+    /// `log_head % LOG_PER_PROCESS` of the slot's ring (see `decisions`). Written by
+    /// the slot's process with plain stores; never reset.
+    pub log_head: AtomicU64,
+}
+
+/// One decision of a process's log (see `decisions`): a seqlock-stamped line written
+/// by its process's threads with plain stores.
+#[repr(C)]
+pub struct LogRec {
+    /// `(position + 1) << 32 | check`: 0 while being written. `check` is a hash of the
+    /// position and the seven words below, so a reader tells a whole entry from one
+    /// that two threads of the process wrote at once.
+    pub stamp: AtomicU64,
+    /// `now` of the decision, ms (the engine's clock: `CLOCK_MONOTONIC` for the
+    /// implicit-`now` calls).
+    pub at_ms: AtomicU64,
+    /// Pool index (bits 0-15), outcome (16-23: 0 granted, else a `Reason` code),
+    /// policy (24-31: 0 fair share) | tenant index (high half).
+    pub what: AtomicU64,
+    /// Units asked for | the pool's units in use the rule saw (high half).
+    pub units_in_use: AtomicU64,
+    /// The tenant's held units the rule saw | the pool's capacity.
+    pub held_cap: AtomicU64,
+    /// The pool's floor | the tenant's weight.
+    pub floor_weight: AtomicU64,
+    /// The active weight the rule used (the tenant's own included) | the retry-after
+    /// hint given, ms (0 for a grant).
+    pub active_hint: AtomicU64,
+    /// Kernel thread id | pid of the deciding thread.
+    pub tid_pid: AtomicU64,
 }
 
 /// How a death was noticed (`ProcRec.death_info`, low half).
@@ -519,6 +552,10 @@ pub struct Geometry {
     pub tenant_pools_off: usize,
     pub procs_off: usize,
     pub leases_off: usize,
+    /// Entries of each process's decision log (0: no log, as on the heap regions of
+    /// the loom models).
+    pub log_per_proc: usize,
+    pub logs_off: usize,
     pub total_size: usize,
 }
 
@@ -542,7 +579,9 @@ impl Geometry {
         let tenant_pools_off = tenants_off + tenants * RECORD;
         let procs_off = tenant_pools_off + pools * tenants * TENANT_POOL_RECORD;
         let leases_off = procs_off + procs * RECORD;
-        let total_size = leases_off + procs * leases_per_proc * RECORD;
+        let logs_off = leases_off + procs * leases_per_proc * RECORD;
+        let log_per_proc = LOG_PER_PROCESS;
+        let total_size = logs_off + procs * log_per_proc * RECORD;
         Geometry {
             pools,
             tenants,
@@ -555,6 +594,8 @@ impl Geometry {
             tenant_pools_off,
             procs_off,
             leases_off,
+            log_per_proc,
+            logs_off,
             total_size,
         }
     }
@@ -564,7 +605,7 @@ impl Geometry {
     }
 
     /// The region directory this geometry makes: `(kind, offset, record size, count)`.
-    pub fn directory(&self) -> [(u32, usize, usize, usize); 6] {
+    pub fn directory(&self) -> [(u32, usize, usize, usize); 7] {
         use region_kind::*;
         [
             (CONFIG, self.config_off, self.config_len, 1),
@@ -578,6 +619,7 @@ impl Geometry {
             ),
             (PROCS, self.procs_off, RECORD, self.procs),
             (LEASES, self.leases_off, RECORD, self.leases()),
+            (LOGS, self.logs_off, RECORD, self.procs * self.log_per_proc),
         ]
     }
 }
@@ -589,7 +631,7 @@ pub fn record_size(record: &str) -> Option<usize> {
         "Header" => Some(HEADER),
         "RegionEntry" => Some(16),
         "TenantPoolRec" => Some(TENANT_POOL_RECORD),
-        "TenantRec" | "ProcRec" | "LeaseRec" => Some(RECORD),
+        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" => Some(RECORD),
         _ => None,
     }
 }
@@ -624,9 +666,11 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns, reserved);
     fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
-        registered_ms, death_pids, death_unix_ms, death_info, reserved);
+        registered_ms, death_pids, death_unix_ms, death_info, log_head);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,
         tid, pending_grants);
+    fields!(v, LogRec, "LogRec": stamp, at_ms, what, units_in_use, held_cap, floor_weight,
+        active_hint, tid_pid);
     v
 }
 
@@ -641,5 +685,6 @@ const _: () = {
     assert!(std::mem::offset_of!(TenantPoolRec, turn_at_us) == RECORD);
     assert!(size_of::<ProcRec>() == RECORD);
     assert!(size_of::<LeaseRec>() == RECORD);
+    assert!(size_of::<LogRec>() == RECORD);
     assert!(align_of::<LeaseRec>() <= RECORD);
 };

@@ -43,6 +43,7 @@ macro_rules! internal {
 internal!(
     admission,
     capacity,
+    decisions,
     layout,
     liveness,
     ops,

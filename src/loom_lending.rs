@@ -79,7 +79,7 @@ fn desc(tenant: usize) -> Desc {
 
 fn acquire(r: &HeapRegion, slot: usize, tenant: usize) -> crate::Result<Option<(usize, Desc)>> {
     let (l, d, o) = ops::acquire(r, &Lending, slot, 0, desc(tenant), 0, 10, 0)?;
-    Ok((o == AcqOutcome::Granted).then(|| (l.expect("a grant has a lease"), d)))
+    Ok(matches!(o, AcqOutcome::Granted { .. }).then(|| (l.expect("a grant has a lease"), d)))
 }
 
 /// Whether granted lease `l` borrowed (its recorded decision).

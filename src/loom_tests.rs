@@ -111,7 +111,7 @@ pub(crate) fn assert_all_zero(r: &HeapRegion) {
 
 fn worker(r: &HeapRegion, slot: usize, tenant: usize, a_witness: &AtomicUsize) {
     let (lease, d, outcome) = ops::acquire(r, &FairShare, slot, 0, desc(tenant), 0, 10, 0).unwrap();
-    if outcome == AcqOutcome::Granted {
+    if matches!(outcome, AcqOutcome::Granted { .. }) {
         check_holding(r, tenant, a_witness);
         if tenant == A {
             a_witness.fetch_sub(1, SeqCst);
@@ -123,7 +123,7 @@ fn worker(r: &HeapRegion, slot: usize, tenant: usize, a_witness: &AtomicUsize) {
 /// B holds one permit, granted before the threads start (in_use 1).
 fn b_holds_one(r: &HeapRegion) -> (usize, Desc) {
     let (lease, d, outcome) = ops::acquire(r, &FairShare, 2, 0, desc(B), 0, 10, 0).unwrap();
-    assert_eq!(outcome, AcqOutcome::Granted);
+    assert!(matches!(outcome, AcqOutcome::Granted { .. }));
     (lease.unwrap(), d)
 }
 
@@ -142,7 +142,8 @@ fn loom_three_processes_respect_pool_and_floor() {
             let (r, w) = (r.clone(), a_witness.clone());
             loom::thread::spawn(move || {
                 let (l, d, o) = ops::acquire(&*r, &FairShare, slot, 0, desc(A), 0, 10, 0).unwrap();
-                (o == AcqOutcome::Granted && check_holding(&r, A, &w)).then(|| (l.unwrap(), d))
+                (matches!(o, AcqOutcome::Granted { .. }) && check_holding(&r, A, &w))
+                    .then(|| (l.unwrap(), d))
             })
         };
         let (t1, t2) = (acquirer(0), acquirer(1));
@@ -231,7 +232,7 @@ fn victim(r: &HeapRegion, k: usize) -> crate::Result<()> {
     crate::loom_crash::arm(k);
     let slot = crate::liveness::register(r, VICTIM_PID, 1, 10)?;
     let (lease, d, outcome) = ops::acquire(r, &FairShare, slot, 0, desc(A), 0, 10, 0)?;
-    if let (AcqOutcome::Granted, Some(lease)) = (outcome, lease) {
+    if let (AcqOutcome::Granted { .. }, Some(lease)) = (outcome, lease) {
         ops::release(r, lease, d.generation, Some(&d))?;
     }
     Ok(())
@@ -360,7 +361,7 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
         let t = loom::thread::spawn(move || worker(&r2, 0, A, &w2));
         let (l, d, o) = ops::acquire(&*r, &FairShare, 1, 0, desc(B), 0, 10, 0).unwrap();
         let mut spare = None;
-        if let (AcqOutcome::Granted, Some(l)) = (o, l) {
+        if let (AcqOutcome::Granted { .. }, Some(l)) = (o, l) {
             check_holding(&r, B, &a_witness);
             crate::ops::release_keeping(&*r, l, d.generation, Some(&d), Some(7)).unwrap();
             spare = Some((l, d.generation.wrapping_add(1)));
@@ -368,7 +369,7 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
         let (l2, d2, o2) =
             crate::ops::acquire_with_spare(&*r, &FairShare, 1, 0, desc(B), 0, 10, 0, spare)
                 .unwrap();
-        if let (AcqOutcome::Granted, Some(l2)) = (o2, l2) {
+        if let (AcqOutcome::Granted { .. }, Some(l2)) = (o2, l2) {
             if let Some((s, _)) = spare {
                 assert_eq!(l2, s, "the spare was not taken");
             }

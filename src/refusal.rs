@@ -40,6 +40,10 @@ impl Reason {
     pub fn code(self) -> u32 {
         self as u32
     }
+    /// The reason with this code, if it is one.
+    pub fn from_code(code: u32) -> Option<Reason> {
+        Self::ALL_COUNTED.into_iter().find(|r| r.code() == code)
+    }
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::PoolFull => "pool_full",

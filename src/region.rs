@@ -9,7 +9,7 @@
 //! [`Geometry`] (which comes from the validated config, never from a live record); the
 //! accessors check again and panic, like slice indexing, as a memory-safety backstop.
 
-use crate::layout::{Geometry, LeaseRec, PoolRec, ProcRec, TenantPoolRec, TenantRec};
+use crate::layout::{Geometry, LeaseRec, LogRec, PoolRec, ProcRec, TenantPoolRec, TenantRec};
 use crate::sync::{AtomicU32, AtomicU64};
 
 pub trait Region {
@@ -19,6 +19,8 @@ pub trait Region {
     fn tenant_pool(&self, p: usize, t: usize) -> &TenantPoolRec;
     fn proc_slot(&self, s: usize) -> &ProcRec;
     fn lease(&self, l: usize) -> &LeaseRec;
+    /// Entry `i` of process slot `s`'s decision log (`i < geometry().log_per_proc`).
+    fn log(&self, s: usize, i: usize) -> &LogRec;
 }
 
 /// The records on the heap, built from atomics of the `sync` shim.
@@ -29,6 +31,7 @@ pub struct HeapRegion {
     tenant_pools: Vec<TenantPoolRec>,
     procs: Vec<ProcRec>,
     leases: Vec<LeaseRec>,
+    logs: Vec<LogRec>,
 }
 
 fn a32() -> AtomicU32 {
@@ -39,9 +42,22 @@ fn a64() -> AtomicU64 {
 }
 
 impl HeapRegion {
-    /// All records zeroed, exactly like a freshly truncated segment.
+    /// All records zeroed, exactly like a freshly truncated segment; without a decision
+    /// log (loom would track thousands of atomics per model run).
     pub fn new(pools: usize, tenants: usize, procs: usize, leases_per_proc: usize) -> Self {
-        let geo = Geometry::new(pools, tenants, procs, leases_per_proc, 0);
+        Self::with_log(pools, tenants, procs, leases_per_proc, 0)
+    }
+
+    /// [`HeapRegion::new`] with a decision log of `log_per_proc` entries per process.
+    pub fn with_log(
+        pools: usize,
+        tenants: usize,
+        procs: usize,
+        leases_per_proc: usize,
+        log_per_proc: usize,
+    ) -> Self {
+        let mut geo = Geometry::new(pools, tenants, procs, leases_per_proc, 0);
+        geo.log_per_proc = log_per_proc;
         HeapRegion {
             geo,
             pools: (0..pools)
@@ -90,7 +106,7 @@ impl HeapRegion {
                     death_pids: a64(),
                     death_unix_ms: a64(),
                     death_info: a64(),
-                    reserved: a64(),
+                    log_head: a64(),
                 })
                 .collect(),
             leases: (0..procs * leases_per_proc)
@@ -103,6 +119,18 @@ impl HeapRegion {
                     hold_ms: a64(),
                     tid: a32(),
                     pending_grants: a32(),
+                })
+                .collect(),
+            logs: (0..procs * log_per_proc)
+                .map(|_| LogRec {
+                    stamp: a64(),
+                    at_ms: a64(),
+                    what: a64(),
+                    units_in_use: a64(),
+                    held_cap: a64(),
+                    floor_weight: a64(),
+                    active_hint: a64(),
+                    tid_pid: a64(),
                 })
                 .collect(),
         }
@@ -128,5 +156,9 @@ impl Region for HeapRegion {
     }
     fn lease(&self, l: usize) -> &LeaseRec {
         &self.leases[l]
+    }
+    fn log(&self, s: usize, i: usize) -> &LogRec {
+        assert!(i < self.geo.log_per_proc);
+        &self.logs[s * self.geo.log_per_proc + i]
     }
 }

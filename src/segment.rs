@@ -16,7 +16,7 @@ use memmap2::MmapMut;
 use crate::config::{Config, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
-    Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
+    Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, LogRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
     RECORD, TENANT_POOL_RECORD, TenantPoolRec, TenantRec,
 };
 use crate::region::Region;
@@ -567,5 +567,11 @@ impl Region for Segment {
         assert!(l < self.geo.leases());
         // SAFETY: `l < leases`: in the lease region (Invariant G).
         unsafe { self.rec(self.geo.leases_off + l * RECORD) }
+    }
+    #[inline]
+    fn log(&self, s: usize, i: usize) -> &LogRec {
+        assert!(s < self.geo.procs && i < self.geo.log_per_proc);
+        // SAFETY: `s * log_per_proc + i < procs * log_per_proc`: in the log region (G).
+        unsafe { self.rec(self.geo.logs_off + (s * self.geo.log_per_proc + i) * RECORD) }
     }
 }

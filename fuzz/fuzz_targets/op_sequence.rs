@@ -153,6 +153,7 @@ impl World {
             window_ms: WINDOW,
             weight: WEIGHTS[t],
             tid: 1,
+            pid: 1,
             limits: self
                 .r
                 .pool(p)

@@ -135,8 +135,8 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
             add_to(r, l, &d, &pool.extra, tag, Word::Extra)?;
             crash_point("acquire.extra_applied")?;
         }
-        match apply_pool_acquire(r, policy, l, &d, w, tag, charging)? {
-            PoolStep::Applied => {}
+        let seen = match apply_pool_acquire(r, policy, l, &d, w, tag, charging, h)? {
+            PoolStep::Applied { in_use, held } => AcqOutcome::Granted { in_use, held },
             PoolStep::Refused(refused) => {
                 back_out(r, l, &d, charging)?;
                 return Ok((claimed, d, refused));
@@ -147,7 +147,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
                 lease = None;
                 continue;
             }
-        }
+        };
         crash_point("acquire.pool_applied")?;
         // Release: the grant's effects happen before any later release of the lease.
         // A plain store: a settler's concurrent flag CAS names ACQUIRING and so either
@@ -155,7 +155,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
         // fails (see `sync::store_over_rmw` for how loom is told so).
         let held = ls::make(d.generation, ls::HELD) | if charging { ls::CHARGES_EXTRA } else { 0 };
         store_over_rmw(&r.lease(l).state, held);
-        return Ok((lease, d, AcqOutcome::Granted));
+        return Ok((lease, d, seen));
     }
 }
 
@@ -190,7 +190,9 @@ fn add_to<R: Region>(r: &R, l: usize, d: &Desc, word: &AtomicU64, tag: u64, whic
 
 /// What the pool step of an acquire came to.
 enum PoolStep {
-    Applied,
+    /// Added, on a word of `in_use` units with the tenant holding `held` (the look
+    /// whose decision admitted it).
+    Applied { in_use: u32, held: u32 },
     /// The rule refuses on the moved word (nothing was added to the pool).
     Refused(AcqOutcome),
     /// The rule admits on the moved word, but charging differently than recorded.
@@ -198,7 +200,9 @@ enum PoolStep {
 }
 
 /// Step 4 of an acquire: adds `d.units` to the pool word, starting from `w` (the word
-/// the first decision read). If the word moved, decides again.
+/// the first decision read, with the tenant holding `held`). If the word moved,
+/// decides again.
+#[allow(clippy::too_many_arguments)]
 fn apply_pool_acquire<R: Region, P: Policy>(
     r: &R,
     policy: &P,
@@ -207,6 +211,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
     mut w: u64,
     tag: u64,
     charging: bool,
+    mut held: u32,
 ) -> Result<PoolStep> {
     let p = d.pool as usize;
     let pool = r.pool(p);
@@ -237,6 +242,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
             if (verdict == Verdict::AdmitCharging) != charging {
                 return Ok(PoolStep::Changed);
             }
+            held = h;
         }
         first = false;
         debug_assert!(
@@ -252,7 +258,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
         {
             Ok(_) => {
                 debug_assert!(r.lease(l).units.load(Relaxed) == d.units);
-                return Ok(PoolStep::Applied);
+                return Ok(PoolStep::Applied { in_use: x, held });
             }
             Err(now) => {
                 w = now;

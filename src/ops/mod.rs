@@ -119,7 +119,12 @@ pub(crate) fn crash_point(_label: &'static str) -> Result<()> {
 /// What an acquire came to, with the numbers its refusal explains itself by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcqOutcome {
-    Granted,
+    /// Granted on a pool word with `in_use` units and a tenant holding `held` (the
+    /// snapshot of the deciding look).
+    Granted {
+        in_use: u32,
+        held: u32,
+    },
     Refused {
         in_use: u32,
         held: u32,
@@ -157,9 +162,9 @@ mod tests {
     fn a_pair_leaves_everything_free_and_counts_exact() {
         let r = HeapRegion::new(1, 2, 3, 1);
         let (lb, db, o) = acquire(&r, &FairShare, 2, 0, desc(1), 0, 10, 0).unwrap();
-        assert_eq!(o, AcqOutcome::Granted);
+        assert!(matches!(o, AcqOutcome::Granted { .. }));
         let (la, da, o) = acquire(&r, &FairShare, 0, 0, desc(0), 0, 10, 0).unwrap();
-        assert_eq!(o, AcqOutcome::Granted);
+        assert!(matches!(o, AcqOutcome::Granted { .. }));
         assert_eq!(op_word::count(r.pool(0).word.load(Relaxed)), 2);
         release(&r, la.unwrap(), da.generation, Some(&da)).unwrap();
         release(&r, lb.unwrap(), db.generation, None).unwrap();

@@ -1,0 +1,336 @@
+//! The decision log: each process slot keeps its last [`crate::layout::LOG_PER_PROCESS`] decisions of
+//! the admission rule in a ring of its own in the segment, with the inputs the rule
+//! used, so that an operator can ask why a tenant was refused at a given moment and
+//! `replay` can re-decide each one.
+//!
+//! Writing costs no shared RMW: the ring and its head (`ProcRec.log_head`) belong to
+//! one process, which advances the head with a plain load and store. Two threads of the
+//! process that decide at the same instant may take the same position; each entry is a
+//! seqlock-stamped line whose stamp carries a hash of its contents, so a reader keeps an
+//! entry only when it is whole (one writer's), and skips one that two wrote at once or
+//! that is being written. An entry overwritten while read fails its stamp too.
+//!
+//! Orderings: the writer zeroes the stamp, then a Release fence orders that before the
+//! field stores (so a reader that sees a field of the new entry and then the stamp
+//! sees the stamp changed), and publishes the stamp with Release last; the reader
+//! loads the stamp with Acquire, the fields Relaxed, then an Acquire fence before
+//! reloading the stamp (the standard seqlock reader).
+
+use crate::layout::{LogRec, pair};
+use crate::policy::Verdict;
+use crate::policy::fair_share::{self, Frozen};
+use crate::refusal::Reason;
+use crate::region::Region;
+use crate::sync::Ordering::*;
+use crate::sync::fence;
+use serde::Serialize;
+
+/// Policy code of seed 000's fair share (the only policy so far).
+pub const POLICY_FAIR_SHARE: u32 = 0;
+
+/// One decision, as logged and read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub at_ms: u64,
+    pub pool: u32,
+    pub tenant: u32,
+    /// 0 granted, else a [`Reason`] code.
+    pub outcome: u32,
+    pub policy: u32,
+    pub units: u32,
+    pub in_use: u32,
+    pub held: u32,
+    pub cap: u32,
+    pub floor: u32,
+    pub weight: u32,
+    pub active_weight: u32,
+    pub hint_ms: u32,
+    pub tid: u32,
+    pub pid: u32,
+}
+
+impl Entry {
+    fn words(&self) -> [u64; 7] {
+        [
+            self.at_ms,
+            pair::make(
+                (self.pool & 0xFFFF) | (self.outcome & 0xFF) << 16 | (self.policy & 0xFF) << 24,
+                self.tenant,
+            ),
+            pair::make(self.units, self.in_use),
+            pair::make(self.held, self.cap),
+            pair::make(self.floor, self.weight),
+            pair::make(self.active_weight, self.hint_ms),
+            pair::make(self.tid, self.pid),
+        ]
+    }
+
+    fn from_words(w: &[u64; 7]) -> Entry {
+        let what = pair::lo(w[1]);
+        Entry {
+            at_ms: w[0],
+            pool: what & 0xFFFF,
+            outcome: (what >> 16) & 0xFF,
+            policy: what >> 24,
+            tenant: pair::hi(w[1]),
+            units: pair::lo(w[2]),
+            in_use: pair::hi(w[2]),
+            held: pair::lo(w[3]),
+            cap: pair::hi(w[3]),
+            floor: pair::lo(w[4]),
+            weight: pair::hi(w[4]),
+            active_weight: pair::lo(w[5]),
+            hint_ms: pair::hi(w[5]),
+            tid: pair::lo(w[6]),
+            pid: pair::hi(w[6]),
+        }
+    }
+
+    /// The rule's inputs besides the two words.
+    pub fn frozen(&self) -> Frozen {
+        Frozen {
+            cap: self.cap,
+            floor: self.floor,
+            weight: self.weight,
+            active_weight: self.active_weight,
+        }
+    }
+}
+
+/// The stamp's check: a hash of the position and the words (independent multiplies,
+/// so it costs a few cycles), folded to 32 bits.
+#[inline]
+fn check(pos: u64, w: &[u64; 7]) -> u32 {
+    const K: [u64; 8] = [
+        0x9E37_79B9_7F4A_7C15,
+        0xC2B2_AE3D_27D4_EB4F,
+        0x1656_67B1_9E37_79F9,
+        0x85EB_CA77_C2B2_AE63,
+        0x27D4_EB2F_1656_67C5,
+        0xFF51_AFD7_ED55_8CCD,
+        0xC4CE_B9FE_1A85_EC53,
+        0xD6E8_FEB8_6659_FD93,
+    ];
+    let mut h = pos.wrapping_mul(K[0]);
+    for (x, k) in w.iter().zip(&K[1..]) {
+        h = h.wrapping_add(x.wrapping_mul(*k));
+    }
+    let h = h ^ (h >> 29);
+    let h = h.wrapping_mul(K[0]) as u32 ^ (h >> 32) as u32;
+    // Never 0 together with the position: the stamp 0 means "being written".
+    h | 1
+}
+
+/// Logs `e` in process slot `slot`'s ring. Only the slot's own process calls this.
+#[inline]
+pub fn record<R: Region>(r: &R, slot: usize, e: &Entry) {
+    let n = r.geometry().log_per_proc;
+    if n == 0 {
+        return;
+    }
+    let head = &r.proc_slot(slot).log_head;
+    // Relaxed: the head is this process's own; a reader bounds it and checks every
+    // entry's stamp, so a stale or raced head costs at most an entry.
+    let pos = head.load(Relaxed);
+    head.store(pos.wrapping_add(1), Relaxed);
+    let rec = r.log(slot, (pos % n as u64) as usize);
+    let w = e.words();
+    let stamp = (pos.wrapping_add(1) << 32) | check(pos, &w) as u64;
+    rec.stamp.store(0, Relaxed);
+    // Release fence: the zeroed stamp is ordered before the field stores below.
+    fence(Release);
+    let fields = fields(rec);
+    for (f, x) in fields.iter().zip(w) {
+        f.store(x, Relaxed);
+    }
+    // Release: a reader that sees this stamp sees the fields above.
+    rec.stamp.store(stamp, Release);
+}
+
+fn fields(rec: &LogRec) -> [&crate::sync::AtomicU64; 7] {
+    [
+        &rec.at_ms,
+        &rec.what,
+        &rec.units_in_use,
+        &rec.held_cap,
+        &rec.floor_weight,
+        &rec.active_hint,
+        &rec.tid_pid,
+    ]
+}
+
+/// Reads entry `pos` of slot `slot`'s ring, if it is whole and still that position's.
+fn read_at<R: Region>(r: &R, slot: usize, pos: u64) -> Option<Entry> {
+    let n = r.geometry().log_per_proc as u64;
+    let rec = r.log(slot, (pos % n) as usize);
+    // Acquire: pairs with the writer's Release store of the stamp.
+    let s1 = rec.stamp.load(Acquire);
+    if s1 >> 32 != pos.wrapping_add(1) & 0xFFFF_FFFF {
+        return None;
+    }
+    let mut w = [0u64; 7];
+    for (x, f) in w.iter_mut().zip(fields(rec)) {
+        // Relaxed: validated by the stamp's second read.
+        *x = f.load(Relaxed);
+    }
+    // Acquire fence: the field loads above happen before the stamp's reload.
+    fence(Acquire);
+    let s2 = rec.stamp.load(Relaxed);
+    (s1 == s2 && s1 as u32 == check(pos, &w)).then(|| Entry::from_words(&w))
+}
+
+/// A logged decision, read back with where it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Logged {
+    pub slot: usize,
+    /// Its position in the slot's ring (how many decisions the slot logged before it).
+    pub seq: u64,
+    pub entry: Entry,
+}
+
+/// Every whole entry of every process slot's ring, oldest first by time (ties by
+/// slot and position). Read-only; `skipped` counts entries that were being written or
+/// were torn by two threads of one process.
+pub fn read_all<R: Region>(r: &R) -> (Vec<Logged>, usize) {
+    let geo = r.geometry();
+    let n = geo.log_per_proc as u64;
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    if n == 0 {
+        return (out, 0);
+    }
+    for slot in 0..geo.procs {
+        // Relaxed: a bound only; every entry is validated by its stamp.
+        let head = r.proc_slot(slot).log_head.load(Relaxed);
+        for pos in head.saturating_sub(n)..head {
+            match read_at(r, slot, pos) {
+                Some(entry) => out.push(Logged {
+                    slot,
+                    seq: pos,
+                    entry,
+                }),
+                None => skipped += 1,
+            }
+        }
+    }
+    out.sort_by_key(|l| (l.entry.at_ms, l.slot, l.seq));
+    (out, skipped)
+}
+
+/// The outcome the library's rule gives a logged decision's inputs: 0 granted, else
+/// the reason code. `None` for a policy this version does not know.
+pub fn redecide(e: &Entry) -> Option<u32> {
+    if e.policy != POLICY_FAIR_SHARE {
+        return None;
+    }
+    Some(match fair_share::decide(&e.frozen(), e.in_use, e.held, e.units) {
+        Verdict::Admit | Verdict::AdmitCharging => 0,
+        Verdict::Refuse { reason, .. } => reason,
+    })
+}
+
+/// The name of an outcome code.
+pub fn outcome_name(code: u32) -> &'static str {
+    if code == 0 {
+        "granted"
+    } else {
+        Reason::from_code(code).map_or("unknown", Reason::as_str)
+    }
+}
+
+/// A decision the rule re-decides differently from its log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Mismatch {
+    pub slot: usize,
+    pub seq: u64,
+    pub logged: &'static str,
+    /// `None`: a policy this version cannot re-decide.
+    pub replayed: Option<&'static str>,
+}
+
+/// Re-decides every logged decision from its recorded inputs with the library's rule.
+pub fn replay(log: &[Logged]) -> Vec<Mismatch> {
+    log.iter()
+        .filter_map(|l| {
+            let again = redecide(&l.entry);
+            (again != Some(l.entry.outcome)).then(|| Mismatch {
+                slot: l.slot,
+                seq: l.seq,
+                logged: outcome_name(l.entry.outcome),
+                replayed: again.map(outcome_name),
+            })
+        })
+        .collect()
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::HeapRegion;
+
+    fn entry(i: u32) -> Entry {
+        Entry {
+            at_ms: 1000 + i as u64,
+            pool: 1,
+            tenant: i % 3,
+            outcome: 0,
+            policy: 0,
+            units: 1,
+            in_use: i % 4,
+            held: 0,
+            cap: 4,
+            floor: 1,
+            weight: 1,
+            active_weight: 2,
+            hint_ms: 0,
+            tid: 77,
+            pid: 55,
+        }
+    }
+
+    #[test]
+    fn a_ring_keeps_its_last_entries_in_order() {
+        let r = HeapRegion::with_log(2, 4, 2, 2, 8);
+        for i in 0..20 {
+            record(&r, 1, &entry(i));
+        }
+        record(&r, 0, &entry(100));
+        let (log, skipped) = read_all(&r);
+        assert_eq!(skipped, 0);
+        let slot1: Vec<u64> = log.iter().filter(|l| l.slot == 1).map(|l| l.seq).collect();
+        assert_eq!(slot1, (12..20).collect::<Vec<_>>());
+        assert_eq!(log.last().unwrap().slot, 0);
+        assert_eq!(log[0].entry, entry(12));
+        assert!(replay(&log).is_empty(), "{:?}", replay(&log));
+    }
+
+    #[test]
+    fn a_torn_entry_is_skipped_and_a_wrong_outcome_is_reported() {
+        let r = HeapRegion::with_log(1, 4, 1, 2, 4);
+        record(&r, 0, &entry(1));
+        record(&r, 0, &entry(2));
+        // A second writer's field lands in entry 0 after its stamp: torn.
+        r.log(0, 0).held_cap.store(pair::make(3, 4), Relaxed);
+        let (log, skipped) = read_all(&r);
+        assert_eq!((log.len(), skipped), (1, 1));
+        // A logged grant that the rule refuses (the pool was full).
+        let mut e = entry(3);
+        e.in_use = 4;
+        record(&r, 0, &e);
+        let (log, _) = read_all(&r);
+        let m = replay(&log);
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].logged, m[0].replayed), ("granted", Some("pool_full")));
+    }
+
+    #[test]
+    fn words_round_trip() {
+        let mut e = entry(5);
+        e.outcome = 2;
+        e.pool = 0xFFFF;
+        e.tenant = 1023;
+        e.hint_ms = 12345;
+        let w = e.words();
+        assert_eq!(Entry::from_words(&w), e);
+    }
+}
