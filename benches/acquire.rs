@@ -44,6 +44,18 @@ fn pairs(c: &mut Criterion) {
                 e.release(id, 1000).unwrap();
             })
         });
+        // The same pair with this handle's decision log switched off: the log's cost
+        // is the ratio of the two (target: at most 1.10).
+        e.set_decision_log(false);
+        g.bench_function("fairshm_engine_no_log", |b| {
+            b.iter(|| {
+                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("refused")
+                };
+                e.release(id, 1000).unwrap();
+            })
+        });
+        e.set_decision_log(true);
     }
     // 1,024 other tenants active in a pool with room for them all (2,048 permits, each
     // holds one): the decision's cost must not grow with them.

@@ -169,6 +169,8 @@ pub struct Attempt {
     pub tid: u32,
     /// The calling process's pid (for the decision log).
     pub pid: u32,
+    /// Whether to log the decision (see `decisions`).
+    pub log: bool,
     /// The pool's `limits` word (capacity, floor) as the caller read it, once: it is
     /// frozen into the descriptor, and the caller checked `units` against it.
     pub limits: u64,
@@ -295,7 +297,9 @@ pub fn try_acquire<R: Region>(
     match (outcome, l) {
         (AcqOutcome::Granted { in_use, held }, Some(l)) => {
             (logged.in_use, logged.held) = (in_use, held);
-            decisions::record(r, slot, &logged);
+            if a.log {
+                decisions::record(r, slot, &logged);
+            }
             ops::count_grant(r, r.lease(l));
             // Relaxed: a statistic's marker; the line is ours already (we CAS `held`).
             if tp.first_due_lo.load(Relaxed) != 0 {
@@ -338,7 +342,9 @@ pub fn try_acquire<R: Region>(
             count_hint(tp, a.now, hint);
             (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
             logged.hint_ms = hint.min(u32::MAX as u64) as u32;
-            decisions::record(r, slot, &logged);
+            if a.log {
+                decisions::record(r, slot, &logged);
+            }
             let facts = RefusalFacts {
                 verdict,
                 in_use,
@@ -397,6 +403,7 @@ mod tests {
             weight,
             tid: 1,
             pid: 1,
+            log: true,
             limits: pair::make(2, 1),
         }
     }

@@ -19,7 +19,7 @@ use crate::refusal::Refused;
 use crate::region::Region;
 use crate::segment::Segment;
 use crate::stats::{self, Snapshot};
-use crate::sync::{AtomicU64, Ordering::*};
+use crate::sync::{AtomicU32, AtomicU64, Ordering::*};
 use crate::tenants;
 
 /// A pool of a table, resolved from its name by [`Engine::pool`].
@@ -161,6 +161,8 @@ pub struct Engine {
     start: AtomicU64,
     /// Where this process's next lease search starts.
     hint: AtomicU64,
+    /// 1 while this handle logs its decisions (see `decisions`), 0 once switched off.
+    log: AtomicU32,
     /// This process's anchor for its registration, with the pid it was started by (a
     /// forked child inherits the parent's entry, whose thread it does not have).
     anchor: Mutex<Option<(u64, anchor::Anchor)>>,
@@ -182,8 +184,23 @@ impl Engine {
             reg_lock: Mutex::new(()),
             start: AtomicU64::new(0),
             hint: AtomicU64::new(0),
+            log: AtomicU32::new(1),
             anchor: Mutex::new(None),
         }
+    }
+
+    /// Switches the decision log (`shmtool log`) on or off for this handle's decisions
+    /// (on by default). Off, its decisions cost no log write and cannot be explained
+    /// afterwards.
+    pub fn set_decision_log(&self, on: bool) {
+        // Relaxed: a process-local switch that orders nothing.
+        self.log.store(on as u32, Relaxed);
+    }
+
+    /// Whether this handle logs its decisions.
+    pub fn decision_log(&self) -> bool {
+        // Relaxed: as in `set_decision_log`.
+        self.log.load(Relaxed) != 0
     }
 
     /// `Err(ReadOnly)` on an observer's mapping, before `what` could write to it.
@@ -422,6 +439,7 @@ impl Engine {
             weight: tenant.weight.max(1),
             tid: crate::selfid::tid(),
             pid: crate::selfid::pid(),
+            log: self.decision_log(),
             limits,
         };
         // Relaxed: a hint only, where the last release left a free slot (threads that

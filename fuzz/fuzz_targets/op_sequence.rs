@@ -154,6 +154,7 @@ impl World {
             weight: WEIGHTS[t],
             tid: 1,
             pid: 1,
+            log: true,
             limits: self
                 .r
                 .pool(p)
