@@ -22,7 +22,7 @@
 //! estimator: a turn clock per tenant), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake), `peers` (anchors watching each other),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
-//! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade), `ffi` (the C ABI, public),
+//! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade), `ffi` (the C ABI, public), `decisions` (the decision log), `tool` (what `shmtool` does, public),
 //! `sync` (the atomics shim that loom swaps out). They are private; the feature
 //! `internals` makes them public for the project's own tests, benches and fuzz targets.
 
@@ -84,6 +84,8 @@ mod engine;
 pub mod ffi;
 #[cfg(not(loom))]
 mod table;
+#[cfg(not(loom))]
+pub mod tool;
 
 #[cfg(not(loom))]
 pub use blocking::Ended;

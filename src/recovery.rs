@@ -25,7 +25,7 @@ use crate::region::Region;
 use crate::sync::Ordering::*;
 
 /// What reaping one process slot gave back.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Reaped {
     pub slot: usize,
     pub pid: u32,

@@ -493,6 +493,12 @@ impl Segment {
     pub fn size(&self) -> usize {
         self.len
     }
+    /// When the segment was created (`CLOCK_REALTIME` ms) and by which pid.
+    pub fn created(&self) -> (u64, u32) {
+        let h = self.header();
+        // Relaxed: written before `ready`, which opening acquired.
+        (h.created_unix_ms.load(Relaxed), h.creator_pid.load(Relaxed))
+    }
 
     fn header(&self) -> &Header {
         assert!(self.len >= HEADER, "a mapping shorter than its header");

@@ -49,6 +49,8 @@ pub struct PoolSnap {
     pub last_op: Option<String>,
     pub active_tenants: usize,
     pub active_weight: u64,
+    /// Blocked acquirers about to sleep or asleep on the pool.
+    pub waiters: u32,
     /// Sums of the tenants' counters.
     pub grants: u64,
     pub refusals: u64,
@@ -248,6 +250,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 }),
                 active_tenants,
                 active_weight,
+                // Relaxed: a report.
+                waiters: rec.waiters.load(Relaxed),
                 grants: tenants.iter().fold(0, |a, t| a.saturating_add(t.grants)),
                 refusals: tenants
                     .iter()

@@ -1,0 +1,70 @@
+//! `shmtool check`: every invariant the segment lets one verify from outside.
+
+use crate::Table;
+use crate::error::Result;
+use crate::layout::{lease_state as ls, op_word, pair, proc_state as ps};
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// Each violated invariant, one line each (empty: sound). Besides [`Table::check`]
+/// (each pool's and tenant's counters equal the sums of their leases; every record in
+/// a state some version writes): each pool's units in use are within its capacity; no
+/// lease belongs to a free process slot, nor to a process that is dead (its permits
+/// wait for a reap); no acquire or release is pending whose process is gone. Reads
+/// only, so it runs on an observer.
+pub fn check(t: &Table) -> Result<Vec<String>> {
+    let mut out = t.check()?;
+    let seg = t.engine().seg();
+    let geo = *seg.geometry();
+    for p in 0..geo.pools {
+        let rec = seg.pool(p);
+        // Acquire / Relaxed: a report of words each true at some instant.
+        let in_use = op_word::count(rec.word.load(Acquire));
+        let cap = pair::lo(rec.limits.load(Relaxed));
+        if in_use > cap {
+            out.push(format!(
+                "pool {:?}: {in_use} units in use, over its capacity {cap}",
+                t.config().pools[p].name
+            ));
+        }
+    }
+    let mut dead_slots = Vec::new();
+    for s in 0..geo.procs {
+        let v = crate::liveness::view(seg, s);
+        dead_slots.push(match v.status {
+            ps::FREE => Some("free"),
+            ps::LIVE if crate::liveness::is_dead(v.pid, v.start_time) => Some("dead"),
+            _ => None,
+        });
+    }
+    for l in 0..geo.leases() {
+        // Acquire: the state word publishes the lease's fields.
+        let st = seg.lease(l).state.load(Acquire);
+        let state = ls::state(st);
+        if matches!(state, ls::FREE | ls::CLAIMED) {
+            continue;
+        }
+        let slot = l / geo.leases_per_proc;
+        let Some(owner) = dead_slots[slot] else {
+            continue;
+        };
+        let kind = if matches!(state, ls::ACQUIRING | ls::RELEASING) {
+            "an op in flight"
+        } else {
+            "a lease"
+        };
+        out.push(match owner {
+            "dead" => format!(
+                "lease {l} ({}) is {kind} of process slot {slot}, whose process (pid {}) is \
+                 dead: reap returns its permits",
+                ls::name(state),
+                crate::liveness::view(seg, slot).pid
+            ),
+            _ => format!(
+                "lease {l} ({}) is {kind} of process slot {slot}, which is free: owned by nobody",
+                ls::name(state)
+            ),
+        });
+    }
+    Ok(out)
+}

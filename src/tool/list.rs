@@ -1,0 +1,225 @@
+//! Finding segments by their header, and removing those no live process uses.
+
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::mem::offset_of;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::layout::{HEADER, Header, LAYOUT_VERSION, MAGIC, READY};
+use crate::segment::{SHM_DIR, path_of};
+use crate::table::Table;
+
+use super::report::liveness;
+
+/// A segment header, read from the file's first bytes (not mapped).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HeaderInfo {
+    pub layout_version: u32,
+    pub ready: bool,
+    pub total_size: u64,
+    pub created_unix_ms: u64,
+    pub creator_pid: u32,
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads the header of the file at `path` with `read(2)`: never follows a symbolic
+/// link, never blocks on a FIFO, never maps (so a truncated file cannot raise SIGBUS).
+/// `Err` says why the file is not a fairshm segment.
+pub fn read_header(path: &Path) -> std::result::Result<HeaderInfo, String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        return Err("a symbolic link".into());
+    }
+    if ft.is_dir() || ft.is_fifo() || ft.is_socket() || ft.is_block_device() || ft.is_char_device()
+    {
+        return Err("not a regular file".into());
+    }
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let mut b = vec![0u8; HEADER];
+    let mut got = 0;
+    while got < HEADER {
+        match f.read(&mut b[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if got < HEADER {
+        return Err(format!("{got} bytes, shorter than a header ({HEADER})"));
+    }
+    let magic = u64_at(&b, offset_of!(Header, magic));
+    if magic != MAGIC {
+        return Err(format!("no fairshm header (magic {magic:#018x})"));
+    }
+    let h = HeaderInfo {
+        layout_version: u32_at(&b, offset_of!(Header, version)),
+        ready: u32_at(&b, offset_of!(Header, ready)) == READY,
+        total_size: u64_at(&b, offset_of!(Header, total_size)),
+        created_unix_ms: u64_at(&b, offset_of!(Header, created_unix_ms)),
+        creator_pid: u32_at(&b, offset_of!(Header, creator_pid)),
+    };
+    if h.total_size != meta.len() {
+        return Err(format!(
+            "{} bytes where its header says {}",
+            meta.len(),
+            h.total_size
+        ));
+    }
+    Ok(h)
+}
+
+/// One file of the shared-memory directory.
+#[derive(Clone, Debug, Serialize)]
+pub struct Listed {
+    pub name: String,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// Its header, when it has a fairshm one.
+    pub header: Option<HeaderInfo>,
+    /// Why it cannot be read as a segment of this version (`None`: it can).
+    pub unreadable: Option<String>,
+    /// Registered processes, by liveness (see [`liveness`]).
+    pub live: usize,
+    pub dying: usize,
+    pub dead: usize,
+}
+
+/// Every file of `/dev/shm`, each recognised by its header (see [`list_dir`]).
+pub fn list() -> Result<Vec<Listed>> {
+    list_dir(Path::new(SHM_DIR))
+}
+
+/// Every regular file of `dir`, sorted by name: fairshm segments with their header
+/// and process counts, anything else marked unreadable with the reason. Nothing is
+/// written. (Segments are opened by name, so their counts are read only when `dir`
+/// is `/dev/shm`.)
+pub fn list_dir(dir: &Path) -> Result<Vec<Listed>> {
+    let io = |op| {
+        move |source| Error::Io {
+            name: dir.display().to_string(),
+            op,
+            source,
+        }
+    };
+    let mut out = Vec::new();
+    for ent in std::fs::read_dir(dir).map_err(io("read_dir"))? {
+        let ent = ent.map_err(io("read_dir"))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let path = ent.path();
+        let size = std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
+        let mut l = Listed {
+            name: name.clone(),
+            size,
+            header: None,
+            unreadable: None,
+            live: 0,
+            dying: 0,
+            dead: 0,
+        };
+        match read_header(&path) {
+            Err(why) => l.unreadable = Some(why),
+            Ok(h) if h.layout_version != LAYOUT_VERSION => {
+                l.unreadable = Some(format!(
+                    "layout version {}, this shmtool reads {LAYOUT_VERSION}",
+                    h.layout_version
+                ));
+                l.header = Some(h);
+            }
+            Ok(h) => {
+                l.header = Some(h);
+                if dir == Path::new(SHM_DIR) {
+                    match Table::open_observer(&name) {
+                        Ok(t) => {
+                            for p in t.try_snapshot().map(|s| s.processes).unwrap_or_default() {
+                                match liveness(&p) {
+                                    "alive" => l.live += 1,
+                                    "dying" => l.dying += 1,
+                                    _ => l.dead += 1,
+                                }
+                            }
+                        }
+                        Err(e) => l.unreadable = Some(e.to_string()),
+                    }
+                }
+            }
+        }
+        out.push(l);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The pids of the processes other than this one that map the file at `path` (read
+/// from `/proc/*/maps`; processes whose maps this user may not read are not seen).
+pub fn mapped_by(path: &Path) -> Vec<u32> {
+    let me = std::process::id();
+    let want = path.to_string_lossy().into_owned();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
+                maps.lines().any(|l| {
+                    let l = l.strip_suffix(" (deleted)").unwrap_or(l);
+                    l.ends_with(&want) && l[..l.len() - want.len()].ends_with(' ')
+                })
+            })
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// What [`clean`] did with one segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Clean {
+    Removed,
+    /// Not removed: these live processes use it (registered, or mapping it).
+    InUse {
+        pids: Vec<u32>,
+    },
+}
+
+/// Removes segment `name` if no live process uses it: none registered alive (or
+/// dying) in its process table, and none mapping it. With `force`, removes it anyway
+/// (its users keep their mappings; new openers will not find it). A file that is not
+/// a readable segment is never removed: `Err`.
+pub fn clean(name: &str, force: bool) -> Result<Clean> {
+    let path = path_of(name);
+    let t = Table::open_observer(name)?;
+    let snap = t.try_snapshot()?;
+    drop(t);
+    let mut pids: Vec<u32> = snap
+        .processes
+        .iter()
+        .filter(|p| liveness(p) != "dead")
+        .map(|p| p.pid)
+        .collect();
+    pids.extend(mapped_by(&path));
+    pids.sort_unstable();
+    pids.dedup();
+    if !pids.is_empty() && !force {
+        return Ok(Clean::InUse { pids });
+    }
+    Table::unlink(name)?;
+    Ok(Clean::Removed)
+}

@@ -1,0 +1,86 @@
+//! What `shmtool` does, as library functions: list the segments under `/dev/shm`,
+//! report one (`inspect`, `top`, `metrics`), clean them, and read the decision log.
+//! The binary (`src/bin/shmtool.rs`) parses arguments, calls these, prints and exits.
+//!
+//! Everything here but [`clean`] and the binary's `reap` reads only: segments are opened
+//! as observers (read-only mappings, no registration), so inspecting changes nothing,
+//! and root can inspect any user's segment.
+
+mod check;
+mod list;
+mod metrics;
+mod render;
+mod report;
+mod top;
+
+pub use check::check;
+pub use list::{Clean, HeaderInfo, Listed, clean, list, list_dir, mapped_by, read_header};
+pub use metrics::prometheus;
+pub use render::{clock, log_table, report_tables, top_view};
+pub use report::{
+    Decision, LeaseRow, LogView, PoolRow, ProcRow, Report, SegmentInfo, TenantRow, decisions,
+    liveness, replay, report,
+};
+pub use top::top;
+
+use crate::Error;
+
+/// `shmtool`'s exit codes, which scripts may rely on. Never renumbered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Done; nothing found wrong.
+    Ok = 0,
+    /// Done, and something was found: `check` found violated invariants, `replay`
+    /// decisions that re-decide differently.
+    Found = 1,
+    /// The command line was wrong (clap's own code).
+    Usage = 2,
+    /// No segment of that name.
+    NotFound = 3,
+    /// The file is not a readable fairshm segment (another file, corrupt, truncated,
+    /// another layout version, still being created).
+    Unreadable = 4,
+    /// Refused: `clean` of a segment that live processes use, without `--force`.
+    InUse = 5,
+    /// Permission denied.
+    Permission = 6,
+    /// Any other failure (I/O, a busy table that `reap` could not finish).
+    Failed = 7,
+}
+
+impl Exit {
+    /// The exit code for a library error.
+    pub fn of(e: &Error) -> Exit {
+        match e {
+            Error::NotFound { .. } => Exit::NotFound,
+            Error::Truncated { .. }
+            | Error::BadMagic { .. }
+            | Error::VersionMismatch { .. }
+            | Error::NotReady { .. }
+            | Error::Corrupt(_)
+            | Error::BadFile { .. }
+            | Error::ConfigMismatch { .. } => Exit::Unreadable,
+            Error::InvalidName { .. } => Exit::Usage,
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                Exit::Permission
+            }
+            Error::WrongOwner { .. } => Exit::Permission,
+            _ => Exit::Failed,
+        }
+    }
+}
+
+/// The exit codes, as `--help` prints them.
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  done, nothing found wrong
+  1  found something: `check` found violated invariants, `replay` found decisions that
+     re-decide differently
+  2  usage: the command line was wrong
+  3  no segment of that name
+  4  not a readable fairshm segment (another file, corrupt, truncated, another layout
+     version, still being created)
+  5  refused: `clean` of a segment that live processes use, without --force
+  6  permission denied
+  7  any other failure";

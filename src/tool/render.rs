@@ -1,0 +1,267 @@
+//! Human-readable tables of a [`Report`] and of the decision log.
+
+use std::fmt::Write;
+
+use super::report::{LogView, Report};
+
+/// Left-aligned columns, two spaces apart, under a header row.
+fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        let cells: Vec<&str> = cells.collect();
+        let last = cells.len().saturating_sub(1);
+        for (i, (c, w)) in cells.iter().zip(&width).enumerate() {
+            if i == last {
+                out.push_str(c);
+            } else {
+                let _ = write!(out, "{c:<w$}  ");
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut out, &mut head.iter().copied());
+    for r in rows {
+        line(&mut out, &mut r.iter().map(String::as_str));
+    }
+    out
+}
+
+fn ms(v: u64) -> String {
+    if v >= 10_000 {
+        format!("{:.1}s", v as f64 / 1000.0)
+    } else {
+        format!("{v}ms")
+    }
+}
+
+/// Wall-clock `HH:MM:SS.mmm` (UTC) of a Unix time in ms.
+pub fn clock(unix_ms: u64) -> String {
+    let s = unix_ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600 % 24,
+        s / 60 % 60,
+        s % 60,
+        unix_ms % 1000
+    )
+}
+
+/// `inspect`'s tables: pools, tenants per pool, leases, processes.
+pub fn report_tables(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "segment {}  {} bytes  layout v{}  created by pid {}",
+        r.segment.name, r.segment.size, r.segment.layout_version, r.segment.creator_pid
+    );
+    out.push_str("\nPOOLS\n");
+    let rows: Vec<Vec<String>> = r
+        .pools
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                p.capacity.to_string(),
+                p.in_use.to_string(),
+                p.floor.to_string(),
+                p.active_tenants.to_string(),
+                p.waiters.to_string(),
+                p.grants.to_string(),
+                p.refusals.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "pool", "capacity", "in_use", "floor", "active", "waiters", "grants", "refusals",
+        ],
+        &rows,
+    ));
+    for p in &r.pools {
+        let _ = writeln!(out, "\nTENANTS of {}", p.name);
+        let rows: Vec<Vec<String>> = p
+            .tenants
+            .iter()
+            .map(|t| {
+                let refused = t
+                    .refusals
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                vec![
+                    t.name.clone(),
+                    t.held.to_string(),
+                    format!("{:.2}", t.share),
+                    t.weight.to_string(),
+                    if t.active { "yes" } else { "no" }.into(),
+                    t.idle_ms
+                        .map_or("never".into(), |v| format!("{} ago", ms(v))),
+                    t.grants.to_string(),
+                    if refused.is_empty() {
+                        "-".into()
+                    } else {
+                        refused
+                    },
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "tenant",
+                "held",
+                "share",
+                "weight",
+                "active",
+                "last_active",
+                "grants",
+                "refusals",
+            ],
+            &rows,
+        ));
+    }
+    out.push_str("\nLEASES\n");
+    let rows: Vec<Vec<String>> = r
+        .leases
+        .iter()
+        .map(|l| {
+            vec![
+                l.index.to_string(),
+                l.state.into(),
+                l.pool.clone(),
+                l.tenant.clone(),
+                l.units.to_string(),
+                l.pid.to_string(),
+                l.tid.to_string(),
+                ms(l.age_ms),
+                if l.hold_ms > 0 {
+                    ms(l.hold_ms)
+                } else {
+                    "-".into()
+                },
+                if l.overrun_ms > 0 {
+                    ms(l.overrun_ms)
+                } else {
+                    "-".into()
+                },
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "lease", "state", "pool", "tenant", "units", "pid", "tid", "age", "hold", "overrun",
+        ],
+        &rows,
+    ));
+    out.push_str("\nPROCESSES\n");
+    let rows: Vec<Vec<String>> = r
+        .processes
+        .iter()
+        .map(|p| {
+            vec![
+                p.slot.to_string(),
+                p.pid.to_string(),
+                p.liveness.into(),
+                if p.anchored { "yes" } else { "no" }.into(),
+                p.leases.to_string(),
+                p.units_held.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["slot", "pid", "liveness", "anchored", "leases", "units"],
+        &rows,
+    ));
+    out
+}
+
+/// `top`'s view: every (pool, tenant) holding or active, most held first.
+pub fn top_view(r: &Report) -> String {
+    let mut rows: Vec<(u32, Vec<String>)> = Vec::new();
+    for p in &r.pools {
+        for t in p.tenants.iter().filter(|t| t.held > 0 || t.active) {
+            let refused: u64 = t.refusals.values().sum();
+            rows.push((
+                t.held,
+                vec![
+                    p.name.clone(),
+                    t.name.clone(),
+                    t.held.to_string(),
+                    format!("{:.2}", t.share),
+                    format!("{}/{}", p.in_use, p.capacity),
+                    t.grants.to_string(),
+                    refused.to_string(),
+                    p.waiters.to_string(),
+                ],
+            ));
+        }
+    }
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let alive = r.processes.iter().filter(|p| p.liveness == "alive").count();
+    let mut out = format!(
+        "fairshm {}  processes: {} alive, {} not  leases: {}  (q or Ctrl-C quits)\n\n",
+        r.segment.name,
+        alive,
+        r.processes.len() - alive,
+        r.leases.len()
+    );
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, r)| r).collect();
+    out.push_str(&table(
+        &[
+            "pool", "tenant", "held", "share", "pool_use", "grants", "refusals", "waiters",
+        ],
+        &rows,
+    ));
+    out
+}
+
+/// `log`'s table: one line per decision, with the inputs that explain it.
+pub fn log_table(v: &LogView) -> String {
+    let rows: Vec<Vec<String>> = v
+        .decisions
+        .iter()
+        .map(|d| {
+            vec![
+                clock(d.unix_ms),
+                d.pid.to_string(),
+                d.pool.clone(),
+                d.tenant.clone(),
+                d.units.to_string(),
+                d.outcome.into(),
+                format!("{}/{}", d.in_use, d.capacity),
+                d.held.to_string(),
+                format!("{:.2}", d.share),
+                d.floor.to_string(),
+                format!("{}/{}", d.weight, d.active_weight),
+                if d.retry_after_ms > 0 {
+                    ms(d.retry_after_ms as u64)
+                } else {
+                    "-".into()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "time(utc)",
+            "pid",
+            "pool",
+            "tenant",
+            "units",
+            "outcome",
+            "in_use/cap",
+            "held",
+            "share",
+            "floor",
+            "weight/active",
+            "retry_after",
+        ],
+        &rows,
+    )
+}

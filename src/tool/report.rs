@@ -1,0 +1,332 @@
+//! One segment's state as `inspect`, `top` and `metrics` show it, and its decision log
+//! with names and wall-clock times. The JSON form of [`Report`] is the schema that
+//! `doc/inspect.schema.json` describes (`"schema": "fairshm.inspect/1"`).
+
+use serde::Serialize;
+
+use crate::Table;
+use crate::decisions::{self, Logged};
+use crate::error::Result;
+use crate::stats::{ProcSnap, Snapshot};
+
+/// The schema name and version of [`Report`]'s JSON.
+pub const SCHEMA: &str = "fairshm.inspect/1";
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub segment: SegmentInfo,
+    /// The engine clock (`CLOCK_MONOTONIC` ms) at which the report was read.
+    pub now_ms: u64,
+    pub pools: Vec<PoolRow>,
+    pub leases: Vec<LeaseRow>,
+    pub processes: Vec<ProcRow>,
+    /// The last death reaped from each process slot, as the snapshot has them.
+    pub deaths: Vec<crate::stats::DeathSnap>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentInfo {
+    pub name: String,
+    pub size: u64,
+    pub layout_version: u32,
+    pub created_unix_ms: u64,
+    pub creator_pid: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolRow {
+    pub name: String,
+    pub capacity: u32,
+    pub in_use: u32,
+    pub floor: u32,
+    pub active_tenants: usize,
+    pub active_weight: u64,
+    pub waiters: u32,
+    pub grants: u64,
+    pub refusals: u64,
+    /// Tenants that have used the pool, most held first.
+    pub tenants: Vec<TenantRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantRow {
+    pub name: String,
+    pub held: u32,
+    pub share: f64,
+    pub weight: u32,
+    pub active: bool,
+    /// Ms since its last activity in the pool (`null`: never).
+    pub idle_ms: Option<u64>,
+    pub grants: u64,
+    /// Refusals by reason: `pool_full`, `over_share`, `timed_out`, `cancelled`.
+    pub refusals: std::collections::BTreeMap<String, u64>,
+    pub mean_hint_ms: f64,
+    pub early_returns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LeaseRow {
+    pub index: usize,
+    pub state: &'static str,
+    pub pool: String,
+    pub tenant: String,
+    pub units: u32,
+    pub process_slot: usize,
+    /// The pid of the slot's process (0: the slot is free).
+    pub pid: u32,
+    pub tid: u32,
+    pub age_ms: u64,
+    /// The declared hold (0: none).
+    pub hold_ms: u64,
+    /// How long it has been held past its declared hold (0: not past it, or none).
+    pub overrun_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcRow {
+    pub slot: usize,
+    pub pid: u32,
+    /// The slot's state: `claiming`, `live`, `reaping`, `corrupt`.
+    pub status: &'static str,
+    /// `alive`, `dying` (exiting, or its anchor died and it is not reaped yet) or
+    /// `dead` (gone; `reap` returns its permits).
+    pub liveness: &'static str,
+    /// Whether its robust-futex anchor is in place (the kernel wakes a watcher at its
+    /// death).
+    pub anchored: bool,
+    pub leases: usize,
+    pub units_held: u64,
+    pub registered_ms: u64,
+}
+
+/// A process's liveness, from `/proc` and its owner word: `alive`, `dying` or `dead`.
+pub fn liveness(p: &ProcSnap) -> &'static str {
+    match crate::liveness::proc_info(p.pid) {
+        None => "dead",
+        Some(i) if i.start_time != p.start_time => "dead",
+        Some(i) if matches!(i.state, b'Z' | b'X') => {
+            if i.num_threads <= 1 {
+                "dead"
+            } else {
+                "dying"
+            }
+        }
+        Some(_) if p.anchor == "died" || p.status == "reaping" => "dying",
+        Some(_) => "alive",
+    }
+}
+
+/// Builds the report from one snapshot of `t`.
+pub fn report(t: &Table) -> Result<Report> {
+    let snap = t.try_snapshot()?;
+    let (created_unix_ms, creator_pid) = t.engine().seg().created();
+    Ok(from_snapshot(
+        SegmentInfo {
+            name: t.name().to_owned(),
+            size: t.size() as u64,
+            layout_version: crate::layout::LAYOUT_VERSION,
+            created_unix_ms,
+            creator_pid,
+        },
+        snap,
+    ))
+}
+
+fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
+    let now = s.now_ms;
+    let pid_of = |slot: usize| {
+        s.processes
+            .iter()
+            .find(|p| p.slot == slot)
+            .map_or(0, |p| p.pid)
+    };
+    let leases: Vec<LeaseRow> = s
+        .leases
+        .iter()
+        .map(|l| {
+            let age_ms = now.saturating_sub(l.granted_ms);
+            LeaseRow {
+                index: l.index,
+                state: l.state,
+                pool: l.pool.clone(),
+                tenant: l.tenant.clone(),
+                units: l.units,
+                process_slot: l.process_slot,
+                pid: pid_of(l.process_slot),
+                tid: l.tid,
+                age_ms,
+                hold_ms: l.hold_ms,
+                overrun_ms: if l.hold_ms > 0 {
+                    age_ms.saturating_sub(l.hold_ms)
+                } else {
+                    0
+                },
+            }
+        })
+        .collect();
+    let processes = s
+        .processes
+        .iter()
+        .map(|p| {
+            let mine = leases.iter().filter(|l| l.process_slot == p.slot);
+            ProcRow {
+                slot: p.slot,
+                pid: p.pid,
+                status: p.status,
+                liveness: liveness(p),
+                anchored: p.anchor == "alive",
+                leases: mine.clone().count(),
+                units_held: mine.map(|l| l.units as u64).sum(),
+                registered_ms: p.registered_ms,
+            }
+        })
+        .collect();
+    let pools = s
+        .pools
+        .into_iter()
+        .map(|p| {
+            let mut tenants: Vec<TenantRow> = p
+                .tenants
+                .into_iter()
+                .map(|t| TenantRow {
+                    name: t.name,
+                    held: t.held,
+                    share: t.share,
+                    weight: t.weight,
+                    active: t.active,
+                    idle_ms: (t.last_active_ms != 0).then(|| now.saturating_sub(t.last_active_ms)),
+                    grants: t.grants,
+                    refusals: t.refusals.into_iter().collect(),
+                    mean_hint_ms: t.mean_hint_ms,
+                    early_returns: t.early_returns,
+                })
+                .collect();
+            tenants.sort_by(|a, b| b.held.cmp(&a.held).then_with(|| a.name.cmp(&b.name)));
+            PoolRow {
+                name: p.name,
+                capacity: p.capacity,
+                in_use: p.in_use,
+                floor: p.floor,
+                active_tenants: p.active_tenants,
+                active_weight: p.active_weight,
+                waiters: p.waiters,
+                grants: p.grants,
+                refusals: p.refusals,
+                tenants,
+            }
+        })
+        .collect();
+    Report {
+        schema: SCHEMA,
+        segment,
+        now_ms: now,
+        pools,
+        leases,
+        processes,
+        deaths: s.deaths,
+    }
+}
+
+/// One logged decision, with names and times.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    /// Wall-clock time of the decision, ms since the Unix epoch (its engine time
+    /// shifted by `CLOCK_REALTIME - CLOCK_MONOTONIC` now: exact for the implicit-now
+    /// calls, meaningless for explicit `now`s on another base).
+    pub unix_ms: u64,
+    /// The engine time it was decided at (`now`, ms).
+    pub at_ms: u64,
+    pub slot: usize,
+    /// Its position in the slot's log.
+    pub seq: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub pool: String,
+    pub tenant: String,
+    pub units: u32,
+    /// `granted`, `pool_full` or `over_share`.
+    pub outcome: &'static str,
+    /// The inputs the rule decided on.
+    pub in_use: u32,
+    pub held: u32,
+    pub capacity: u32,
+    pub floor: u32,
+    pub weight: u32,
+    pub active_weight: u32,
+    /// The tenant's share under those inputs.
+    pub share: f64,
+    /// The retry-after given (0 for a grant).
+    pub retry_after_ms: u32,
+    /// What the library's rule decides on the same inputs now.
+    pub replayed: Option<&'static str>,
+}
+
+/// The decision log of a segment, merged by time.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogView {
+    pub decisions: Vec<Decision>,
+    /// Entries skipped as being written or torn (two threads of one process at once).
+    pub skipped: usize,
+}
+
+/// `CLOCK_REALTIME - CLOCK_MONOTONIC` now, in ms.
+fn realtime_offset_ms() -> i64 {
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    real - crate::clock::monotonic().as_millis() as i64
+}
+
+/// Every decision logged in `t`, oldest first, with pool and tenant names.
+pub fn decisions(t: &Table) -> Result<LogView> {
+    t.engine().seg().check_size()?;
+    let (log, skipped) = decisions::read_all(t.engine().seg());
+    Ok(LogView {
+        decisions: log.iter().map(|l| named(t, l)).collect(),
+        skipped,
+    })
+}
+
+fn named(t: &Table, l: &Logged) -> Decision {
+    let e = &l.entry;
+    let cfg = t.config();
+    let tenant = t
+        .engine()
+        .tenant_by_index(e.tenant)
+        .ok()
+        .and_then(|id| t.engine().tenant_name(id))
+        .unwrap_or_else(|| format!("#{}", e.tenant));
+    Decision {
+        unix_ms: (e.at_ms as i64).saturating_add(realtime_offset_ms()).max(0) as u64,
+        at_ms: e.at_ms,
+        slot: l.slot,
+        seq: l.seq,
+        pid: e.pid,
+        tid: e.tid,
+        pool: cfg
+            .pools
+            .get(e.pool as usize)
+            .map_or_else(|| format!("#{}", e.pool), |p| p.name.clone()),
+        tenant,
+        units: e.units,
+        outcome: decisions::outcome_name(e.outcome),
+        in_use: e.in_use,
+        held: e.held,
+        capacity: e.cap,
+        floor: e.floor,
+        weight: e.weight,
+        active_weight: e.active_weight,
+        share: crate::policy::fair_share::share(e.cap, e.floor, e.weight, e.active_weight as u64),
+        retry_after_ms: e.hint_ms,
+        replayed: decisions::redecide(e).map(decisions::outcome_name),
+    }
+}
+
+/// Re-decides every decision logged in `t` (see [`decisions::replay`]): how many were
+/// replayed, and those that came out differently.
+pub fn replay(t: &Table) -> Result<(usize, Vec<decisions::Mismatch>)> {
+    t.engine().seg().check_size()?;
+    let (log, _) = decisions::read_all(t.engine().seg());
+    Ok((log.len(), decisions::replay(&log)))
+}
