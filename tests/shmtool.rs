@@ -486,10 +486,8 @@ fn valid_sample(line: &str) -> bool {
             let mut end = None;
             while let Some((i, c)) = chars.next() {
                 match c {
-                    '\\' => {
-                        if !matches!(chars.next(), Some((_, '\\' | '"' | 'n'))) {
-                            return false;
-                        }
+                    '\\' if !matches!(chars.next(), Some((_, '\\' | '"' | 'n'))) => {
+                        return false;
                     }
                     '"' => {
                         end = Some(i);
