@@ -97,28 +97,18 @@ impl Entry {
     }
 }
 
-/// The stamp's check: a hash of the position and the words (independent multiplies,
-/// so it costs a few cycles), folded to 32 bits.
+/// The stamp's check: the position and the words, each rotated by a different
+/// amount, xor-ed and folded to 32 bits (a few cycles). Two threads' entries mixed
+/// word by word differ in some word, which changes the check unless the differences
+/// cancel exactly across rotations.
 #[inline]
 fn check(pos: u64, w: &[u64; 7]) -> u32 {
-    const K: [u64; 8] = [
-        0x9E37_79B9_7F4A_7C15,
-        0xC2B2_AE3D_27D4_EB4F,
-        0x1656_67B1_9E37_79F9,
-        0x85EB_CA77_C2B2_AE63,
-        0x27D4_EB2F_1656_67C5,
-        0xFF51_AFD7_ED55_8CCD,
-        0xC4CE_B9FE_1A85_EC53,
-        0xD6E8_FEB8_6659_FD93,
-    ];
-    let mut h = pos.wrapping_mul(K[0]);
-    for (x, k) in w.iter().zip(&K[1..]) {
-        h = h.wrapping_add(x.wrapping_mul(*k));
+    let mut h = pos.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for (i, x) in w.iter().enumerate() {
+        h ^= x.rotate_left(9 * i as u32 + 5);
     }
-    let h = h ^ (h >> 29);
-    let h = h.wrapping_mul(K[0]) as u32 ^ (h >> 32) as u32;
-    // Never 0 together with the position: the stamp 0 means "being written".
-    h | 1
+    // Never 0: the stamp 0 means "being written".
+    (h as u32 ^ (h >> 32) as u32) | 1
 }
 
 /// Logs `e` in process slot `slot`'s ring. Only the slot's own process calls this.
