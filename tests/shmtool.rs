@@ -376,6 +376,9 @@ fn the_log_shows_each_decision_with_its_inputs_and_replay_agrees() {
         let at = g["unix_ms"].as_u64().unwrap();
         assert!(at <= now + 5 && at + 60_000 > now, "{g}");
     }
+    let all = stdout(&shmtool(&["log", &seg.name]));
+    assert_eq!(all.lines().count(), 7, "a header and six decisions: {all}");
+    assert!(all.starts_with("time(utc)"), "{all}");
     let human = stdout(&shmtool(&["log", &seg.name, "--tenant", "globex"]));
     let lines: Vec<&str> = human.lines().collect();
     assert_eq!(
