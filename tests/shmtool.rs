@@ -261,9 +261,7 @@ fn exit_codes_are_the_documented_ones() {
         2,
         "clean needs a name or --stale"
     );
-    // 6 (permission denied) needs a file root cannot read, which root does not have:
-    // it is mapped from EACCES/EPERM by `Exit::of`, tested there.
-    eprintln!("skipped: exit code 6 cannot be provoked as root");
+    // 6 (permission denied): see `reading_commands_change_no_byte_and_read_another_users_segment`.
 }
 
 /// Holds `acme`'s lease count at 3 in a child, then lets `globex` in from another,
@@ -668,5 +666,118 @@ fn top_shows_what_is_held_and_quits_after_its_iterations() {
     assert_eq!(code(&o), 0);
     assert_eq!(stdout(&o).matches("(q or Ctrl-C quits)").count(), 3);
     kids.kill_all();
+    drop(t);
+}
+
+/// A pseudo-terminal: (master, slave) descriptors.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on descriptors this function owns; `ptsname` returns a
+    // pointer to a static buffer, copied out at once (the test harness is
+    // single-threaded).
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(m)).to_owned();
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        assert!(s >= 0, "open the pty's slave");
+        (
+            std::os::fd::OwnedFd::from_raw_fd(m),
+            std::os::fd::OwnedFd::from_raw_fd(s),
+        )
+    }
+}
+
+#[test]
+fn top_on_a_terminal_quits_on_q_and_on_ctrl_c() {
+    let seg = Seg::new("tool-tty");
+    let t = seg.create(&config());
+    for key in [b'q', 3u8] {
+        let (master, slave) = pty();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+            .args(["top", &seg.name, "--interval-ms", "50"])
+            .stdin(Stdio::from(slave))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "top runs until told to quit"
+        );
+        let mut m = std::fs::File::from(master);
+        m.write_all(&[key]).unwrap();
+        let deadline = Instant::now() + common::DEADLINE;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let status = status.unwrap_or_else(|| panic!("top did not quit on key {key}"));
+        assert_eq!(status.code(), Some(0), "key {key}");
+    }
+    drop(t);
+}
+
+#[test]
+fn reading_commands_change_no_byte_and_read_another_users_segment() {
+    let seg = Seg::new("tool-ro");
+    let t = seg.create(&config());
+    let mut kids = Children(vec![holder(&seg.name, "acme", 1)]);
+    wait_until(
+        Some(kids.0[0]),
+        "the grant",
+        Duration::from_millis(2),
+        || t.snapshot().held("requests", "acme") == 1,
+    );
+    kids.kill_all(); // no live process is left to write anything
+    let path = format!("/dev/shm/{}", seg.name);
+    // Owned by another user, readable by its owner only: root reads it anyway.
+    nix::unistd::chown(
+        path.as_str(),
+        Some(nix::unistd::Uid::from_raw(65534)),
+        Some(nix::unistd::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let name = seg.name.as_str();
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["inspect", name],
+        &["inspect", name, "--json"],
+        &["top", name, "--once"],
+        &["metrics", name],
+        &["log", name],
+        &["log", name, "--json"],
+        &["replay", name],
+    ] {
+        assert_eq!(code(&shmtool(args)), 0, "{args:?}");
+    }
+    assert_eq!(
+        code(&shmtool(&["check", name])),
+        1,
+        "the dead holder's lease"
+    );
+    assert!(std::fs::read(&path).unwrap() == before, "no byte changed");
+    let v = json(&shmtool(&["inspect", name, "--json"]));
+    assert_eq!(
+        v["processes"].as_array().unwrap().len(),
+        1,
+        "nobody registered"
+    );
+    // Writing needs the owner's rights: reap is refused with exit 6.
+    let o = shmtool(&["reap", name]);
+    assert_eq!(code(&o), 6, "permission denied");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("65534"));
     drop(t);
 }
