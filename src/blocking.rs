@@ -107,6 +107,17 @@ pub(crate) fn acquire(
             }
             return Ok(Err((Ended { reason, last }, now - start)));
         }
+        if last.reason.is_rate() {
+            // Refused by the tenant's rates: no release of the pool changes that, only
+            // time does. Sleep until its token (or the end of the wait), then try again.
+            announced = None; // no release is ours to wait for
+            let until = deadline.min(now + Duration::from_millis(last.retry_after_ms));
+            match cancel {
+                Some(c) => waiting::sleep_on(&[c.watch()], until),
+                None => std::thread::sleep(until.saturating_duration_since(now)),
+            }
+            continue;
+        }
         let class = if last.reason == Reason::OverShare {
             Class::Over
         } else {

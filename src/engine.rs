@@ -414,6 +414,23 @@ impl Engine {
         if units == 0 {
             return Err(Error::InvalidRequest("asked for 0 units".into()));
         }
+        // The tenant's rates first: over them, nothing else is done (no pool is
+        // touched, nothing is registered). One load when they are unbounded.
+        if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now.max(1)) {
+            let every = crate::rates::limits(&self.seg, tenant.index());
+            let rate = if l.reason == crate::Reason::RateLimited {
+                every.0
+            } else {
+                every.1
+            };
+            let every_ns = crate::rates::interval_ns(rate).unwrap_or(0);
+            return Ok(Outcome::Refused(Refused::by_rate(
+                units,
+                tenant.weight.max(1),
+                &l,
+                every_ns,
+            )));
+        }
         // Registered first: a per_worker pool counts this process before sizing.
         let slot = self.process_slot()?;
         // Relaxed: capacity and floor are inputs, frozen into the lease descriptor.
@@ -489,6 +506,49 @@ impl Engine {
                 Ok(Outcome::Refused(Refused::from_facts(units, &facts)))
             }
         }
+    }
+
+    /// Sets `tenant`'s rates: requests per second and work units per second, 0 for
+    /// unbounded. Applies at once to every process's next acquire.
+    pub fn set_rates(
+        &self,
+        tenant: TenantId,
+        requests_per_s: u32,
+        work_units_per_s: u32,
+    ) -> Result<()> {
+        self.writable("setting rates")?;
+        self.check_tenant_handle(tenant)?;
+        crate::rates::set(&self.seg, tenant.index(), requests_per_s, work_units_per_s);
+        Ok(())
+    }
+
+    /// `tenant`'s rates: (requests per second, work units per second); 0 is unbounded.
+    pub fn rates(&self, tenant: TenantId) -> Result<(u32, u32)> {
+        self.check_tenant_handle(tenant)?;
+        Ok(crate::rates::limits(&self.seg, tenant.index()))
+    }
+
+    /// Charges `units` of work done by `tenant` at `now` (ms) to its work rate. Returns
+    /// the ms until it is out of the debt this leaves (0: none).
+    pub fn charge(&self, tenant: TenantId, units: u64, now: u64) -> Result<u64> {
+        self.writable("charging work")?;
+        self.check_tenant_handle(tenant)?;
+        Ok(crate::rates::charge(
+            &self.seg,
+            tenant.index(),
+            units,
+            now.max(1),
+        ))
+    }
+
+    fn check_tenant_handle(&self, tenant: TenantId) -> Result<()> {
+        if tenant.index() >= self.seg.geometry().tenants {
+            return Err(Error::InvalidRequest(format!(
+                "tenant handle {} is not of this table",
+                tenant.index()
+            )));
+        }
+        Ok(())
     }
 
     /// Releases a lease of this process at `now`. A second release of the same lease is

@@ -45,6 +45,7 @@ pub mod region_kind {
     pub const PROCS: u32 = 5;
     pub const LEASES: u32 = 6;
     pub const LOGS: u32 = 7;
+    pub const RATES: u32 = 8;
 }
 
 /// Segment header, at offset 0. Written once by the creator; `ready` last.
@@ -182,6 +183,24 @@ pub struct ProcRec {
     /// `log_head % LOG_PER_PROCESS` of the slot's ring (see `decisions`). Written by
     /// the slot's process with plain stores; never reset.
     pub log_head: AtomicU64,
+}
+
+/// One tenant's rates and their token buckets (see `rates`): node-wide, not per pool.
+#[repr(C)]
+pub struct RateRec {
+    /// Requests per second (low half) and work units per second (high half); 0 is
+    /// unbounded. Set on a live segment by any writer, read by every acquire.
+    pub limits: AtomicU64,
+    /// The request bucket's theoretical arrival time (GCRA), ns of the engine clock.
+    pub req_tat_ns: AtomicU64,
+    /// The work bucket's theoretical arrival time, ns: past `now + 1 s`, in debt.
+    pub work_tat_ns: AtomicU64,
+    /// Acquires refused `rate_limited`, and `work_debt`.
+    pub rate_limited: AtomicU64,
+    pub work_debt: AtomicU64,
+    /// Work units charged, ever.
+    pub work_charged: AtomicU64,
+    pub reserved: [AtomicU64; 2],
 }
 
 /// One decision of a process's log (see `decisions`): a seqlock-stamped line written
@@ -556,6 +575,7 @@ pub struct Geometry {
     /// the loom models).
     pub log_per_proc: usize,
     pub logs_off: usize,
+    pub rates_off: usize,
     pub total_size: usize,
 }
 
@@ -581,7 +601,8 @@ impl Geometry {
         let leases_off = procs_off + procs * RECORD;
         let logs_off = leases_off + procs * leases_per_proc * RECORD;
         let log_per_proc = LOG_PER_PROCESS;
-        let total_size = logs_off + procs * log_per_proc * RECORD;
+        let rates_off = logs_off + procs * log_per_proc * RECORD;
+        let total_size = rates_off + tenants * RECORD;
         Geometry {
             pools,
             tenants,
@@ -596,6 +617,7 @@ impl Geometry {
             leases_off,
             log_per_proc,
             logs_off,
+            rates_off,
             total_size,
         }
     }
@@ -605,7 +627,7 @@ impl Geometry {
     }
 
     /// The region directory this geometry makes: `(kind, offset, record size, count)`.
-    pub fn directory(&self) -> [(u32, usize, usize, usize); 7] {
+    pub fn directory(&self) -> [(u32, usize, usize, usize); 8] {
         use region_kind::*;
         [
             (CONFIG, self.config_off, self.config_len, 1),
@@ -620,6 +642,7 @@ impl Geometry {
             (PROCS, self.procs_off, RECORD, self.procs),
             (LEASES, self.leases_off, RECORD, self.leases()),
             (LOGS, self.logs_off, RECORD, self.procs * self.log_per_proc),
+            (RATES, self.rates_off, RECORD, self.tenants),
         ]
     }
 }
@@ -631,7 +654,7 @@ pub fn record_size(record: &str) -> Option<usize> {
         "Header" => Some(HEADER),
         "RegionEntry" => Some(16),
         "TenantPoolRec" => Some(TENANT_POOL_RECORD),
-        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" => Some(RECORD),
+        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" | "RateRec" => Some(RECORD),
         _ => None,
     }
 }
@@ -671,6 +694,8 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         tid, pending_grants);
     fields!(v, LogRec, "LogRec": stamp, at_ms, what, units_in_use, held_cap, floor_weight,
         active_hint, tid_pid);
+    fields!(v, RateRec, "RateRec": limits, req_tat_ns, work_tat_ns, rate_limited, work_debt,
+        work_charged, reserved);
     v
 }
 
@@ -686,5 +711,6 @@ const _: () = {
     assert!(size_of::<ProcRec>() == RECORD);
     assert!(size_of::<LeaseRec>() == RECORD);
     assert!(size_of::<LogRec>() == RECORD);
+    assert!(size_of::<RateRec>() == RECORD);
     assert!(align_of::<LeaseRec>() <= RECORD);
 };

@@ -19,7 +19,7 @@
 //! `region` (the records, mapped or on the heap), `ops` (the crash-safe op protocol,
 //! which names no policy), `policy` (the seam, and `fair_share`: seed 000's rule),
 //! `admission` (activity, frozen inputs, statistics), `retry` (the retry-after
-//! estimator: a turn clock per tenant), `tenants`,
+//! estimator: a turn clock per tenant), `rates` (per-tenant token buckets), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake), `peers` (anchors watching each other),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
 //! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade), `ffi` (the C ABI, public), `decisions` (the decision log), `tool` (what `shmtool` does, public),
@@ -48,6 +48,7 @@ internal!(
     liveness,
     ops,
     policy,
+    rates,
     recovery,
     region,
     repair,

@@ -24,6 +24,10 @@ pub enum Reason {
     TimedOut = 3,
     /// A blocking acquire was cancelled (`Table::acquire_cancellable`).
     Cancelled = 4,
+    /// Over the tenant's request rate: refused before any pool was touched.
+    RateLimited = 5,
+    /// The tenant's charged work ran past its work rate's burst: in debt until refilled.
+    WorkDebt = 6,
 }
 
 impl Reason {
@@ -40,9 +44,26 @@ impl Reason {
     pub fn code(self) -> u32 {
         self as u32
     }
+    /// Every reason, in code order.
+    ///
+    /// cbindgen:ignore
+    pub const ALL: [Reason; 6] = [
+        Reason::PoolFull,
+        Reason::OverShare,
+        Reason::TimedOut,
+        Reason::Cancelled,
+        Reason::RateLimited,
+        Reason::WorkDebt,
+    ];
+
     /// The reason with this code, if it is one.
     pub fn from_code(code: u32) -> Option<Reason> {
-        Self::ALL_COUNTED.into_iter().find(|r| r.code() == code)
+        Self::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    /// Whether a tenant's rates gave it (not a pool's rule).
+    pub fn is_rate(self) -> bool {
+        matches!(self, Reason::RateLimited | Reason::WorkDebt)
     }
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,6 +71,8 @@ impl Reason {
             Reason::OverShare => "over_share",
             Reason::TimedOut => "timed_out",
             Reason::Cancelled => "cancelled",
+            Reason::RateLimited => "rate_limited",
+            Reason::WorkDebt => "work_debt",
         }
     }
 }
@@ -110,6 +133,32 @@ impl Refused {
             short,
             queued: f.queued,
             interval_us: f.interval_us,
+        }
+    }
+
+    /// A refusal by the tenant's rates (`rate_limited`, `work_debt`): no pool was
+    /// touched, so the pool's numbers are 0; `interval_us` is the bucket's: how often a
+    /// token comes.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn by_rate(
+        units: u32,
+        weight: u32,
+        l: &crate::rates::Limited,
+        every_ns: u64,
+    ) -> Refused {
+        Refused {
+            reason: l.reason,
+            retry_after_ms: l.retry_after_ms,
+            units,
+            in_use: 0,
+            held: 0,
+            capacity: 0,
+            floor: 0,
+            weight,
+            active_weight: weight as u64,
+            short: 0,
+            queued: 0,
+            interval_us: (every_ns / 1000).min(u32::MAX as u64) as u32,
         }
     }
 
@@ -245,13 +294,44 @@ impl Refusal {
             )?;
         }
         let x = &self.facts;
+        let retry = x.retry_after_ms;
+        let every = x.interval_us as f64 / 1000.0;
+        let per_s = if x.interval_us > 0 {
+            (1_000_000.0 / x.interval_us as f64).round()
+        } else {
+            0.0
+        };
+        match x.reason {
+            Reason::RateLimited => {
+                return write!(
+                    f,
+                    "tenant {tenant:?} asked for {} of pool {pool:?} over its request rate \
+                     of {per_s} per second (a burst of one second's worth, then one every \
+                     {every:.1} ms): refused before any pool was touched. Its next token \
+                     comes in {retry} ms: retry after {retry} ms, slow this tenant's \
+                     clients down, or raise its rate (set_rates).",
+                    plural(units, "unit"),
+                );
+            }
+            Reason::WorkDebt => {
+                return write!(
+                    f,
+                    "tenant {tenant:?} asked for {} of pool {pool:?} while in work debt: \
+                     the work charged to it ran past its rate of {per_s} units per second \
+                     and its one-second burst. It is refused until the debt is paid: \
+                     retry after {retry} ms, charge less work per request, or raise its \
+                     work rate (set_rates).",
+                    plural(units, "unit"),
+                );
+            }
+            _ => {}
+        }
         let sh = x.share();
         let company = if x.active_weight <= x.weight as u64 {
             "it is the only active tenant".to_owned()
         } else {
             format!("active weight {} (its own {})", x.active_weight, x.weight)
         };
-        let retry = x.retry_after_ms;
         let turn = Turn(x);
         match x.reason {
             Reason::OverShare => write!(

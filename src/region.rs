@@ -9,7 +9,9 @@
 //! [`Geometry`] (which comes from the validated config, never from a live record); the
 //! accessors check again and panic, like slice indexing, as a memory-safety backstop.
 
-use crate::layout::{Geometry, LeaseRec, LogRec, PoolRec, ProcRec, TenantPoolRec, TenantRec};
+use crate::layout::{
+    Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, TenantPoolRec, TenantRec,
+};
 use crate::sync::{AtomicU32, AtomicU64};
 
 pub trait Region {
@@ -21,6 +23,8 @@ pub trait Region {
     fn lease(&self, l: usize) -> &LeaseRec;
     /// Entry `i` of process slot `s`'s decision log (`i < geometry().log_per_proc`).
     fn log(&self, s: usize, i: usize) -> &LogRec;
+    /// Tenant `t`'s rates and buckets.
+    fn rate(&self, t: usize) -> &RateRec;
 }
 
 /// The records on the heap, built from atomics of the `sync` shim.
@@ -32,6 +36,7 @@ pub struct HeapRegion {
     procs: Vec<ProcRec>,
     leases: Vec<LeaseRec>,
     logs: Vec<LogRec>,
+    rates: Vec<RateRec>,
 }
 
 fn a32() -> AtomicU32 {
@@ -133,6 +138,17 @@ impl HeapRegion {
                     tid_pid: a64(),
                 })
                 .collect(),
+            rates: (0..tenants)
+                .map(|_| RateRec {
+                    limits: a64(),
+                    req_tat_ns: a64(),
+                    work_tat_ns: a64(),
+                    rate_limited: a64(),
+                    work_debt: a64(),
+                    work_charged: a64(),
+                    reserved: [a64(), a64()],
+                })
+                .collect(),
         }
     }
 }
@@ -160,5 +176,8 @@ impl Region for HeapRegion {
     fn log(&self, s: usize, i: usize) -> &LogRec {
         assert!(i < self.geo.log_per_proc);
         &self.logs[s * self.geo.log_per_proc + i]
+    }
+    fn rate(&self, t: usize) -> &RateRec {
+        &self.rates[t]
     }
 }

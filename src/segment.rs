@@ -16,7 +16,7 @@ use memmap2::MmapMut;
 use crate::config::{Config, fnv1a};
 use crate::error::{Error, Result};
 use crate::layout::{
-    Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, LogRec, MAGIC, POOL_RECORD, PoolRec, ProcRec, READY,
+    Geometry, HEADER, Header, LAYOUT_VERSION, LeaseRec, LogRec, MAGIC, RateRec, POOL_RECORD, PoolRec, ProcRec, READY,
     RECORD, TENANT_POOL_RECORD, TenantPoolRec, TenantRec,
 };
 use crate::region::Region;
@@ -579,5 +579,11 @@ impl Region for Segment {
         assert!(s < self.geo.procs && i < self.geo.log_per_proc);
         // SAFETY: `s * log_per_proc + i < procs * log_per_proc`: in the log region (G).
         unsafe { self.rec(self.geo.logs_off + (s * self.geo.log_per_proc + i) * RECORD) }
+    }
+    #[inline]
+    fn rate(&self, t: usize) -> &RateRec {
+        assert!(t < self.geo.tenants);
+        // SAFETY: `t < tenants`: in the rates region (Invariant G).
+        unsafe { self.rec(self.geo.rates_off + t * RECORD) }
     }
 }

@@ -37,6 +37,8 @@ pub struct TenantEntry {
     pub index: usize,
     pub name: String,
     pub weight: u32,
+    /// Its rates and token buckets (node-wide, not per pool).
+    pub rates: crate::rates::RateState,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -355,6 +357,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                     name: name.clone(),
                     // Relaxed: written before READY, which the name's read acquired.
                     weight: r.tenant(t).weight.load(Relaxed),
+                    rates: crate::rates::state(r, t, now),
                 })
             })
             .collect(),

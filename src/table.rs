@@ -265,6 +265,40 @@ impl Table {
         self.release_id_at(id, clock::now_ms())
     }
 
+    /// Sets `tenant`'s rates: requests per second and work units per second, each a
+    /// token bucket with a burst of one second's worth; 0 is unbounded. Applies at once
+    /// to every process: over the request rate an acquire is refused `rate_limited`,
+    /// in work debt `work_debt`, before any pool is touched.
+    pub fn set_rates(
+        &self,
+        tenant: &str,
+        requests_per_s: u32,
+        work_units_per_s: u32,
+    ) -> Result<()> {
+        let t = self.engine.tenant(tenant)?;
+        self.engine.set_rates(t, requests_per_s, work_units_per_s)
+    }
+
+    /// `tenant`'s rates: (requests per second, work units per second); 0 is unbounded.
+    pub fn rates(&self, tenant: &str) -> Result<(u32, u32)> {
+        match self.engine.find_tenant(tenant) {
+            Some(t) => self.engine.rates(t),
+            None => Ok((0, 0)),
+        }
+    }
+
+    /// Charges `units` of work done for `tenant` now (after the work: it may put the
+    /// tenant in debt). Returns the ms until it is out of debt (0: not in debt).
+    pub fn charge(&self, tenant: &str, units: u64) -> Result<u64> {
+        self.charge_at(tenant, units, crate::clock::now_ms())
+    }
+
+    /// [`Table::charge`] at an explicit `now` (ms, the engine's clock).
+    pub fn charge_at(&self, tenant: &str, units: u64, now: u64) -> Result<u64> {
+        let t = self.engine.tenant(tenant)?;
+        self.engine.charge(t, units, now)
+    }
+
     /// A snapshot of the whole table, read now.
     pub fn snapshot(&self) -> Snapshot {
         self.engine.snapshot()

@@ -30,7 +30,10 @@ fn check_names_every_violation() {
         ..Config::default()
     };
     let t: Table = seg.create(&cfg);
+    // (Claiming the name registers this process: its slot is the one not to use.)
     let acme = t.engine().tenant("acme").unwrap().index() as u32;
+    let mine = t.process_slot().unwrap();
+    let (free1, free2) = ((mine + 1) % 4, (mine + 2) % 4);
     assert_eq!(
         check(&seg.name),
         (0, format!("{}: every invariant holds\n", seg.name))
@@ -41,8 +44,8 @@ fn check_names_every_violation() {
     r.pool(0)
         .word
         .store(op_word::make(7, 0), std::sync::atomic::Ordering::SeqCst);
-    // A held lease in process slot 2, which is free: owned by nobody.
-    let l = 2 * 4 + 1;
+    // A held lease in a free process slot: owned by nobody.
+    let l = free1 * 4 + 1;
     let lease = r.lease(l);
     lease.units.store(1, std::sync::atomic::Ordering::SeqCst);
     lease
@@ -57,15 +60,15 @@ fn check_names_every_violation() {
         "7 units in use, over its capacity 4",
         "in_use is 7, its held leases hold 1",
         &format!("tenant {acme}: held is 0, its held leases hold 1"),
-        &format!("lease {l} (held) is a lease of process slot 2, which is free"),
+        &format!("lease {l} (held) is a lease of process slot {free1}, which is free"),
     ] {
         assert!(text.contains(want), "{want:?} in:\n{text}");
     }
     assert_eq!(text.lines().count(), 4, "{text}");
 
-    // An acquire in flight in free slot 3: owned by nobody, and the pool's counters
+    // An acquire in flight in another free slot: owned by nobody, and the pool's counters
     // cannot be summed while it stays in flight (the check says so, and goes on).
-    r.lease(3 * 4).state.store(
+    r.lease(free2 * 4).state.store(
         ls::make(1, ls::ACQUIRING),
         std::sync::atomic::Ordering::SeqCst,
     );
@@ -74,8 +77,11 @@ fn check_names_every_violation() {
     for want in [
         "7 units in use, over its capacity 4",
         "pool 0: counters not compared with the leases",
-        &format!("lease {l} (held) is a lease of process slot 2, which is free"),
-        "lease 12 (acquiring) is an op in flight of process slot 3, which is free",
+        &format!("lease {l} (held) is a lease of process slot {free1}, which is free"),
+        &format!(
+            "lease {} (acquiring) is an op in flight of process slot {free2}, which is free",
+            free2 * 4
+        ),
     ] {
         assert!(text.contains(want), "{want:?} in:\n{text}");
     }

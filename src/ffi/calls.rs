@@ -16,10 +16,10 @@ use crate::waiting::Cancel;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairshm_refusal {
     // 80 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
-    /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`
-    /// (`fairshm_code_name`).
+    /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`, 5 `rate_limited`,
+    /// 6 `work_debt` (`fairshm_code_name`).
     pub reason: u32,
-    /// The rule's reason for the last refusal (1 or 2): `reason` itself, or for
+    /// The rule's reason for the last refusal (1, 2, 5 or 6): `reason` itself, or for
     /// `timed_out` and `cancelled` what blocked the wait last.
     pub rule: u32,
     /// Units asked for.
@@ -392,18 +392,23 @@ pub unsafe extern "C" fn fairshm_explain(
 }
 
 fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
-    let reason = match r.reason {
-        1 => Reason::PoolFull,
-        2 => Reason::OverShare,
-        3 => Reason::TimedOut,
-        4 => Reason::Cancelled,
-        x => return Err(invalid(format!("refusal reason {x} is not a reason code"))),
+    let Some(reason) = Reason::from_code(r.reason) else {
+        return Err(invalid(format!(
+            "refusal reason {} is not a reason code",
+            r.reason
+        )));
     };
     let (p, tn) = handles(table, r.pool, r.tenant)?;
-    let rule = match r.rule {
-        1 => Reason::PoolFull,
-        2 => Reason::OverShare,
-        x => return Err(invalid(format!("refusal rule {x} is not 1 or 2"))),
+    let rule = match Reason::from_code(r.rule) {
+        Some(
+            x @ (Reason::PoolFull | Reason::OverShare | Reason::RateLimited | Reason::WorkDebt),
+        ) => x,
+        _ => {
+            return Err(invalid(format!(
+                "refusal rule {} is not 1, 2, 5 or 6",
+                r.rule
+            )));
+        }
     };
     let tenant = table.engine().tenant_name(tn).unwrap_or_else(|| "?".into());
     let mut refusal = Refusal::new(table.engine().pool_name(p), &tenant, r.facts(rule));

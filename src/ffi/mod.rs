@@ -19,6 +19,7 @@
 #![allow(non_camel_case_types)]
 
 mod calls;
+mod rates;
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
@@ -29,6 +30,7 @@ use crate::error::Error;
 use crate::table::Table;
 
 pub use calls::*;
+pub use rates::*;
 
 /// An open table: the segment mapped into this process. Opaque.
 pub struct fairshm_table {
@@ -280,6 +282,8 @@ pub extern "C" fn fairshm_code_name(code: i32) -> *const c_char {
         2 => c"over_share",
         3 => c"timed_out",
         4 => c"cancelled",
+        5 => c"rate_limited",
+        6 => c"work_debt",
         FAIRSHM_E_PANIC => c"panic",
         c if c < 0 => error_name(-c),
         _ => c"unknown",

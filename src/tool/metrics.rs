@@ -138,6 +138,62 @@ pub fn prometheus(r: &Report) -> String {
             }
         }
     }
+    type RateFamily = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&super::RateRow) -> u64,
+    );
+    let rate_families: [RateFamily; 7] = [
+        (
+            "fairshm_tenant_requests_per_second",
+            "gauge",
+            "The tenant's request rate (0: unbounded).",
+            |t| t.requests_per_s as u64,
+        ),
+        (
+            "fairshm_tenant_work_units_per_second",
+            "gauge",
+            "The tenant's work rate (0: unbounded).",
+            |t| t.work_units_per_s as u64,
+        ),
+        (
+            "fairshm_tenant_request_tokens",
+            "gauge",
+            "Request tokens in the tenant's bucket.",
+            |t| t.request_tokens,
+        ),
+        (
+            "fairshm_tenant_work_debt_ms",
+            "gauge",
+            "Ms until the tenant's work debt is paid.",
+            |t| t.work_debt_ms,
+        ),
+        (
+            "fairshm_tenant_rate_limited_total",
+            "counter",
+            "Acquires refused over the request rate.",
+            |t| t.rate_limited,
+        ),
+        (
+            "fairshm_tenant_work_debt_refusals_total",
+            "counter",
+            "Acquires refused in work debt.",
+            |t| t.work_debt,
+        ),
+        (
+            "fairshm_tenant_work_charged_total",
+            "counter",
+            "Work units charged.",
+            |t| t.work_charged,
+        ),
+    ];
+    for (name, kind, help, get) in rate_families {
+        f.head(name, kind, help);
+        for t in &r.tenants {
+            f.sample(name, &[("segment", seg), ("tenant", &t.name)], get(t));
+        }
+    }
     let name = "fairshm_processes";
     f.head(name, "gauge", "Registered processes, by liveness.");
     for state in ["alive", "dying", "dead"] {

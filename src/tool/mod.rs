@@ -18,8 +18,8 @@ pub use list::{Clean, HeaderInfo, Listed, clean, list, list_dir, mapped_by, read
 pub use metrics::prometheus;
 pub use render::{clock, log_table, report_tables, top_view};
 pub use report::{
-    Decision, LeaseRow, LogView, PoolRow, ProcRow, Report, SegmentInfo, TenantRow, decisions,
-    liveness, replay, report,
+    Decision, LeaseRow, LogView, PoolRow, ProcRow, RateRow, Report, SegmentInfo, TenantRow,
+    decisions, liveness, replay, report,
 };
 pub use top::top;
 

@@ -126,6 +126,42 @@ pub fn report_tables(r: &Report) -> String {
             &rows,
         ));
     }
+    out.push_str("\nRATES (per tenant, node-wide; 0 is unbounded)\n");
+    let rows: Vec<Vec<String>> = r
+        .tenants
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.weight.to_string(),
+                t.requests_per_s.to_string(),
+                t.request_tokens.to_string(),
+                t.work_units_per_s.to_string(),
+                if t.work_debt_ms > 0 {
+                    ms(t.work_debt_ms)
+                } else {
+                    "-".into()
+                },
+                t.rate_limited.to_string(),
+                t.work_debt.to_string(),
+                t.work_charged.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "tenant",
+            "weight",
+            "req/s",
+            "tokens",
+            "work/s",
+            "debt",
+            "rate_limited",
+            "work_debt",
+            "work_charged",
+        ],
+        &rows,
+    ));
     out.push_str("\nLEASES\n");
     let rows: Vec<Vec<String>> = r
         .leases

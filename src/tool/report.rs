@@ -21,6 +21,8 @@ pub struct Report {
     pub pools: Vec<PoolRow>,
     pub leases: Vec<LeaseRow>,
     pub processes: Vec<ProcRow>,
+    /// Every claimed tenant with its rates (node-wide, not per pool).
+    pub tenants: Vec<RateRow>,
     /// The last death reaped from each process slot, as the snapshot has them.
     pub deaths: Vec<crate::stats::DeathSnap>,
 }
@@ -81,6 +83,23 @@ pub struct LeaseRow {
     pub hold_ms: u64,
     /// How long it has been held past its declared hold (0: not past it, or none).
     pub overrun_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RateRow {
+    pub name: String,
+    pub weight: u32,
+    /// 0: unbounded.
+    pub requests_per_s: u32,
+    pub work_units_per_s: u32,
+    /// Request tokens in the bucket now (0 when unbounded).
+    pub request_tokens: u64,
+    /// Ms until its work debt is paid (0: not in debt).
+    pub work_debt_ms: u64,
+    /// Acquires refused `rate_limited` and `work_debt`, and work units charged.
+    pub rate_limited: u64,
+    pub work_debt: u64,
+    pub work_charged: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -217,6 +236,21 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
             }
         })
         .collect();
+    let tenants = s
+        .tenants
+        .iter()
+        .map(|t| RateRow {
+            name: t.name.clone(),
+            weight: t.weight,
+            requests_per_s: t.rates.requests_per_s,
+            work_units_per_s: t.rates.work_units_per_s,
+            request_tokens: t.rates.request_tokens,
+            work_debt_ms: t.rates.work_debt_ms,
+            rate_limited: t.rates.rate_limited,
+            work_debt: t.rates.work_debt_refusals,
+            work_charged: t.rates.work_charged,
+        })
+        .collect();
     Report {
         schema: SCHEMA,
         segment,
@@ -224,6 +258,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
         pools,
         leases,
         processes,
+        tenants,
         deaths: s.deaths,
     }
 }

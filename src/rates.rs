@@ -1,0 +1,253 @@
+//! Per-tenant rates (seed 000): requests per second and work units per second, each a
+//! token bucket per node with a burst of one second's worth, 0 meaning unbounded.
+//!
+//! Each bucket is one word, a GCRA "theoretical arrival time" (`tat`, ns of the engine
+//! clock): a bucket whose `tat` is at or before `now` is full (one second's worth of
+//! tokens), and each token moves `tat` one emission interval (`1 s / rate`, in whole
+//! ns, rounded down so that a burst of exactly `rate` fits) later. So:
+//!
+//! - a request is admitted when `max(tat, now) + interval <= now + 1 s`, and takes its
+//!   token by a CAS of the word to that value: two processes cannot both take the last
+//!   token (one CAS fails and decides again on the word the other wrote). Refused, it is
+//!   told to retry when the bucket will have the token: `max(tat, now) + interval -
+//!   (now + 1 s)`, rounded up to whole ms;
+//! - work is charged after it is done, unconditionally: `tat = max(tat, now) + units *
+//!   interval`, which may run past `now + 1 s`: the tenant is then in debt, and every
+//!   acquire is refused `work_debt` until `now + 1 s` reaches `tat` again (a load: the
+//!   check takes nothing).
+//!
+//! The rates live in the segment (`RateRec.limits`), so a change made by any process
+//! applies to every process's next acquire. Orderings: every word here is Relaxed. A
+//! bucket word publishes nothing but itself, and its CAS makes each token taken once;
+//! the limits word is a policy input read once per acquire.
+
+use crate::layout::pair;
+use crate::refusal::Reason;
+use crate::region::Region;
+use crate::sync::Ordering::*;
+
+/// A bucket's depth: one second.
+pub const BURST_NS: u64 = 1_000_000_000;
+
+/// The emission interval of `rate` per second, ns (`None`: unbounded).
+#[inline]
+pub fn interval_ns(rate: u32) -> Option<u64> {
+    (rate > 0).then(|| BURST_NS / rate as u64)
+}
+
+/// Ns past `now + 1 s` rounded up to whole ms (at least 1).
+#[inline]
+fn wait_ms(past_ns: u64) -> u64 {
+    past_ns.div_ceil(1_000_000).max(1)
+}
+
+/// A tenant's rates: (requests per second, work units per second).
+#[inline]
+pub fn limits<R: Region>(r: &R, t: usize) -> (u32, u32) {
+    // Relaxed: a policy input (module docs).
+    let w = r.rate(t).limits.load(Relaxed);
+    (pair::lo(w), pair::hi(w))
+}
+
+/// Sets a tenant's rates (0: unbounded); every process's next acquire sees them.
+pub fn set<R: Region>(r: &R, t: usize, requests_per_s: u32, work_units_per_s: u32) {
+    // Relaxed: as in `limits`.
+    r.rate(t)
+        .limits
+        .store(pair::make(requests_per_s, work_units_per_s), Relaxed);
+}
+
+/// Why the rates refuse an acquire, and when to retry (ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limited {
+    pub reason: Reason,
+    pub retry_after_ms: u64,
+}
+
+/// Admits one request of tenant `t` at `now_ms` against its rates: `Ok` took a request
+/// token (if its request rate is bounded); `Err` took nothing. Costs no RMW when both
+/// rates are unbounded, one CAS (uncontended) when the request rate is bounded.
+#[inline]
+pub fn admit<R: Region>(r: &R, t: usize, now_ms: u64) -> Result<(), Limited> {
+    let rec = r.rate(t);
+    // Relaxed: module docs.
+    let w = rec.limits.load(Relaxed);
+    if w == 0 {
+        return Ok(());
+    }
+    admit_slow(r, t, pair::lo(w), pair::hi(w), now_ms)
+}
+
+#[cold]
+fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> Result<(), Limited> {
+    let rec = r.rate(t);
+    let now = now_ms.saturating_mul(1_000_000);
+    let horizon = now.saturating_add(BURST_NS);
+    if interval_ns(work).is_some() {
+        // Relaxed: module docs.
+        let tat = rec.work_tat_ns.load(Relaxed);
+        if tat > horizon {
+            rec.work_debt.fetch_add(1, Relaxed);
+            return Err(Limited {
+                reason: Reason::WorkDebt,
+                retry_after_ms: wait_ms(tat - horizon),
+            });
+        }
+    }
+    let Some(every) = interval_ns(req) else {
+        return Ok(());
+    };
+    let mut cur = rec.req_tat_ns.load(Relaxed);
+    loop {
+        let next = cur.max(now).saturating_add(every);
+        if next > horizon {
+            rec.rate_limited.fetch_add(1, Relaxed);
+            return Err(Limited {
+                reason: Reason::RateLimited,
+                retry_after_ms: wait_ms(next - horizon),
+            });
+        }
+        match rec
+            .req_tat_ns
+            .compare_exchange_weak(cur, next, Relaxed, Relaxed)
+        {
+            Ok(_) => return Ok(()),
+            Err(x) => cur = x,
+        }
+    }
+}
+
+/// Charges `units` of work done by tenant `t` at `now_ms` to its work bucket. Returns
+/// the debt it leaves, in ms until the tenant is admitted again (0: none, or the work
+/// rate is unbounded: then nothing is charged).
+pub fn charge<R: Region>(r: &R, t: usize, units: u64, now_ms: u64) -> u64 {
+    let rec = r.rate(t);
+    // Relaxed: module docs.
+    rec.work_charged.fetch_add(units, Relaxed);
+    let Some(every) = interval_ns(pair::hi(rec.limits.load(Relaxed))) else {
+        return 0;
+    };
+    let now = now_ms.saturating_mul(1_000_000);
+    let cost = units.saturating_mul(every);
+    let mut cur = rec.work_tat_ns.load(Relaxed);
+    loop {
+        let next = cur.max(now).saturating_add(cost);
+        match rec
+            .work_tat_ns
+            .compare_exchange_weak(cur, next, Relaxed, Relaxed)
+        {
+            Ok(_) => {
+                let horizon = now.saturating_add(BURST_NS);
+                return if next > horizon {
+                    wait_ms(next - horizon)
+                } else {
+                    0
+                };
+            }
+            Err(x) => cur = x,
+        }
+    }
+}
+
+/// A tenant's buckets as of `now_ms`, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RateState {
+    pub requests_per_s: u32,
+    pub work_units_per_s: u32,
+    /// Request tokens available now (0 when unbounded: see `requests_per_s`).
+    pub request_tokens: u64,
+    /// Ms until the tenant's work debt is paid (0: not in debt).
+    pub work_debt_ms: u64,
+    pub rate_limited: u64,
+    pub work_debt_refusals: u64,
+    pub work_charged: u64,
+}
+
+/// Reads tenant `t`'s rates and buckets at `now_ms` (plain loads).
+pub fn state<R: Region>(r: &R, t: usize, now_ms: u64) -> RateState {
+    let rec = r.rate(t);
+    let (req, work) = limits(r, t);
+    let now = now_ms.saturating_mul(1_000_000);
+    let horizon = now.saturating_add(BURST_NS);
+    // Relaxed, all: a report.
+    let req_tat = rec.req_tat_ns.load(Relaxed).max(now);
+    let work_tat = rec.work_tat_ns.load(Relaxed);
+    RateState {
+        requests_per_s: req,
+        work_units_per_s: work,
+        request_tokens: interval_ns(req).map_or(0, |every| horizon.saturating_sub(req_tat) / every),
+        work_debt_ms: if work > 0 && work_tat > horizon {
+            wait_ms(work_tat - horizon)
+        } else {
+            0
+        },
+        rate_limited: rec.rate_limited.load(Relaxed),
+        work_debt_refusals: rec.work_debt.load(Relaxed),
+        work_charged: rec.work_charged.load(Relaxed),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::HeapRegion;
+
+    fn region() -> HeapRegion {
+        HeapRegion::new(1, 2, 1, 1)
+    }
+
+    #[test]
+    fn a_burst_of_one_second_then_the_steady_rate() {
+        let r = region();
+        set(&r, 0, 4, 0);
+        for i in 0..4 {
+            assert_eq!(admit(&r, 0, 10_000), Ok(()), "burst token {i}");
+        }
+        // The fifth, in the same instant: the next token comes 250 ms later.
+        let e = admit(&r, 0, 10_000).unwrap_err();
+        assert_eq!(e, Limited { reason: Reason::RateLimited, retry_after_ms: 250 });
+        assert_eq!(admit(&r, 0, 10_249).unwrap_err().retry_after_ms, 1);
+        assert_eq!(admit(&r, 0, 10_250), Ok(()));
+        assert!(admit(&r, 0, 10_250).is_err());
+        // Steady: one every 250 ms.
+        for k in 2..10 {
+            assert_eq!(admit(&r, 0, 10_000 + 250 * k), Ok(()), "steady {k}");
+            assert!(admit(&r, 0, 10_000 + 250 * k).is_err());
+        }
+        assert_eq!(state(&r, 0, 20_000).rate_limited, 11);
+        // Idle long enough, the burst is back, and not more.
+        assert_eq!(state(&r, 0, 60_000).request_tokens, 4);
+        // Tenant 1 is unbounded.
+        for _ in 0..1000 {
+            assert_eq!(admit(&r, 1, 10_000), Ok(()));
+        }
+    }
+
+    #[test]
+    fn work_debt_refuses_until_paid_to_the_millisecond() {
+        let r = region();
+        set(&r, 0, 0, 100); // 10 ms a unit
+        assert_eq!(charge(&r, 0, 50, 1_000), 0, "half a second's worth: no debt");
+        assert_eq!(admit(&r, 0, 1_000), Ok(()));
+        // 250 more: tat = 1,000 + 3,000 ms, 2,000 ms past the burst's horizon.
+        assert_eq!(charge(&r, 0, 250, 1_000), 2_000);
+        let e = admit(&r, 0, 1_000).unwrap_err();
+        assert_eq!(e, Limited { reason: Reason::WorkDebt, retry_after_ms: 2_000 });
+        assert_eq!(admit(&r, 0, 2_999).unwrap_err().retry_after_ms, 1);
+        assert_eq!(admit(&r, 0, 3_000), Ok(()));
+        let s = state(&r, 0, 2_500);
+        assert_eq!((s.work_debt_ms, s.work_debt_refusals, s.work_charged), (500, 2, 300));
+    }
+
+    #[test]
+    fn zero_is_unbounded_and_a_change_applies_at_once() {
+        let r = region();
+        assert_eq!(charge(&r, 0, 1_000_000, 5), 0);
+        assert_eq!(admit(&r, 0, 5), Ok(()));
+        set(&r, 0, 1, 0);
+        assert_eq!(admit(&r, 0, 5), Ok(()));
+        assert_eq!(admit(&r, 0, 5).unwrap_err().retry_after_ms, 1_000);
+        set(&r, 0, 0, 0);
+        assert_eq!(admit(&r, 0, 5), Ok(()));
+    }
+}

@@ -1,0 +1,191 @@
+//! Per-tenant rates through the table, with explicit `now`: a burst of one second then
+//! the steady rate; a refusal before any pool is touched; debt from a large charge,
+//! refused until refilled with a retry-after right to the millisecond; zero is
+//! unbounded; a change made by another process applies at once; a blocking acquire
+//! waits out a rate limit.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Seg, fork_child, one_pool, wait};
+use fairshm::{Reason, Request, Table};
+
+fn granted(t: &Table, tenant: &str, now: u64) -> bool {
+    match t
+        .try_acquire_at(&Request::new("requests", tenant), now)
+        .unwrap()
+    {
+        Ok(lease) => {
+            lease.release_at(now).unwrap();
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn refusal(t: &Table, tenant: &str, now: u64) -> fairshm::Refusal {
+    t.try_acquire_at(&Request::new("requests", tenant), now)
+        .unwrap()
+        .expect_err("refused")
+}
+
+#[test]
+fn a_burst_of_one_second_then_the_steady_rate() {
+    let seg = Seg::new("rates-burst");
+    let t = seg.create(&one_pool(100));
+    t.set_rates("acme", 10, 0).unwrap();
+    assert_eq!(t.rates("acme").unwrap(), (10, 0));
+    let t0 = 50_000;
+    for i in 0..10 {
+        assert!(granted(&t, "acme", t0), "burst request {i}");
+    }
+    let r = refusal(&t, "acme", t0);
+    assert_eq!(r.reason, Reason::RateLimited);
+    assert_eq!(r.retry_after_ms, Some(100), "the next token in 100 ms");
+    assert!(
+        r.explanation().contains("request rate of 10 per second"),
+        "{r}"
+    );
+    // Steady: one every 100 ms, not more, over five seconds.
+    let mut got = 0;
+    for ms in (t0 + 1..=t0 + 5_001).step_by(10) {
+        if granted(&t, "acme", ms) {
+            got += 1;
+        }
+    }
+    assert_eq!(got, 50, "5 s at 10 per second");
+    // Another tenant is not limited.
+    for _ in 0..50 {
+        assert!(granted(&t, "globex", t0));
+    }
+}
+
+#[test]
+fn a_rate_refusal_touches_no_pool() {
+    let seg = Seg::new("rates-untouched");
+    let t = seg.create(&one_pool(4));
+    t.set_rates("acme", 1, 0).unwrap();
+    assert!(granted(&t, "acme", 10_000));
+    let before = t.snapshot_at(10_000);
+    let r = refusal(&t, "acme", 10_000);
+    assert_eq!(r.reason, Reason::RateLimited);
+    assert_eq!(
+        (r.facts.in_use, r.facts.capacity),
+        (0, 0),
+        "no pool was read"
+    );
+    let after = t.snapshot_at(10_000);
+    let (b, a) = (
+        before.pool("requests").unwrap(),
+        after.pool("requests").unwrap(),
+    );
+    assert_eq!(
+        (a.grants, a.refusals),
+        (b.grants, b.refusals),
+        "the pool's counters"
+    );
+    let tp = |s: &fairshm::Snapshot| {
+        let p = s.pool("requests").unwrap();
+        let x = p.tenants.iter().find(|x| x.name == "acme").unwrap();
+        (x.last_active_ms, x.refusals.clone(), x.hints)
+    };
+    assert_eq!(tp(&after), tp(&before), "the tenant's record in the pool");
+    let v = fairshm::tool::decisions(&t).unwrap();
+    assert_eq!(
+        v.decisions.len(),
+        1,
+        "only the grant was a decision of the rule"
+    );
+    let me = after.tenants.iter().find(|x| x.name == "acme").unwrap();
+    assert_eq!(me.rates.rate_limited, 1);
+}
+
+#[test]
+fn debt_refuses_until_refilled_to_the_millisecond() {
+    let seg = Seg::new("rates-debt");
+    let t = seg.create(&one_pool(4));
+    t.set_rates("acme", 0, 1000).unwrap(); // 1 ms a unit
+    assert!(granted(&t, "acme", 20_000));
+    assert_eq!(
+        t.charge_at("acme", 800, 20_000).unwrap(),
+        0,
+        "within the burst"
+    );
+    assert!(granted(&t, "acme", 20_000));
+    // 3,200 more: 4,000 units' worth from 20,000 ms: 3,000 ms past the burst.
+    assert_eq!(t.charge_at("acme", 3_200, 20_000).unwrap(), 3_000);
+    let r = refusal(&t, "acme", 20_000);
+    assert_eq!(r.reason, Reason::WorkDebt);
+    assert_eq!(r.retry_after_ms, Some(3_000));
+    assert!(r.explanation().contains("work debt"), "{r}");
+    assert_eq!(refusal(&t, "acme", 22_999).retry_after_ms, Some(1));
+    assert!(granted(&t, "acme", 23_000), "paid at 23,000 ms exactly");
+    let s = t.snapshot_at(21_000);
+    let me = s.tenants.iter().find(|x| x.name == "acme").unwrap();
+    assert_eq!(
+        (me.rates.work_debt_ms, me.rates.work_charged),
+        (2_000, 4_000)
+    );
+    assert_eq!(me.rates.work_debt_refusals, 2);
+}
+
+#[test]
+fn zero_is_unbounded() {
+    let seg = Seg::new("rates-zero");
+    let t = seg.create(&one_pool(4));
+    assert_eq!(t.rates("acme").unwrap(), (0, 0));
+    assert_eq!(t.charge_at("acme", u32::MAX as u64, 5_000).unwrap(), 0);
+    for _ in 0..10_000 {
+        assert!(granted(&t, "acme", 5_000));
+    }
+    t.set_rates("acme", 1, 1).unwrap();
+    assert!(granted(&t, "acme", 5_000));
+    assert!(!granted(&t, "acme", 5_000));
+    t.set_rates("acme", 0, 0).unwrap();
+    assert!(granted(&t, "acme", 5_000), "unbounded again at once");
+}
+
+#[test]
+fn a_change_by_another_process_applies_at_once() {
+    let seg = Seg::new("rates-live");
+    let t = seg.create(&one_pool(4));
+    for _ in 0..100 {
+        assert!(granted(&t, "acme", 7_000));
+    }
+    let name = seg.name.clone();
+    let child = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        t.set_rates("acme", 2, 0).expect("set");
+        0
+    });
+    assert_eq!(wait(child), 0);
+    assert!(granted(&t, "acme", 7_000));
+    assert!(granted(&t, "acme", 7_000));
+    assert_eq!(refusal(&t, "acme", 7_000).reason, Reason::RateLimited);
+}
+
+#[test]
+fn a_blocking_acquire_waits_for_its_token() {
+    let seg = Seg::new("rates-block");
+    let t = seg.create(&one_pool(4));
+    t.set_rates("acme", 20, 0).unwrap(); // one every 50 ms
+    let req = Request::new("requests", "acme");
+    for _ in 0..20 {
+        drop(t.try_acquire(&req).unwrap().expect("burst"));
+    }
+    let start = Instant::now();
+    let lease = t.acquire(&req, Duration::from_secs(5)).unwrap();
+    let waited = start.elapsed();
+    assert!(lease.is_ok(), "granted once its token came");
+    assert!(waited >= Duration::from_millis(30), "waited {waited:?}");
+    drop(lease);
+    // Over the rate with too short a timeout: timed out, the rate named.
+    t.set_rates("acme", 1, 0).unwrap();
+    let _ = t.try_acquire(&req).unwrap();
+    let r = t
+        .acquire(&req, Duration::from_millis(30))
+        .unwrap()
+        .expect_err("timed out");
+    assert_eq!(r.reason, Reason::TimedOut);
+    assert_eq!(r.facts.reason, Reason::RateLimited);
+}
