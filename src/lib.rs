@@ -111,6 +111,8 @@ mod loom_crash;
 #[cfg(all(test, loom))]
 mod loom_lending;
 #[cfg(all(test, loom))]
+mod loom_rates;
+#[cfg(all(test, loom))]
 mod loom_tests;
 
 /// The README's Rust code blocks, compiled and run as doctests.
