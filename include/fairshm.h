@@ -106,10 +106,10 @@ typedef struct fairshm_table fairshm_table;
 
 // The facts of a refusal (`FAIRSHM_REFUSED`), filled by the acquire calls.
 typedef struct {
-  // 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`
-  // (`fairshm_code_name`).
+  // 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`, 5 `rate_limited`,
+  // 6 `work_debt` (`fairshm_code_name`).
   uint32_t reason;
-  // The rule's reason for the last refusal (1 or 2): `reason` itself, or for
+  // The rule's reason for the last refusal (1, 2, 5 or 6): `reason` itself, or for
   // `timed_out` and `cancelled` what blocked the wait last.
   uint32_t rule;
   // Units asked for.
@@ -322,6 +322,42 @@ int32_t fairshm_nop_acquire(const fairshm_table *_t,
 
 // Does nothing, with `fairshm_release`'s signature (the benchmarks' baseline).
 int32_t fairshm_nop_release(const fairshm_table *_t, uint64_t _lease);
+
+// Sets tenant `tenant`'s rates: requests per second and work units per second, each
+// a token bucket with a burst of one second's worth, 0 for unbounded. Applies at once
+// to every process: over its request rate an acquire is `FAIRSHM_REFUSED` with reason
+// 5 (`rate_limited`), in work debt with reason 6 (`work_debt`), before any pool is
+// touched.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_set_rates(const fairshm_table *t,
+                          uint32_t tenant,
+                          uint32_t requests_per_s,
+                          uint32_t work_units_per_s);
+
+// Charges `units` of work done for tenant `tenant` to its work rate (after the work:
+// it may put the tenant in debt). `now_ms`: 0 for the library's clock, else an
+// explicit time (ms, the clock of the acquires). Writes the ms until the tenant is out
+// of debt (0: not in debt) to `debt_ms` if it is not null.
+//
+// # Safety
+// `t` is null or an open table; `debt_ms` null or writable.
+int32_t fairshm_charge(const fairshm_table *t,
+                       uint32_t tenant,
+                       uint64_t units,
+                       uint64_t now_ms,
+                       uint64_t *debt_ms);
+
+// A tenant's rates, written to `requests_per_s` and `work_units_per_s` (each null or
+// writable); 0 is unbounded.
+//
+// # Safety
+// `t` is null or an open table; the out-pointers null or writable.
+int32_t fairshm_rates(const fairshm_table *t,
+                      uint32_t tenant,
+                      uint32_t *requests_per_s,
+                      uint32_t *work_units_per_s);
 
 #ifdef __cplusplus
 }  // extern "C"

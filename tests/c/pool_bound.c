@@ -160,6 +160,29 @@ int main(int argc, char **argv) {
   CHECK(fairshm_release(t, held[0]) == FAIRSHM_E_ALREADY_RELEASED, "released twice: %s",
         fairshm_last_error());
 
+  /* Rates: one request a second for "slow", then refused before any pool; work debt. */
+  uint32_t slow = 0, rq = 9, wk = 9;
+  CHECK(fairshm_tenant(t, "slow", &slow) == FAIRSHM_OK, "tenant slow");
+  CHECK(fairshm_set_rates(t, slow, 1, 0) == FAIRSHM_OK, "set rates");
+  CHECK(fairshm_rates(t, slow, &rq, &wk) == FAIRSHM_OK && rq == 1 && wk == 0, "rates %u %u", rq, wk);
+  CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, NULL) == FAIRSHM_OK, "first token");
+  CHECK(fairshm_release(t, lease) == FAIRSHM_OK, "release");
+  CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, &r) == FAIRSHM_REFUSED && r.reason == 5 &&
+            r.in_use == 0 && r.retry_after_ms >= 900 && r.retry_after_ms <= 1000,
+        "rate_limited: reason %u retry %llu", r.reason, (unsigned long long)r.retry_after_ms);
+  CHECK(strcmp(fairshm_code_name(5), "rate_limited") == 0, "reason name");
+  char rate_text[512];
+  CHECK(fairshm_explain(t, &r, rate_text, sizeof rate_text) > 0 &&
+            strstr(rate_text, "request rate of 1 per second"),
+        "rate explanation: %s", rate_text);
+  uint64_t debt = 0;
+  CHECK(fairshm_set_rates(t, slow, 0, 100) == FAIRSHM_OK, "work rate");
+  CHECK(fairshm_charge(t, slow, 300, 0, &debt) == FAIRSHM_OK && debt >= 1900 && debt <= 2000,
+        "debt %llu", (unsigned long long)debt);
+  CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, &r) == FAIRSHM_REFUSED && r.reason == 6,
+        "work_debt: reason %u", r.reason);
+  CHECK(fairshm_set_rates(t, 4000, 1, 1) == FAIRSHM_E_INVALID_REQUEST, "bad tenant handle");
+
   /* A blocking acquire cancelled from another thread. */
   for (int i = 0; i < CAPACITY; i++) fairshm_try_acquire(t, pool, tenant, 1, 0, &held[i], NULL);
   struct waiter w = {t, fairshm_cancel_new(), pool, tenant, -1000, {0}};
