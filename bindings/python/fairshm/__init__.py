@@ -70,12 +70,13 @@ def _raise(code):
     raise _ERRORS.get(code, Error)(code, _lib.last_error())
 
 
-_REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled"}
+_REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled",
+            5: "rate_limited", 6: "work_debt"}
 
 
 class Refused(Exception):
     """An acquire not granted. ``reason`` is ``pool_full``, ``over_share``,
-    ``timed_out`` or ``cancelled``; ``retry_after_ms`` when to come back; the numbers
+    ``timed_out``, ``cancelled``, ``rate_limited`` or ``work_debt``; ``retry_after_ms`` when to come back; the numbers
     the rule decided on are attributes; ``explanation`` says it in words."""
 
     def __init__(self, table, facts, pool, tenant):
@@ -358,6 +359,31 @@ class Table:
 
     def set_sweep_ms(self, ms):
         lib.fairshm_set_sweep_ms(self._h, ms)
+
+    def set_rates(self, tenant, requests_per_s=0, work_units_per_s=0):
+        """Sets ``tenant``'s rates (0: unbounded), for every process at once: over
+        its request rate an acquire raises ``Refused`` (``rate_limited``), in work
+        debt ``work_debt``, before any pool is touched."""
+        rc = lib.fairshm_set_rates(self._h, self.tenant(tenant), requests_per_s, work_units_per_s)
+        if rc:
+            _raise(rc)
+
+    def rates(self, tenant):
+        """``(requests_per_s, work_units_per_s)`` of ``tenant``; 0 is unbounded."""
+        r, w = c_uint32(), c_uint32()
+        rc = lib.fairshm_rates(self._h, self.tenant(tenant), byref(r), byref(w))
+        if rc:
+            _raise(rc)
+        return r.value, w.value
+
+    def charge(self, tenant, units, now_ms=0):
+        """Charges ``units`` of work done for ``tenant`` (after the work). Returns the
+        ms until it is out of the debt this leaves (0: none)."""
+        debt = c_uint64()
+        rc = lib.fairshm_charge(self._h, self.tenant(tenant), units, now_ms, byref(debt))
+        if rc:
+            _raise(rc)
+        return debt.value
 
 
 _REFUSAL_SIZE = sizeof(_lib.Refusal)

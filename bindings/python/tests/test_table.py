@@ -99,3 +99,31 @@ def test_stats_is_a_dict_with_tenants(table):
     assert isinstance(s, dict)
     assert [t["name"] for t in s["tenants"]] == ["acme"]
     assert s["pools"][0]["name"] == "requests"
+
+
+def test_rates_refuse_before_the_pool_and_debt_is_charged(table):
+    assert table.rates("acme") == (0, 0)
+    table.set_rates("acme", requests_per_s=2)
+    assert table.rates("acme") == (2, 0)
+    for _ in range(2):
+        table.try_acquire("requests", "acme").release()
+    with pytest.raises(fairshm.Refused) as e:
+        table.try_acquire("requests", "acme")
+    r = e.value
+    assert r.reason == "rate_limited" and r.code == 5
+    assert r.in_use == 0 and 400 <= r.retry_after_ms <= 500
+    assert "request rate of 2 per second" in r.explanation
+    assert r.as_dict()["reason"] == "rate_limited"
+    node = [t for t in table.stats()["tenants"] if t["name"] == "acme"][0]
+    assert node["rates"]["rate_limited"] == 1
+    # Work: 100 units a second; 250 charged leave 1.5 s of debt.
+    table.set_rates("acme", work_units_per_s=100)
+    assert 1400 <= table.charge("acme", 250) <= 1500
+    with pytest.raises(fairshm.Refused) as e:
+        table.try_acquire("requests", "acme")
+    assert e.value.reason == "work_debt" and e.value.code == 6
+    # Explicit now: exact to the millisecond.
+    table.set_rates("globex", work_units_per_s=1000)
+    assert table.charge("globex", 3000, now_ms=10_000_000) == 2000
+    with pytest.raises(fairshm.Error):
+        table.set_rates("", requests_per_s=1)

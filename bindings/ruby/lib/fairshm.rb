@@ -40,7 +40,8 @@ module Fairshm
 
   ERRORS = { -2 => InvalidConfig, -3 => NotFound, -4 => AlreadyExists, -12 => UnknownPool,
              -19 => AlreadyReleased }.freeze
-  REASONS = { 1 => "pool_full", 2 => "over_share", 3 => "timed_out", 4 => "cancelled" }.freeze
+  REASONS = { 1 => "pool_full", 2 => "over_share", 3 => "timed_out", 4 => "cancelled",
+              5 => "rate_limited", 6 => "work_debt" }.freeze
 
   def self.raise_code(code)
     raise ERRORS.fetch(code, Error).new(code, Native.last_error)
@@ -288,6 +289,31 @@ module Fairshm
       rc = Native::REAP_DEAD.call(@handle)
       Fairshm.raise_code(rc) if rc.negative?
       rc
+    end
+
+    # Sets the tenant's rates (0: unbounded), for every process at once: over its
+    # request rate an acquire raises Refused (rate_limited), in work debt work_debt,
+    # before any pool is touched.
+    def set_rates(tenant_name, requests_per_s: 0, work_units_per_s: 0)
+      rc = Native::SET_RATES.call(@handle, tenant(tenant_name), requests_per_s, work_units_per_s)
+      Fairshm.raise_code(rc) unless rc.zero?
+    end
+
+    # [requests_per_s, work_units_per_s] of the tenant; 0 is unbounded.
+    def rates(tenant_name)
+      out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
+      rc = Native::RATES.call(@handle, tenant(tenant_name), out, out + 4)
+      Fairshm.raise_code(rc) unless rc.zero?
+      out[0, 8].unpack("LL")
+    end
+
+    # Charges units of work done for the tenant (after the work). Returns the ms until
+    # it is out of the debt this leaves (0: none). now_ms: 0 for the library's clock.
+    def charge(tenant_name, units, now_ms: 0)
+      out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
+      rc = Native::CHARGE.call(@handle, tenant(tenant_name), units, now_ms, out)
+      Fairshm.raise_code(rc) unless rc.zero?
+      out[0, 8].unpack1("Q")
     end
 
     private

@@ -20,6 +20,25 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  def test_rates_refuse_before_the_pool_and_debt_is_charged
+    assert_equal [0, 0], @table.rates("acme")
+    @table.set_rates("acme", requests_per_s: 2)
+    assert_equal [2, 0], @table.rates("acme")
+    2.times { @table.try_acquire("requests", "acme").release }
+    r = assert_raises(Fairshm::Refused) { @table.try_acquire("requests", "acme") }
+    assert_equal ["rate_limited", 0], [r.reason, r.in_use]
+    assert_includes 400..500, r.retry_after_ms
+    assert_includes r.explanation, "request rate of 2 per second"
+    node = @table.stats["tenants"].find { |t| t["name"] == "acme" }
+    assert_equal 1, node["rates"]["rate_limited"]
+    @table.set_rates("acme", work_units_per_s: 100)
+    assert_includes 1400..1500, @table.charge("acme", 250)
+    r = assert_raises(Fairshm::Refused) { @table.try_acquire("requests", "acme") }
+    assert_equal "work_debt", r.reason
+    @table.set_rates("globex", work_units_per_s: 1000)
+    assert_equal 2000, @table.charge("globex", 3000, now_ms: 10_000_000)
+  end
+
   def test_permit_with_a_block_releases_however_the_block_ends
     @table.permit("requests", "acme", units: 2) { assert_equal 2, in_use }
     assert_equal 0, in_use
