@@ -56,6 +56,17 @@ fn pairs(c: &mut Criterion) {
             })
         });
         e.set_decision_log(true);
+        // A request rate too high to refuse: the rate check's cost (one CAS).
+        e.set_rates(acme, 1_000_000_000, 0).unwrap();
+        g.bench_function("fairshm_engine_request_rate", |b| {
+            b.iter(|| {
+                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("refused")
+                };
+                e.release(id, 1000).unwrap();
+            })
+        });
+        e.set_rates(acme, 0, 0).unwrap();
     }
     // 1,024 other tenants active in a pool with room for them all (2,048 permits, each
     // holds one): the decision's cost must not grow with them.

@@ -9,8 +9,16 @@ use fairshm::{Request, locked_instructions};
 /// Counts one pair after a warm-up pair (registration, the tenant's claim, the
 /// activity stamp of this `now`), so only the steady state is counted.
 fn pair_cost(now_of_pair: u64) -> (u64, u64) {
+    pair_cost_with_rates(now_of_pair, None)
+}
+
+/// [`pair_cost`], with the tenant's rates set first (requests/s, work units/s).
+fn pair_cost_with_rates(now_of_pair: u64, rates: Option<(u32, u32)>) -> (u64, u64) {
     let seg = Seg::new("locked");
     let t = seg.create(&one_pool(64));
+    if let Some((r, w)) = rates {
+        t.set_rates("acme", r, w).unwrap();
+    }
     let req = Request::new("requests", "acme").hold_ms(5);
     t.try_acquire_at(&req, 1000)
         .unwrap()
@@ -67,4 +75,21 @@ fn a_refusal_is_at_most_four_locked_instructions() {
         "a refusal took {n} locked instructions (counter, turn, hint sum, early return)"
     );
     drop(lease);
+}
+
+/// The rates cost the pair nothing when unbounded (the count above), one RMW with a
+/// request rate (its token's CAS), none with a work rate alone (a load of the debt).
+#[test]
+fn a_rate_check_adds_at_most_one_rmw() {
+    let (a0, r0) = pair_cost(1000);
+    let (a1, r1) = pair_cost_with_rates(1000, Some((1_000_000, 0)));
+    let (a2, r2) = pair_cost_with_rates(1000, Some((0, 1_000_000)));
+    eprintln!(
+        "pair: unbounded {}, request rate {}, work rate {} locked",
+        a0 + r0,
+        a1 + r1,
+        a2 + r2
+    );
+    assert_eq!(a1 + r1, a0 + r0 + 1, "a request rate: its token's CAS");
+    assert_eq!(a2 + r2, a0 + r0, "a work rate alone: a load");
 }
