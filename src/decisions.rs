@@ -101,7 +101,7 @@ impl Entry {
 /// amount, xor-ed and folded to 32 bits (a few cycles). Two threads' entries mixed
 /// word by word differ in some word, which changes the check unless the differences
 /// cancel exactly across rotations.
-#[inline]
+#[inline(always)]
 fn check(pos: u64, w: &[u64; 7]) -> u32 {
     let mut h = pos.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for (i, x) in w.iter().enumerate() {
@@ -112,7 +112,9 @@ fn check(pos: u64, w: &[u64; 7]) -> u32 {
 }
 
 /// Logs `e` in process slot `slot`'s ring. Only the slot's own process calls this.
-#[inline]
+/// (Always inlined: on the acquire's hot path, a call would pass the entry through
+/// memory.)
+#[inline(always)]
 pub fn record<R: Region>(r: &R, slot: usize, e: &Entry) {
     let n = r.geometry().log_per_proc;
     if n == 0 {

@@ -417,19 +417,7 @@ impl Engine {
         // The tenant's rates first: over them, nothing else is done (no pool is
         // touched, nothing is registered). One load when they are unbounded.
         if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now.max(1)) {
-            let every = crate::rates::limits(&self.seg, tenant.index());
-            let rate = if l.reason == crate::Reason::RateLimited {
-                every.0
-            } else {
-                every.1
-            };
-            let every_ns = crate::rates::interval_ns(rate).unwrap_or(0);
-            return Ok(Outcome::Refused(Refused::by_rate(
-                units,
-                tenant.weight.max(1),
-                &l,
-                every_ns,
-            )));
+            return Ok(self.rate_refusal(tenant, units, &l));
         }
         // Registered first: a per_worker pool counts this process before sizing.
         let slot = self.process_slot()?;
@@ -549,6 +537,20 @@ impl Engine {
             )));
         }
         Ok(())
+    }
+
+    /// The refusal of an acquire that `tenant`'s rates refused (`l`).
+    #[cold]
+    #[inline(never)]
+    fn rate_refusal(&self, tenant: TenantId, units: u32, l: &crate::rates::Limited) -> Outcome {
+        let (req, work) = crate::rates::limits(&self.seg, tenant.index());
+        let rate = if l.reason == crate::Reason::RateLimited {
+            req
+        } else {
+            work
+        };
+        let every_ns = crate::rates::interval_ns(rate).unwrap_or(0);
+        Outcome::Refused(Refused::by_rate(units, tenant.weight.max(1), l, every_ns))
     }
 
     /// Releases a lease of this process at `now`. A second release of the same lease is

@@ -574,7 +574,7 @@ impl Region for Segment {
         // SAFETY: `l < leases`: in the lease region (Invariant G).
         unsafe { self.rec(self.geo.leases_off + l * RECORD) }
     }
-    #[inline]
+    #[inline(always)] // on the acquire's hot path (the decision log)
     fn log(&self, s: usize, i: usize) -> &LogRec {
         assert!(s < self.geo.procs && i < self.geo.log_per_proc);
         // SAFETY: `s * log_per_proc + i < procs * log_per_proc`: in the log region (G).
