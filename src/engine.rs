@@ -102,6 +102,10 @@ pub struct Repaired {
     pub pools: Vec<crate::repair::PoolRepair>,
     /// Quarantined leases freed once every pool was rebuilt without them.
     pub leases_freed: usize,
+    /// Rate buckets refilled (debts forgiven): every tenant's, since a scribbled bucket
+    /// cannot be told from a real debt. The rates themselves are kept: `set_rates`
+    /// them again if they may have been overwritten.
+    pub rate_buckets_refilled: usize,
 }
 
 /// A thread's spare lease: released by it, kept `CLAIMED` under the next generation so
@@ -711,7 +715,8 @@ impl Engine {
     /// no version writes and reaps dead processes, clears tenant slots left `WRITING`
     /// by no live process, quarantines lease records in a state no version writes,
     /// rebuilds every pool's counters from its lease records, then frees the
-    /// quarantined leases. Returns what it did.
+    /// quarantined leases, and refills every tenant's rate buckets (forgiving debts;
+    /// the rates are kept). Returns what it did.
     pub fn repair(&self) -> Result<Repaired> {
         self.writable("repairing")?;
         self.seg.check_size()?;
@@ -758,6 +763,9 @@ impl Engine {
             )?);
         }
         out.leases_freed = crate::repair::free_quarantined(&self.seg);
+        out.rate_buckets_refilled = (0..self.seg.geometry().tenants)
+            .map(|t| crate::rates::refill(&self.seg, t))
+            .sum();
         crate::peers::announce(&self.seg, &out.reaped);
         for p in &out.pools {
             if p.in_use_after < p.in_use_before {

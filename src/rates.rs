@@ -29,10 +29,11 @@ use crate::sync::Ordering::*;
 /// A bucket's depth: one second.
 pub const BURST_NS: u64 = 1_000_000_000;
 
-/// The emission interval of `rate` per second, ns (`None`: unbounded).
+/// The emission interval of `rate` per second, ns (`None`: unbounded); at least 1 ns,
+/// so rates above 10^9 per second (set, or written by a hostile writer) act as 10^9.
 #[inline]
 pub fn interval_ns(rate: u32) -> Option<u64> {
-    (rate > 0).then(|| BURST_NS / rate as u64)
+    (rate > 0).then(|| (BURST_NS / rate as u64).max(1))
 }
 
 /// Ns past `now + 1 s` rounded up to whole ms (at least 1).
@@ -149,6 +150,19 @@ pub fn charge<R: Region>(r: &R, t: usize, units: u64, now_ms: u64) -> u64 {
     }
 }
 
+/// Refills tenant `t`'s buckets and forgives its debt (`repair`: a hostile writer may
+/// have left a bucket word centuries ahead, which no check can tell from a large
+/// charge). Keeps its rates. Returns how many bucket words were not already empty.
+pub fn refill<R: Region>(r: &R, t: usize) -> usize {
+    let rec = r.rate(t);
+    // Relaxed: module docs; a racing acquire's CAS either lands before (and is reset)
+    // or after (and takes a token from the refilled bucket).
+    [&rec.req_tat_ns, &rec.work_tat_ns]
+        .into_iter()
+        .filter(|w| w.swap(0, Relaxed) != 0)
+        .count()
+}
+
 /// A tenant's buckets as of `now_ms`, for reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RateState {
@@ -237,6 +251,21 @@ mod tests {
         assert_eq!(admit(&r, 0, 3_000), Ok(()));
         let s = state(&r, 0, 2_500);
         assert_eq!((s.work_debt_ms, s.work_debt_refusals, s.work_charged), (500, 2, 300));
+    }
+
+    #[test]
+    fn any_rate_word_is_safe_to_read_and_use() {
+        let r = region();
+        for w in [u32::MAX, 1_000_000_001, 1] {
+            set(&r, 0, w, w);
+            let _ = admit(&r, 0, 1);
+            let _ = charge(&r, 0, u64::MAX, u64::MAX);
+            let _ = admit(&r, 0, u64::MAX);
+            let s = state(&r, 0, u64::MAX);
+            assert_eq!(s.requests_per_s, w);
+            let _ = state(&r, 0, 0);
+        }
+        assert_eq!(interval_ns(u32::MAX), Some(1));
     }
 
     #[test]
