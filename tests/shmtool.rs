@@ -781,3 +781,43 @@ fn reading_commands_change_no_byte_and_read_another_users_segment() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("65534"));
     drop(t);
 }
+
+#[test]
+fn rates_are_shown_and_set_on_a_live_segment_and_paths_name_segments() {
+    let seg = Seg::new("tool-rates");
+    let t = seg.create(&config());
+    let path = format!("/dev/shm/{}", seg.name);
+    let o = shmtool(&["rates", &path, "acme"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(
+        stdout(&o),
+        "acme: requests unbounded, work units unbounded\n"
+    );
+    let o = shmtool(&["rates", &seg.name, "acme", "--requests", "5"]);
+    assert_eq!(stdout(&o), "acme: requests 5/s, work units unbounded\n");
+    let o = shmtool(&["rates", &seg.name, "acme", "--work", "100"]);
+    assert_eq!(stdout(&o), "acme: requests 5/s, work units 100/s\n");
+    assert_eq!(t.rates("acme").unwrap(), (5, 100), "set in the segment");
+    let v = json(&shmtool(&["inspect", &path, "--json"]));
+    assert_schema(&v);
+    let acme = v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "acme")
+        .unwrap();
+    assert_eq!(
+        (
+            acme["requests_per_s"].as_u64(),
+            acme["work_units_per_s"].as_u64()
+        ),
+        (Some(5), Some(100))
+    );
+    let m = stdout(&shmtool(&["metrics", &seg.name]));
+    check_prometheus(&m);
+    assert!(m.contains(&format!(
+        "fairshm_tenant_requests_per_second{{segment=\"{}\",tenant=\"acme\"}} 5",
+        seg.name
+    )));
+    drop(t);
+}

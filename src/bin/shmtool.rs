@@ -89,6 +89,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Show a tenant's rates, or set them on the live segment (0: unbounded); every
+    /// process's next acquire applies them.
+    Rates {
+        name: String,
+        tenant: String,
+        /// Requests per second.
+        #[arg(long)]
+        requests: Option<u32>,
+        /// Work units per second.
+        #[arg(long)]
+        work: Option<u32>,
+    },
     /// Re-decide every logged decision from its inputs with this library's rule;
     /// exit 1 if any comes out differently.
     Replay {
@@ -290,6 +302,35 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+        Cmd::Rates {
+            name,
+            tenant,
+            requests,
+            work,
+        } => {
+            let (r, w) = if requests.is_none() && work.is_none() {
+                Table::open_observer(&name)?.rates(&tenant)?
+            } else {
+                let t = Table::open(&name)?;
+                let (r0, w0) = t.rates(&tenant)?;
+                let (r, w) = (requests.unwrap_or(r0), work.unwrap_or(w0));
+                t.set_rates(&tenant, r, w)?;
+                (r, w)
+            };
+            let show = |v: u32| {
+                if v == 0 {
+                    "unbounded".to_owned()
+                } else {
+                    format!("{v}/s")
+                }
+            };
+            writeln!(
+                out,
+                "{tenant}: requests {}, work units {}",
+                show(r),
+                show(w)
+            )?;
+        }
         Cmd::Replay { name, json: j } => {
             let t = Table::open_observer(&name)?;
             let (n, diff) = tool::replay(&t)?;
@@ -346,8 +387,30 @@ fn serve(name: &str, addr: &str) -> Result<(), Fail> {
     Ok(())
 }
 
+/// A segment named by its path under /dev/shm is named by its file name.
+fn name_of(arg: String) -> String {
+    match arg.strip_prefix("/dev/shm/") {
+        Some(n) if !n.is_empty() => n.to_owned(),
+        _ => arg,
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    match &mut cli.cmd {
+        Cmd::Inspect { name, .. }
+        | Cmd::Top { name, .. }
+        | Cmd::Reap { name, .. }
+        | Cmd::Metrics { name, .. }
+        | Cmd::Check { name }
+        | Cmd::Log { name, .. }
+        | Cmd::Rates { name, .. }
+        | Cmd::Replay { name, .. } => *name = name_of(std::mem::take(name)),
+        Cmd::Clean {
+            name: Some(name), ..
+        } => *name = name_of(std::mem::take(name)),
+        Cmd::List { .. } | Cmd::Clean { name: None, .. } => {}
+    }
     match run(cli.cmd) {
         Ok(code) => ExitCode::from(code as u8),
         // A closed pipe (`shmtool log | head`) is not a failure.
