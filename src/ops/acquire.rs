@@ -33,6 +33,7 @@ pub(crate) fn acquire<R: Region, P: Policy>(
 /// `acquire`, which takes spare lease `(index, generation)` of the calling thread if it
 /// is still `CLAIMED` in that generation, instead of claiming one with a CAS.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     r: &R,
     policy: &P,

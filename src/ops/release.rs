@@ -44,6 +44,7 @@ fn start_release(lease: &LeaseRec, l: usize, generation: u32) -> Result<()> {
 /// `release`, which with `keep: Some(tid)` (the owner thread `tid`) keeps the slot as
 /// that thread's spare (see `finish_release_keeping`); the spare's generation is
 /// `generation + 1`.
+#[inline(always)]
 pub(crate) fn release_keeping<R: Region>(
     r: &R,
     l: usize,
@@ -59,6 +60,7 @@ pub(crate) fn release_keeping<R: Region>(
 /// Drives a lease in `RELEASING` (of generation `generation`) to `FREE`: its pool step,
 /// then its held step, each unless done (I1). The caller must be its only driver: the
 /// owner, or the reaper of a dead owner.
+#[inline(always)]
 pub(crate) fn finish_release<R: Region>(
     r: &R,
     l: usize,
@@ -74,6 +76,7 @@ pub(crate) fn finish_release<R: Region>(
 ///
 /// `fresh`: the caller has just moved the lease to `RELEASING` and made no step of it,
 /// so neither step can be done yet and neither is checked.
+#[inline(always)]
 pub(super) fn finish_release_keeping<R: Region>(
     r: &R,
     l: usize,
@@ -139,6 +142,7 @@ pub(super) fn finish_release_keeping<R: Region>(
 ///
 /// `fresh`: the caller knows the step is not done (see `finish_release_keeping`).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn take_back<R: Region>(
     r: &R,
     l: usize,
