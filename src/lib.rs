@@ -94,6 +94,7 @@ pub use config::{Config, PerWorker, PoolConfig};
 #[cfg(not(loom))]
 pub use engine::{Engine, LeaseId, Outcome, PoolId, Repaired, TenantId};
 pub use error::{Error, Result};
+pub use rates::RateState;
 pub use recovery::Reaped;
 pub use refusal::{Reason, Refusal, Refused};
 pub use repair::PoolRepair;

@@ -202,7 +202,9 @@ pub enum Clean {
 /// Removes segment `name` if no live process uses it: none registered alive (or
 /// dying) in its process table, and none mapping it. With `force`, removes it anyway
 /// (its users keep their mappings; new openers will not find it). A file that is not
-/// a readable segment is never removed: `Err`.
+/// a readable segment is never removed: `Err`. (A process that opens the segment
+/// between the check and the removal keeps a mapping of a removed file, as with
+/// `--force`: clean segments when no server is starting.)
 pub fn clean(name: &str, force: bool) -> Result<Clean> {
     let path = path_of(name);
     let t = Table::open_observer(name)?;

@@ -13,6 +13,7 @@ mod render;
 mod report;
 mod top;
 
+pub use crate::decisions::Mismatch;
 pub use check::check;
 pub use list::{Clean, HeaderInfo, Listed, clean, list, list_dir, mapped_by, read_header};
 pub use metrics::prometheus;

@@ -358,7 +358,7 @@ fn named(t: &Table, l: &Logged) -> Decision {
     }
 }
 
-/// Re-decides every decision logged in `t` (see [`decisions::replay`]): how many were
+/// Re-decides every decision logged in `t` with the library's rule: how many were
 /// replayed, and those that came out differently.
 pub fn replay(t: &Table) -> Result<(usize, Vec<decisions::Mismatch>)> {
     t.engine().seg().check_size()?;
