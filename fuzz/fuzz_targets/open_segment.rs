@@ -2,8 +2,10 @@
 //!
 //! Input byte 0 picks the mode: even, the rest of the input is the whole file; odd, the
 //! rest is a list of `(offset u16 LE, byte)` patches applied to a valid segment, which
-//! gets past the magic and the checksum into the records. Whatever opens is then used:
-//! a snapshot, an acquire and release, a reap.
+//! gets past the magic and the checksum into the records (the decision logs and the
+//! rate buckets included). Whatever opens is then used: a snapshot, what `shmtool`
+//! reads (its report, tables, metrics, the decision log and its replay, the
+//! invariant check), rates, an acquire and release, a charge, a reap.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -29,6 +31,7 @@ fn image() -> &'static [u8] {
         let name = format!("fairshm-fuzz-image-{}", std::process::id());
         let _ = Table::unlink(&name);
         let t = Table::create(&name, &small_config()).unwrap();
+        t.set_rates("a", 50, 1000).unwrap();
         let lease = t
             .try_acquire_at(&Request::new("requests", "a").units(2), 5)
             .unwrap()
@@ -62,6 +65,19 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(fairshm::segment::path_of(&name), &bytes).unwrap();
     if let Ok(t) = Table::open_with(&name, None, std::time::Duration::ZERO) {
         let _ = t.snapshot_at(10);
+        if let Ok(r) = fairshm::tool::report(&t) {
+            let _ = fairshm::tool::report_tables(&r);
+            let _ = fairshm::tool::top_view(&r);
+            let _ = fairshm::tool::prometheus(&r);
+            let _ = serde_json::to_string(&r);
+        }
+        if let Ok(v) = fairshm::tool::decisions(&t) {
+            let _ = fairshm::tool::log_table(&v);
+        }
+        let _ = fairshm::tool::replay(&t);
+        let _ = fairshm::tool::check(&t);
+        let _ = t.rates("a");
+        let _ = t.charge_at("a", 7, 10);
         if let Ok(Ok(lease)) = t.try_acquire_at(&Request::new("requests", "b"), 10) {
             let _ = lease.release_at(11);
         }
