@@ -62,7 +62,19 @@ fuzz_target!(|data: &[u8]| {
     };
     let name = format!("fairshm-fuzz-{}", std::process::id());
     let _ = Table::unlink(&name);
-    std::fs::write(fairshm::segment::path_of(&name), &bytes).unwrap();
+    // Mode 0600, as fairshm creates segments: a world-readable file is refused on open
+    // (`BadFile`) before any record is read.
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(fairshm::segment::path_of(&name))
+            .unwrap();
+        f.write_all(&bytes).unwrap();
+    }
     if let Ok(t) = Table::open_with(&name, None, std::time::Duration::ZERO) {
         let _ = t.snapshot_at(10);
         if let Ok(r) = fairshm::tool::report(&t) {
