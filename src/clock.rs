@@ -26,3 +26,11 @@ pub fn now_ns() -> u64 {
 pub fn now_ms() -> u64 {
     (monotonic().as_millis() as u64).max(1)
 }
+
+/// Milliseconds of `CLOCK_REALTIME` since the Unix epoch (0 before it), for the times
+/// the segment records for people: creation, deaths.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

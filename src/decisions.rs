@@ -124,15 +124,18 @@ pub fn record<R: Region>(r: &R, slot: usize, e: &Entry) {
     // Relaxed: the head is this process's own; a reader bounds it and checks every
     // entry's stamp, so a stale or raced head costs at most an entry.
     let pos = head.load(Relaxed);
+    // Relaxed: as the load (a plain store: the head is this process's own).
     head.store(pos.wrapping_add(1), Relaxed);
     let rec = r.log(slot, (pos % n as u64) as usize);
     let w = e.words();
     let stamp = (pos.wrapping_add(1) << 32) | check(pos, &w) as u64;
+    // Relaxed: "being written"; the fence below orders it before the fields.
     rec.stamp.store(0, Relaxed);
     // Release fence: the zeroed stamp is ordered before the field stores below.
     fence(Release);
     let fields = fields(rec);
     for (f, x) in fields.iter().zip(w) {
+        // Relaxed: published by the stamp's Release store below.
         f.store(x, Relaxed);
     }
     // Release: a reader that sees this stamp sees the fields above.
@@ -167,6 +170,7 @@ fn read_at<R: Region>(r: &R, slot: usize, pos: u64) -> Option<Entry> {
     }
     // Acquire fence: the field loads above happen before the stamp's reload.
     fence(Acquire);
+    // Relaxed: the fence above orders the field loads before it.
     let s2 = rec.stamp.load(Relaxed);
     (s1 == s2 && s1 as u32 == check(pos, &w)).then(|| Entry::from_words(&w))
 }

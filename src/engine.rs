@@ -547,14 +547,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn rate_refusal(&self, tenant: TenantId, units: u32, l: &crate::rates::Limited) -> Outcome {
-        let (req, work) = crate::rates::limits(&self.seg, tenant.index());
-        let rate = if l.reason == crate::Reason::RateLimited {
-            req
-        } else {
-            work
-        };
-        let every_ns = crate::rates::interval_ns(rate).unwrap_or(0);
-        Outcome::Refused(Refused::by_rate(units, tenant.weight.max(1), l, every_ns))
+        Outcome::Refused(Refused::by_rate(units, tenant.weight.max(1), l))
     }
 
     /// Releases a lease of this process at `now`. A second release of the same lease is

@@ -53,7 +53,13 @@ pub fn proc_info(pid: u32) -> Option<ProcInfo> {
 /// Whether the process `pid` that started at `start_time` is gone: no such process, a
 /// zombie with no thread left but its main one, or a pid that now names another process.
 pub fn is_dead(pid: u32, start_time: u64) -> bool {
-    match proc_info(pid) {
+    dead_by(proc_info(pid).as_ref(), start_time)
+}
+
+/// [`is_dead`]'s judgement of what `/proc` said (`None`: no such process) of a process
+/// that started at `start_time`.
+pub fn dead_by(info: Option<&ProcInfo>, start_time: u64) -> bool {
+    match info {
         None => true,
         Some(i) => {
             i.start_time != start_time || (matches!(i.state, b'Z' | b'X') && i.num_threads <= 1)

@@ -52,17 +52,19 @@ pub fn limits<R: Region>(r: &R, t: usize) -> (u32, u32) {
 
 /// Sets a tenant's rates (0: unbounded); every process's next acquire sees them.
 pub fn set<R: Region>(r: &R, t: usize, requests_per_s: u32, work_units_per_s: u32) {
-    // Relaxed: as in `limits`.
+    // Relaxed: a policy input, read once per acquire (module docs).
     r.rate(t)
         .limits
         .store(pair::make(requests_per_s, work_units_per_s), Relaxed);
 }
 
-/// Why the rates refuse an acquire, and when to retry (ms).
+/// Why the rates refuse an acquire, when to retry (ms), and the refusing bucket's
+/// emission interval (ns: how often a token comes), as the decision read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limited {
     pub reason: Reason,
     pub retry_after_ms: u64,
+    pub interval_ns: u64,
 }
 
 /// Admits one request of tenant `t` at `now_ms` against its rates: `Ok` took a request
@@ -84,30 +86,36 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
     let rec = r.rate(t);
     let now = now_ms.saturating_mul(1_000_000);
     let horizon = now.saturating_add(BURST_NS);
-    if interval_ns(work).is_some() {
-        // Relaxed: module docs.
+    if let Some(work_every) = interval_ns(work) {
+        // Relaxed: module docs (a bucket word publishes nothing but itself).
         let tat = rec.work_tat_ns.load(Relaxed);
         if tat > horizon {
+            // Relaxed: a statistic.
             rec.work_debt.fetch_add(1, Relaxed);
             return Err(Limited {
                 reason: Reason::WorkDebt,
                 retry_after_ms: wait_ms(tat - horizon),
+                interval_ns: work_every,
             });
         }
     }
     let Some(every) = interval_ns(req) else {
         return Ok(());
     };
+    // Relaxed: module docs; the CAS below makes each token taken once.
     let mut cur = rec.req_tat_ns.load(Relaxed);
     loop {
         let next = cur.max(now).saturating_add(every);
         if next > horizon {
+            // Relaxed: a statistic.
             rec.rate_limited.fetch_add(1, Relaxed);
             return Err(Limited {
                 reason: Reason::RateLimited,
                 retry_after_ms: wait_ms(next - horizon),
+                interval_ns: every,
             });
         }
+        // Relaxed: the word publishes nothing but itself (module docs).
         match rec
             .req_tat_ns
             .compare_exchange_weak(cur, next, Relaxed, Relaxed)
@@ -123,16 +131,19 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
 /// rate is unbounded: then nothing is charged).
 pub fn charge<R: Region>(r: &R, t: usize, units: u64, now_ms: u64) -> u64 {
     let rec = r.rate(t);
-    // Relaxed: module docs.
+    // Relaxed: a statistic.
     rec.work_charged.fetch_add(units, Relaxed);
+    // Relaxed: a policy input (module docs).
     let Some(every) = interval_ns(pair::hi(rec.limits.load(Relaxed))) else {
         return 0;
     };
     let now = now_ms.saturating_mul(1_000_000);
     let cost = units.saturating_mul(every);
+    // Relaxed: module docs; the CAS makes racing charges both count.
     let mut cur = rec.work_tat_ns.load(Relaxed);
     loop {
         let next = cur.max(now).saturating_add(cost);
+        // Relaxed: as the load above.
         match rec
             .work_tat_ns
             .compare_exchange_weak(cur, next, Relaxed, Relaxed)
@@ -219,7 +230,10 @@ mod tests {
         }
         // The fifth, in the same instant: the next token comes 250 ms later.
         let e = admit(&r, 0, 10_000).unwrap_err();
-        assert_eq!(e, Limited { reason: Reason::RateLimited, retry_after_ms: 250 });
+        assert_eq!(
+            e,
+            Limited { reason: Reason::RateLimited, retry_after_ms: 250, interval_ns: 250_000_000 }
+        );
         assert_eq!(admit(&r, 0, 10_249).unwrap_err().retry_after_ms, 1);
         assert_eq!(admit(&r, 0, 10_250), Ok(()));
         assert!(admit(&r, 0, 10_250).is_err());
@@ -246,7 +260,10 @@ mod tests {
         // 250 more: tat = 1,000 + 3,000 ms, 2,000 ms past the burst's horizon.
         assert_eq!(charge(&r, 0, 250, 1_000), 2_000);
         let e = admit(&r, 0, 1_000).unwrap_err();
-        assert_eq!(e, Limited { reason: Reason::WorkDebt, retry_after_ms: 2_000 });
+        assert_eq!(
+            e,
+            Limited { reason: Reason::WorkDebt, retry_after_ms: 2_000, interval_ns: 10_000_000 }
+        );
         assert_eq!(admit(&r, 0, 2_999).unwrap_err().retry_after_ms, 1);
         assert_eq!(admit(&r, 0, 3_000), Ok(()));
         let s = state(&r, 0, 2_500);

@@ -140,12 +140,7 @@ impl Refused {
     /// touched, so the pool's numbers are 0; `interval_us` is the bucket's: how often a
     /// token comes.
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn by_rate(
-        units: u32,
-        weight: u32,
-        l: &crate::rates::Limited,
-        every_ns: u64,
-    ) -> Refused {
+    pub(crate) fn by_rate(units: u32, weight: u32, l: &crate::rates::Limited) -> Refused {
         Refused {
             reason: l.reason,
             retry_after_ms: l.retry_after_ms,
@@ -158,7 +153,7 @@ impl Refused {
             active_weight: weight as u64,
             short: 0,
             queued: 0,
-            interval_us: (every_ns / 1000).min(u32::MAX as u64) as u32,
+            interval_us: (l.interval_ns / 1000).min(u32::MAX as u64) as u32,
         }
     }
 

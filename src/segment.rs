@@ -212,10 +212,7 @@ impl Segment {
             e.count.store(count as u32, Relaxed);
         }
         h.n_regions.store(dir.len() as u32, Relaxed);
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        h.created_unix_ms.store(created, Relaxed);
+        h.created_unix_ms.store(crate::clock::unix_ms(), Relaxed);
         h.creator_pid.store(std::process::id(), Relaxed);
         // Release: everything above is visible to an opener that sees READY.
         h.ready.store(READY, Release);

@@ -211,7 +211,9 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                         active_weight + weight as u64
                     };
                     // Every refusal by the rule (pool_full, over_share) gives a hint.
-                    let hints = tp.refusals[0].load(Relaxed) + tp.refusals[1].load(Relaxed);
+                    let hints = tp.refusals[0]
+                        .load(Relaxed)
+                        .saturating_add(tp.refusals[1].load(Relaxed));
                     let refusals = Reason::ALL_COUNTED
                         .iter()
                         .map(|&reason| {

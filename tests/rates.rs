@@ -170,14 +170,28 @@ fn a_blocking_acquire_waits_for_its_token() {
     let t = seg.create(&one_pool(4));
     t.set_rates("acme", 20, 0).unwrap(); // one every 50 ms
     let req = Request::new("requests", "acme");
-    for _ in 0..20 {
-        drop(t.try_acquire(&req).unwrap().expect("burst"));
-    }
+    // Empty the bucket (the burst, and any token that came meanwhile on a slow
+    // machine), then time from the refusal: its retry-after, less its rounding up,
+    // bounds the wait from below, whatever the machine's speed.
+    let start = Instant::now();
+    let next = loop {
+        match t.try_acquire(&req).unwrap() {
+            Ok(lease) => drop(lease),
+            Err(r) => break r.retry_after_ms.expect("a rate refusal has a retry-after"),
+        }
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "the bucket never emptied"
+        );
+    };
     let start = Instant::now();
     let lease = t.acquire(&req, Duration::from_secs(5)).unwrap();
     let waited = start.elapsed();
     assert!(lease.is_ok(), "granted once its token came");
-    assert!(waited >= Duration::from_millis(30), "waited {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(next.saturating_sub(1)),
+        "waited {waited:?}, the token was {next} ms away"
+    );
     drop(lease);
     // Over the rate with too short a timeout: timed out, the rate named.
     t.set_rates("acme", 1, 0).unwrap();

@@ -20,6 +20,7 @@ pub fn check(t: &Table) -> Result<Vec<String>> {
         let rec = seg.pool(p);
         // Acquire / Relaxed: a report of words each true at some instant.
         let in_use = op_word::count(rec.word.load(Acquire));
+        // Relaxed: a report (see above).
         let cap = pair::lo(rec.limits.load(Relaxed));
         if in_use > cap {
             out.push(format!(

@@ -38,90 +38,121 @@ impl Family<'_> {
     }
 }
 
+/// A family of samples, one per row of `T`: name, type, help, and the value of a row.
+type Metric<T> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+
+impl Family<'_> {
+    /// Every metric of `metrics`, each with a sample per `(labels, row)`.
+    fn all<'r, T: 'r>(
+        &mut self,
+        metrics: &[Metric<T>],
+        rows: impl Iterator<Item = (Vec<(&'r str, &'r str)>, &'r T)> + Clone,
+    ) {
+        for (name, kind, help, get) in metrics {
+            self.head(name, kind, help);
+            for (labels, row) in rows.clone() {
+                self.sample(name, &labels, get(row));
+            }
+        }
+    }
+}
+
 /// The report as Prometheus text.
 pub fn prometheus(r: &Report) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
     let seg = r.segment.name.as_str();
-    type PoolGauge = (&'static str, &'static str, fn(&super::PoolRow) -> u64);
-    let pool_gauges: [PoolGauge; 5] = [
+    let pool_metrics: [Metric<super::PoolRow>; 5] = [
         (
             "fairshm_pool_capacity",
+            "gauge",
             "Permits of the pool (POOL).",
-            |p| p.capacity as u64,
+            |p| p.capacity as f64,
         ),
         (
             "fairshm_pool_in_use",
+            "gauge",
             "Permits of the pool held now.",
-            |p| p.in_use as u64,
+            |p| p.in_use as f64,
         ),
         (
             "fairshm_pool_floor",
+            "gauge",
             "Permits kept for tenants under their share (FLOOR).",
-            |p| p.floor as u64,
+            |p| p.floor as f64,
         ),
         (
             "fairshm_pool_active_tenants",
+            "gauge",
             "Tenants that held or asked within the pool's window.",
-            |p| p.active_tenants as u64,
+            |p| p.active_tenants as f64,
         ),
         (
             "fairshm_pool_waiters",
+            "gauge",
             "Blocked acquirers waiting on the pool.",
-            |p| p.waiters as u64,
+            |p| p.waiters as f64,
         ),
     ];
-    for (name, help, get) in pool_gauges {
-        f.head(name, "gauge", help);
-        for p in &r.pools {
-            f.sample(name, &[("segment", seg), ("pool", &p.name)], get(p));
-        }
-    }
-    type TenantFamily = (&'static str, &'static str, &'static str);
-    let tenant_families: [TenantFamily; 6] = [
-        ("fairshm_tenant_held", "gauge", "Permits the tenant holds."),
+    f.all(
+        &pool_metrics,
+        r.pools
+            .iter()
+            .map(|p| (vec![("segment", seg), ("pool", p.name.as_str())], p)),
+    );
+    let tenant_metrics: [Metric<super::TenantRow>; 6] = [
+        (
+            "fairshm_tenant_held",
+            "gauge",
+            "Permits the tenant holds.",
+            |t| t.held as f64,
+        ),
         (
             "fairshm_tenant_share",
             "gauge",
             "The tenant's fair share if it asked now.",
+            |t| t.share,
         ),
-        ("fairshm_tenant_weight", "gauge", "The tenant's weight."),
+        (
+            "fairshm_tenant_weight",
+            "gauge",
+            "The tenant's weight.",
+            |t| t.weight as f64,
+        ),
         (
             "fairshm_tenant_active",
             "gauge",
             "1 if the tenant is in the pool's active set.",
+            |t| t.active as u8 as f64,
         ),
         (
             "fairshm_tenant_grants_total",
             "counter",
             "Grants to the tenant.",
+            |t| t.grants as f64,
         ),
         (
             "fairshm_tenant_early_returns_total",
             "counter",
             "Refusals that came before an earlier retry-after had run out.",
+            |t| t.early_returns as f64,
         ),
     ];
-    for (i, (name, kind, help)) in tenant_families.iter().enumerate() {
-        f.head(name, kind, help);
-        for p in &r.pools {
-            for t in &p.tenants {
-                let labels = [
-                    ("segment", seg),
-                    ("pool", p.name.as_str()),
-                    ("tenant", &t.name),
-                ];
-                match i {
-                    0 => f.sample(name, &labels, t.held),
-                    1 => f.sample(name, &labels, t.share),
-                    2 => f.sample(name, &labels, t.weight),
-                    3 => f.sample(name, &labels, t.active as u8),
-                    4 => f.sample(name, &labels, t.grants),
-                    _ => f.sample(name, &labels, t.early_returns),
-                }
-            }
-        }
-    }
+    f.all(
+        &tenant_metrics,
+        r.pools.iter().flat_map(|p| {
+            p.tenants.iter().map(move |t| {
+                (
+                    vec![
+                        ("segment", seg),
+                        ("pool", p.name.as_str()),
+                        ("tenant", t.name.as_str()),
+                    ],
+                    t,
+                )
+            })
+        }),
+    );
     let name = "fairshm_tenant_refusals_total";
     f.head(name, "counter", "Refusals of the tenant, by reason.");
     for p in &r.pools {
@@ -138,62 +169,56 @@ pub fn prometheus(r: &Report) -> String {
             }
         }
     }
-    type RateFamily = (
-        &'static str,
-        &'static str,
-        &'static str,
-        fn(&super::RateRow) -> u64,
-    );
-    let rate_families: [RateFamily; 7] = [
+    let rate_metrics: [Metric<super::RateRow>; 7] = [
         (
             "fairshm_tenant_requests_per_second",
             "gauge",
             "The tenant's request rate (0: unbounded).",
-            |t| t.requests_per_s as u64,
+            |t| t.requests_per_s as f64,
         ),
         (
             "fairshm_tenant_work_units_per_second",
             "gauge",
             "The tenant's work rate (0: unbounded).",
-            |t| t.work_units_per_s as u64,
+            |t| t.work_units_per_s as f64,
         ),
         (
             "fairshm_tenant_request_tokens",
             "gauge",
             "Request tokens in the tenant's bucket.",
-            |t| t.request_tokens,
+            |t| t.request_tokens as f64,
         ),
         (
             "fairshm_tenant_work_debt_ms",
             "gauge",
             "Ms until the tenant's work debt is paid.",
-            |t| t.work_debt_ms,
+            |t| t.work_debt_ms as f64,
         ),
         (
             "fairshm_tenant_rate_limited_total",
             "counter",
             "Acquires refused over the request rate.",
-            |t| t.rate_limited,
+            |t| t.rate_limited as f64,
         ),
         (
             "fairshm_tenant_work_debt_refusals_total",
             "counter",
             "Acquires refused in work debt.",
-            |t| t.work_debt,
+            |t| t.work_debt as f64,
         ),
         (
             "fairshm_tenant_work_charged_total",
             "counter",
             "Work units charged.",
-            |t| t.work_charged,
+            |t| t.work_charged as f64,
         ),
     ];
-    for (name, kind, help, get) in rate_families {
-        f.head(name, kind, help);
-        for t in &r.tenants {
-            f.sample(name, &[("segment", seg), ("tenant", &t.name)], get(t));
-        }
-    }
+    f.all(
+        &rate_metrics,
+        r.tenants
+            .iter()
+            .map(|t| (vec![("segment", seg), ("tenant", t.name.as_str())], t)),
+    );
     let name = "fairshm_processes";
     f.head(name, "gauge", "Registered processes, by liveness.");
     for state in ["alive", "dying", "dead"] {

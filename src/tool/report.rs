@@ -121,18 +121,17 @@ pub struct ProcRow {
 
 /// A process's liveness, from `/proc` and its owner word: `alive`, `dying` or `dead`.
 pub fn liveness(p: &ProcSnap) -> &'static str {
-    match crate::liveness::proc_info(p.pid) {
-        None => "dead",
-        Some(i) if i.start_time != p.start_time => "dead",
-        Some(i) if matches!(i.state, b'Z' | b'X') => {
-            if i.num_threads <= 1 {
-                "dead"
-            } else {
-                "dying"
-            }
-        }
-        Some(_) if p.anchor == "died" || p.status == "reaping" => "dying",
-        Some(_) => "alive",
+    let info = crate::liveness::proc_info(p.pid);
+    if crate::liveness::dead_by(info.as_ref(), p.start_time) {
+        "dead"
+    } else if info.is_some_and(|i| matches!(i.state, b'Z' | b'X'))
+        || p.anchor == "died"
+        || p.status == "reaping"
+    {
+        // Exiting (a zombie with threads left), or its anchor died: not reaped yet.
+        "dying"
+    } else {
+        "alive"
     }
 }
 
@@ -307,10 +306,7 @@ pub struct LogView {
 
 /// `CLOCK_REALTIME - CLOCK_MONOTONIC` now, in ms.
 fn realtime_offset_ms() -> i64 {
-    let real = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    real - crate::clock::monotonic().as_millis() as i64
+    crate::clock::unix_ms() as i64 - crate::clock::monotonic().as_millis() as i64
 }
 
 /// Every decision logged in `t`, oldest first, with pool and tenant names.
