@@ -6,6 +6,7 @@
 //! expected, naming the first difference.
 
 use crate::error::{Error, Result};
+use crate::guaranteed::{FairnessUnit, GuaranteedConfig};
 use crate::layout::{Geometry, MAX_LEASES, MAX_NAME};
 
 /// Default `SHARE_FLOOR`: 5% of the pool (at least one permit).
@@ -111,6 +112,9 @@ pub struct Config {
     pub leases_per_process: u32,
     /// Optional tenant weights; unnamed tenants weigh 1.
     pub weights: Vec<(String, u32)>,
+    /// Pools under seed 001's guaranteed policy (their names share the namespace of
+    /// `pools`; their tenants and weights are their own).
+    pub guaranteed: Vec<GuaranteedConfig>,
 }
 
 impl Default for Config {
@@ -128,6 +132,7 @@ impl Default for Config {
             max_processes: 256,
             leases_per_process: 64,
             weights: Vec::new(),
+            guaranteed: Vec::new(),
         }
     }
 }
@@ -146,11 +151,26 @@ impl Config {
         self
     }
 
+    /// Adds a guaranteed pool (seed 001).
+    pub fn guaranteed(mut self, pool: GuaranteedConfig) -> Self {
+        self.guaranteed.push(pool);
+        self
+    }
+
     /// Checks every rule; the error names the first field that breaks one.
     pub fn validate(&self) -> Result<()> {
         let bad = |s: String| Err(Error::InvalidConfig(s));
-        if self.pools.is_empty() || self.pools.len() > MAX_POOLS {
-            return bad(format!("{} pools; need 1 to {MAX_POOLS}", self.pools.len()));
+        let all = self.pools.len() + self.guaranteed.len();
+        if all == 0 || all > MAX_POOLS {
+            return bad(format!("{all} pools; need 1 to {MAX_POOLS}"));
+        }
+        for (i, g) in self.guaranteed.iter().enumerate() {
+            g.validate()?;
+            if self.pools.iter().any(|p| p.name == g.name)
+                || self.guaranteed[..i].iter().any(|h| h.name == g.name)
+            {
+                return bad(format!("pool {:?} is named twice", g.name));
+            }
         }
         for (i, p) in self.pools.iter().enumerate() {
             check_name(&p.name).or_else(|why| bad(format!("pool name {:?}: {why}", p.name)))?;
@@ -235,17 +255,35 @@ impl Config {
     }
 
     pub fn geometry(&self) -> Geometry {
-        Geometry::new(
+        let geo = Geometry::new(
             self.pools.len(),
             self.max_tenants as usize,
             self.max_processes as usize,
             self.leases_per_process as usize,
             self.encoded_len(),
+        );
+        let (_, words) = self.guaranteed_places(&geo);
+        geo.with_guaranteed(words)
+    }
+
+    /// Where each guaranteed pool lives, and the words of the guaranteed region.
+    pub fn guaranteed_places(&self, geo: &Geometry) -> (Vec<crate::guaranteed::GPlace>, usize) {
+        crate::guaranteed::places(
+            &self.guaranteed,
+            self.max_processes as usize,
+            geo.guaranteed_off,
         )
     }
 
     fn encoded_len(&self) -> usize {
-        HEAD_LEN + self.pools.len() * POOL_LEN + self.weights.len() * WEIGHT_LEN
+        HEAD_LEN
+            + self.pools.len() * POOL_LEN
+            + self.weights.len() * WEIGHT_LEN
+            + self
+                .guaranteed
+                .iter()
+                .map(|g| G_LEN + g.tenants.len() * WEIGHT_LEN)
+                .sum::<usize>()
     }
 
     /// The canonical bytes written into the config block.
@@ -257,7 +295,7 @@ impl Config {
             self.max_processes,
             self.leases_per_process,
             self.weights.len() as u32,
-            0,
+            self.guaranteed.len() as u32,
             0,
             0,
         ] {
@@ -277,6 +315,27 @@ impl Config {
             b.extend_from_slice(&w.to_le_bytes());
             b.extend_from_slice(&0u32.to_le_bytes());
         }
+        for g in &self.guaranteed {
+            b.extend_from_slice(&name_bytes(&g.name));
+            for v in [
+                g.ceiling,
+                g.fairness_unit.map_or(0, FairnessUnit::code),
+                g.reclaim_horizon_ms,
+                g.idle_after_ms,
+                g.max_leases,
+                g.demand_signal as u32,
+                g.tenants.len() as u32,
+                0,
+            ] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(&g.started_at_ms.to_le_bytes());
+            for (name, w) in &g.tenants {
+                b.extend_from_slice(&name_bytes(name));
+                b.extend_from_slice(&w.to_le_bytes());
+                b.extend_from_slice(&0u32.to_le_bytes());
+            }
+        }
         debug_assert_eq!(b.len(), self.encoded_len());
         b
     }
@@ -291,12 +350,18 @@ impl Config {
         };
         let n_pools = u32_at(0)? as usize;
         let n_weights = u32_at(16)? as usize;
-        if n_pools > MAX_POOLS || n_weights > MAX_TENANTS {
-            return Err(corrupt(format!("{n_pools} pools, {n_weights} weights")));
+        let n_guaranteed = u32_at(20)? as usize;
+        if n_pools > MAX_POOLS || n_weights > MAX_TENANTS || n_guaranteed > MAX_POOLS {
+            return Err(corrupt(format!(
+                "{n_pools} pools, {n_weights} weights, {n_guaranteed} guaranteed pools"
+            )));
         }
-        let need = HEAD_LEN + n_pools * POOL_LEN + n_weights * WEIGHT_LEN;
-        if b.len() != need {
-            return Err(corrupt(format!("{} bytes, expected {need}", b.len())));
+        let fixed = HEAD_LEN + n_pools * POOL_LEN + n_weights * WEIGHT_LEN;
+        if b.len() < fixed {
+            return Err(corrupt(format!(
+                "{} bytes, expected at least {fixed}",
+                b.len()
+            )));
         }
         let mut pools = Vec::with_capacity(n_pools);
         for i in 0..n_pools {
@@ -321,12 +386,66 @@ impl Config {
             let name = decode_name(&b[off..off + MAX_NAME]).map_err(|e| corrupt(e.into()))?;
             weights.push((name, u32_at(off + MAX_NAME)?));
         }
+        let mut guaranteed = Vec::with_capacity(n_guaranteed);
+        let mut off = fixed;
+        for _ in 0..n_guaranteed {
+            let name_at = |o: usize| {
+                b.get(o..o + MAX_NAME)
+                    .ok_or_else(|| corrupt(format!("ends at {} bytes, before offset {o}", b.len())))
+                    .and_then(|s| decode_name(s).map_err(|e| corrupt(e.into())))
+            };
+            let name = name_at(off)?;
+            let f = |i: usize| u32_at(off + MAX_NAME + 4 * i);
+            let unit = match f(1)? {
+                0 => None,
+                c => Some(
+                    FairnessUnit::from_code(c)
+                        .ok_or_else(|| corrupt(format!("fairness unit {c}")))?,
+                ),
+            };
+            let n_tenants = f(6)? as usize;
+            if n_tenants > crate::guaranteed::config::MAX_TENANTS {
+                return Err(corrupt(format!(
+                    "guaranteed pool {name:?} has {n_tenants} tenants"
+                )));
+            }
+            let started = b
+                .get(off + MAX_NAME + 32..off + MAX_NAME + 40)
+                .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+                .ok_or_else(|| {
+                    corrupt(format!(
+                        "ends at {} bytes, in guaranteed pool {name:?}",
+                        b.len()
+                    ))
+                })?;
+            let mut g = GuaranteedConfig {
+                name,
+                ceiling: f(0)?,
+                fairness_unit: unit,
+                tenants: Vec::with_capacity(n_tenants),
+                reclaim_horizon_ms: f(2)?,
+                idle_after_ms: f(3)?,
+                started_at_ms: started,
+                max_leases: f(4)?,
+                demand_signal: f(5)? != 0,
+            };
+            off += G_LEN;
+            for _ in 0..n_tenants {
+                g.tenants.push((name_at(off)?, u32_at(off + MAX_NAME)?));
+                off += WEIGHT_LEN;
+            }
+            guaranteed.push(g);
+        }
+        if b.len() != off {
+            return Err(corrupt(format!("{} bytes, expected {off}", b.len())));
+        }
         let cfg = Config {
             pools,
             max_tenants: u32_at(4)?,
             max_processes: u32_at(8)?,
             leases_per_process: u32_at(12)?,
             weights,
+            guaranteed,
         };
         cfg.validate().map_err(|e| corrupt(e.to_string()))?;
         Ok(cfg)
@@ -370,6 +489,29 @@ impl Config {
                 self.weights, asked.weights
             ));
         }
+        if self.guaranteed != asked.guaranteed {
+            let names = |c: &Config| {
+                c.guaranteed
+                    .iter()
+                    .map(|p| p.name.clone())
+                    .collect::<Vec<_>>()
+            };
+            if names(self) != names(asked) {
+                return Some(format!(
+                    "guaranteed pools: segment has {:?}, asked for {:?}",
+                    names(self),
+                    names(asked)
+                ));
+            }
+            for (h, w) in self.guaranteed.iter().zip(&asked.guaranteed) {
+                if h != w {
+                    return Some(format!(
+                        "guaranteed pool {:?}: segment has {h:?}, asked for {w:?}",
+                        h.name
+                    ));
+                }
+            }
+        }
         None
     }
 }
@@ -377,6 +519,8 @@ impl Config {
 const HEAD_LEN: usize = 32;
 const POOL_LEN: usize = MAX_NAME + 24;
 const WEIGHT_LEN: usize = MAX_NAME + 8;
+/// A guaranteed pool's fixed part: name, eight u32s, `started_at_ms`.
+const G_LEN: usize = MAX_NAME + 40;
 
 /// A pool or tenant name: 1 to 48 bytes, no NUL.
 pub fn check_name(name: &str) -> std::result::Result<(), &'static str> {

@@ -12,6 +12,14 @@
 //! per_worker = { quota = 0.25, min_tickets = 2 }
 //! [weights]
 //! acme = 3
+//! [[guaranteed]]              # seed 001's policy
+//! name = "tokens"
+//! ceiling = 100000
+//! fairness_unit = "cost"      # required: "cost" or "requests"
+//! reclaim_horizon_ms = 250    # optional (default 250)
+//! idle_after_ms = 1000        # optional (default 1000), > the horizon
+//! max_leases = 64             # optional
+//! tenants = { acme = 3, globex = 1 }
 //! ```
 //!
 //! Unknown keys are errors (a misspelt `capacty` must not silently become a default),
@@ -29,7 +37,10 @@ use crate::error::{Error, Result};
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    #[serde(default)]
     pools: Vec<FilePool>,
+    #[serde(default)]
+    guaranteed: Vec<FileGuaranteed>,
     max_tenants: Option<u32>,
     max_processes: Option<u32>,
     leases_per_process: Option<u32>,
@@ -45,6 +56,19 @@ struct FilePool {
     floor_percent: Option<u32>,
     window_ms: Option<u32>,
     per_worker: Option<FilePerWorker>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGuaranteed {
+    name: String,
+    ceiling: u32,
+    fairness_unit: Option<crate::guaranteed::FairnessUnit>,
+    reclaim_horizon_ms: Option<u32>,
+    idle_after_ms: Option<u32>,
+    started_at_ms: Option<u64>,
+    max_leases: Option<u32>,
+    tenants: BTreeMap<String, u32>,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +115,20 @@ impl FileConfig {
             max_processes: self.max_processes.unwrap_or(d.max_processes),
             leases_per_process: self.leases_per_process.unwrap_or(d.leases_per_process),
             weights: self.weights.into_iter().collect(),
+            guaranteed: self
+                .guaranteed
+                .into_iter()
+                .map(|g| {
+                    let mut c = crate::guaranteed::GuaranteedConfig::new(&g.name, g.ceiling);
+                    c.fairness_unit = g.fairness_unit;
+                    c.tenants = g.tenants.into_iter().collect();
+                    c.reclaim_horizon_ms = g.reclaim_horizon_ms.unwrap_or(c.reclaim_horizon_ms);
+                    c.idle_after_ms = g.idle_after_ms.unwrap_or(c.idle_after_ms);
+                    c.started_at_ms = g.started_at_ms.unwrap_or(0);
+                    c.max_leases = g.max_leases.unwrap_or(c.max_leases);
+                    c
+                })
+                .collect(),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -178,6 +216,17 @@ mod tests {
         assert!(e("[[pools]]\nname = \"r\"\ncapacity = 0").contains("capacity 0"));
         let j = Config::from_json("{\"pools\": 3}").unwrap_err();
         assert!(matches!(j, Error::InvalidConfig(_)), "{j}");
+        let g = "[[guaranteed]]\nname = \"t\"\nceiling = 10\ntenants = { a = 1 }";
+        assert!(e(g).contains("fairness_unit is required"), "{}", e(g));
+        let g2 =
+            format!("{g}\nfairness_unit = \"cost\"\nidle_after_ms = 10\nreclaim_horizon_ms = 10");
+        assert!(e(&g2).contains("strictly greater"), "{}", e(&g2));
+        let ok = Config::from_toml(&format!("{g}\nfairness_unit = \"requests\"")).unwrap();
+        assert_eq!(
+            ok.guaranteed[0].fairness_unit,
+            Some(crate::guaranteed::FairnessUnit::Requests)
+        );
+        assert!(ok.pools.is_empty());
         let f = Config::from_file("/nonexistent/fairshm.toml").unwrap_err();
         assert!(f.to_string().contains("/nonexistent/fairshm.toml"), "{f}");
     }

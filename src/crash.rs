@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use crate::sync::{AtomicU32, Ordering::Relaxed};
 
+pub use crate::guaranteed::shared::CRASH_LABELS as GUARANTEED_LABELS;
 pub use crate::ops::CRASH_LABELS as LABELS;
 
 /// Non-zero once armed; Relaxed: read and written by this process only.
@@ -14,7 +15,10 @@ static PLAN: Mutex<Option<(&'static str, u64)>> = Mutex::new(None);
 
 /// Dies at the `skip + 1`-th hit of `label` from now on.
 pub fn arm(label: &'static str, skip: u64) {
-    assert!(LABELS.contains(&label), "unknown crash point {label:?}");
+    assert!(
+        LABELS.contains(&label) || GUARANTEED_LABELS.contains(&label),
+        "unknown crash point {label:?}"
+    );
     *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip));
     ARMED.store(1, Relaxed);
 }

@@ -170,6 +170,9 @@ pub struct Engine {
     /// This process's anchor for its registration, with the pid it was started by (a
     /// forked child inherits the parent's entry, whose thread it does not have).
     anchor: Mutex<Option<(u64, anchor::Anchor)>>,
+    /// The pid of the thread's process that is writing this engine's blocks of a
+    /// guaranteed pool (see `guaranteed::api`); 0 when none. Process-local.
+    pub(crate) g_lock: AtomicU32,
 }
 
 impl Engine {
@@ -190,6 +193,7 @@ impl Engine {
             hint: AtomicU64::new(0),
             log: AtomicU32::new(1),
             anchor: Mutex::new(None),
+            g_lock: AtomicU32::new(0),
         }
     }
 
@@ -209,7 +213,7 @@ impl Engine {
 
     /// `Err(ReadOnly)` on an observer's mapping, before `what` could write to it.
     #[inline]
-    fn writable(&self, what: &'static str) -> Result<()> {
+    pub(crate) fn writable(&self, what: &'static str) -> Result<()> {
         if self.seg.read_only() {
             return Err(Error::ReadOnly {
                 name: self.seg.name().to_owned(),

@@ -12,7 +12,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record but `PoolRec` is one cache line, so that two records never share one.
@@ -46,6 +46,8 @@ pub mod region_kind {
     pub const LEASES: u32 = 6;
     pub const LOGS: u32 = 7;
     pub const RATES: u32 = 8;
+    /// The guaranteed pools' heads and state blocks, as 8-byte words (seed 001).
+    pub const GUARANTEED: u32 = 9;
 }
 
 /// Segment header, at offset 0. Written once by the creator; `ready` last.
@@ -576,6 +578,9 @@ pub struct Geometry {
     pub log_per_proc: usize,
     pub logs_off: usize,
     pub rates_off: usize,
+    /// The guaranteed pools' region (128-aligned) and its size in 8-byte words.
+    pub guaranteed_off: usize,
+    pub guaranteed_words: usize,
     pub total_size: usize,
 }
 
@@ -603,6 +608,7 @@ impl Geometry {
         let log_per_proc = LOG_PER_PROCESS;
         let rates_off = logs_off + procs * log_per_proc * RECORD;
         let total_size = rates_off + tenants * RECORD;
+        let guaranteed_off = total_size.div_ceil(128) * 128;
         Geometry {
             pools,
             tenants,
@@ -618,8 +624,19 @@ impl Geometry {
             log_per_proc,
             logs_off,
             rates_off,
+            guaranteed_off,
+            guaranteed_words: 0,
             total_size,
         }
+    }
+
+    /// The same, with a guaranteed region of `words` 8-byte words at the end.
+    pub fn with_guaranteed(mut self, words: usize) -> Self {
+        self.guaranteed_words = words;
+        if words > 0 {
+            self.total_size = self.guaranteed_off + words * 8;
+        }
+        self
     }
 
     pub fn leases(&self) -> usize {
@@ -627,7 +644,7 @@ impl Geometry {
     }
 
     /// The region directory this geometry makes: `(kind, offset, record size, count)`.
-    pub fn directory(&self) -> [(u32, usize, usize, usize); 8] {
+    pub fn directory(&self) -> [(u32, usize, usize, usize); 9] {
         use region_kind::*;
         [
             (CONFIG, self.config_off, self.config_len, 1),
@@ -643,6 +660,7 @@ impl Geometry {
             (LEASES, self.leases_off, RECORD, self.leases()),
             (LOGS, self.logs_off, RECORD, self.procs * self.log_per_proc),
             (RATES, self.rates_off, RECORD, self.tenants),
+            (GUARANTEED, self.guaranteed_off, 8, self.guaranteed_words),
         ]
     }
 }

@@ -71,6 +71,7 @@ internal!(
 pub mod config;
 mod config_file;
 pub mod error;
+pub mod guaranteed;
 pub mod refusal;
 pub mod stats;
 pub(crate) mod sync;
@@ -94,6 +95,7 @@ pub use config::{Config, PerWorker, PoolConfig};
 #[cfg(not(loom))]
 pub use engine::{Engine, LeaseId, Outcome, PoolId, Repaired, TenantId};
 pub use error::{Error, Result};
+pub use guaranteed::{FairnessUnit, GuaranteedConfig};
 pub use rates::RateState;
 pub use recovery::Reaped;
 pub use refusal::{Reason, Refusal, Refused};

@@ -33,6 +33,8 @@ pub struct Reaped {
     pub leases_released: usize,
     /// Units returned, per pool index.
     pub units_returned: Vec<u64>,
+    /// Units returned, per guaranteed pool index.
+    pub guaranteed_units_returned: Vec<u64>,
     /// Acquires in flight that were finished or dropped.
     pub in_flight: usize,
     /// Leases that could not be understood or finished, quarantined (see
@@ -170,6 +172,15 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
     };
     for l in s * geo.leases_per_proc..(s + 1) * geo.leases_per_proc {
         resolve_lease(r, l, &mut out);
+    }
+    // Guaranteed pools: one op per pool that holds a lease of the slot, written through
+    // the slot's own blocks (ours while REAPING). A pool that cannot be read is left to
+    // `check` to report; the slot is freed all the same.
+    if let Ok(g) = crate::guaranteed::shared::reap_slot(r, s) {
+        for (leases, units) in g {
+            out.leases_released += leases as usize;
+            out.guaranteed_units_returned.push(units);
+        }
     }
     crate::tenants::clear_writer(r, s);
     // A tenant whose units a reaper gave back may have left the active set at once (its

@@ -28,6 +28,15 @@ pub enum Reason {
     RateLimited = 5,
     /// The tenant's charged work ran past its work rate's burst: in debt until refilled.
     WorkDebt = 6,
+    /// Guaranteed pool: the request needs borrowed units for longer than the reclaim
+    /// horizon.
+    HoldExceedsReclaimHorizon = 7,
+    /// Guaranteed pool: the tenant's own guarantee is on loan; it comes back as the
+    /// blocking leases end.
+    GuaranteeOnLoan = 8,
+    /// Guaranteed pool: the tenant's guarantee is in use and no idle tenant can lend
+    /// the rest.
+    GuaranteeExhausted = 9,
 }
 
 impl Reason {
@@ -47,13 +56,16 @@ impl Reason {
     /// Every reason, in code order.
     ///
     /// cbindgen:ignore
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 9] = [
         Reason::PoolFull,
         Reason::OverShare,
         Reason::TimedOut,
         Reason::Cancelled,
         Reason::RateLimited,
         Reason::WorkDebt,
+        Reason::HoldExceedsReclaimHorizon,
+        Reason::GuaranteeOnLoan,
+        Reason::GuaranteeExhausted,
     ];
 
     /// The reason with this code, if it is one.
@@ -73,6 +85,9 @@ impl Reason {
             Reason::Cancelled => "cancelled",
             Reason::RateLimited => "rate_limited",
             Reason::WorkDebt => "work_debt",
+            Reason::HoldExceedsReclaimHorizon => "hold_exceeds_reclaim_horizon",
+            Reason::GuaranteeOnLoan => "guarantee_on_loan",
+            Reason::GuaranteeExhausted => "guarantee_exhausted",
         }
     }
 }

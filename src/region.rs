@@ -12,6 +12,7 @@
 use crate::layout::{
     Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, TenantPoolRec, TenantRec,
 };
+use crate::guaranteed::{GuaranteedConfig, Rules};
 use crate::sync::{AtomicU32, AtomicU64};
 
 pub trait Region {
@@ -25,6 +26,20 @@ pub trait Region {
     fn log(&self, s: usize, i: usize) -> &LogRec;
     /// Tenant `t`'s rates and buckets.
     fn rate(&self, t: usize) -> &RateRec;
+    /// Guaranteed pools (seed 001), and the rules of pool `gp < g_pools()`.
+    fn g_pools(&self) -> usize;
+    fn g_rules(&self, gp: usize) -> &Rules;
+    /// Guaranteed pool `gp`'s head word (see `guaranteed::shared`).
+    fn g_head(&self, gp: usize) -> &AtomicU64;
+    /// Block `b < 2 * geometry().procs` of guaranteed pool `gp`: its words.
+    fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64];
+}
+
+/// A guaranteed pool on the heap.
+struct HeapGPool {
+    rules: Rules,
+    head: AtomicU64,
+    blocks: Vec<Vec<AtomicU64>>,
 }
 
 /// The records on the heap, built from atomics of the `sync` shim.
@@ -37,6 +52,7 @@ pub struct HeapRegion {
     leases: Vec<LeaseRec>,
     logs: Vec<LogRec>,
     rates: Vec<RateRec>,
+    guaranteed: Vec<HeapGPool>,
 }
 
 fn a32() -> AtomicU32 {
@@ -149,7 +165,33 @@ impl HeapRegion {
                     reserved: [a64(), a64()],
                 })
                 .collect(),
+            guaranteed: Vec::new(),
         }
+    }
+
+    /// The same region with these guaranteed pools (validated configs), initialised as
+    /// a creator would.
+    pub fn with_guaranteed(mut self, cfgs: &[GuaranteedConfig]) -> Self {
+        let procs = self.geo.procs;
+        self.guaranteed = cfgs
+            .iter()
+            .map(|c| HeapGPool {
+                rules: Rules::new(c),
+                head: a64(),
+                blocks: (0..2 * procs)
+                    .map(|_| {
+                        let n = crate::guaranteed::words::block_words(
+                            c.tenants.len(),
+                            c.max_leases as usize,
+                            c.max_slices(),
+                        );
+                        (0..n).map(|_| a64()).collect()
+                    })
+                    .collect(),
+            })
+            .collect();
+        crate::guaranteed::shared::init(&self);
+        self
     }
 }
 
@@ -179,5 +221,17 @@ impl Region for HeapRegion {
     }
     fn rate(&self, t: usize) -> &RateRec {
         &self.rates[t]
+    }
+    fn g_pools(&self) -> usize {
+        self.guaranteed.len()
+    }
+    fn g_rules(&self, gp: usize) -> &Rules {
+        &self.guaranteed[gp].rules
+    }
+    fn g_head(&self, gp: usize) -> &AtomicU64 {
+        &self.guaranteed[gp].head
+    }
+    fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64] {
+        &self.guaranteed[gp].blocks[b]
     }
 }

@@ -42,6 +42,9 @@ pub struct Segment {
     /// writing entry point of the engine refuses with `Error::ReadOnly` before it could
     /// touch it.
     read_only: bool,
+    /// The guaranteed pools' places and rules, from `cfg`.
+    gplaces: Vec<crate::guaranteed::GPlace>,
+    grules: Vec<crate::guaranteed::Rules>,
     _map: Mapping,
 }
 
@@ -199,6 +202,7 @@ impl Segment {
             );
         }
         crate::capacity::reset(&seg, cfg);
+        crate::guaranteed::shared::init(&seg);
         let h = seg.header();
         h.magic.store(MAGIC, Relaxed);
         h.version.store(LAYOUT_VERSION, Relaxed);
@@ -235,6 +239,7 @@ impl Segment {
         };
         debug_assert_eq!(base as usize % RECORD, 0, "mmap returned an unaligned base");
         let file = file.try_clone().map_err(io(name, "dup"))?;
+        let (gplaces, grules) = Self::guaranteed_of(&cfg, &geo);
         Ok(Segment {
             file,
             name: name.to_owned(),
@@ -243,6 +248,8 @@ impl Segment {
             geo,
             cfg,
             read_only,
+            gplaces,
+            grules,
             _map: map,
         })
     }
@@ -437,7 +444,14 @@ impl Segment {
                 what,
             });
         }
-        Ok(Segment { geo, cfg, ..probe })
+        let (gplaces, grules) = Self::guaranteed_of(&cfg, &geo);
+        Ok(Segment {
+            geo,
+            cfg,
+            gplaces,
+            grules,
+            ..probe
+        })
     }
 
     /// Copies the config block out (never parsed in place) and checks its checksum.
@@ -495,6 +509,21 @@ impl Segment {
         let h = self.header();
         // Relaxed: written before `ready`, which opening acquired.
         (h.created_unix_ms.load(Relaxed), h.creator_pid.load(Relaxed))
+    }
+
+    /// Where the guaranteed pools of `cfg` live under `geo` (none for a geometry
+    /// without a guaranteed region, such as the probe's), and their rules.
+    fn guaranteed_of(
+        cfg: &Config,
+        geo: &Geometry,
+    ) -> (Vec<crate::guaranteed::GPlace>, Vec<crate::guaranteed::Rules>) {
+        if geo.guaranteed_words == 0 {
+            return (Vec::new(), Vec::new());
+        }
+        let (places, words) = cfg.guaranteed_places(geo);
+        debug_assert_eq!(words, geo.guaranteed_words);
+        let rules = cfg.guaranteed.iter().map(crate::guaranteed::Rules::new).collect();
+        (places, rules)
     }
 
     fn header(&self) -> &Header {
@@ -582,5 +611,32 @@ impl Region for Segment {
         assert!(t < self.geo.tenants);
         // SAFETY: `t < tenants`: in the rates region (Invariant G).
         unsafe { self.rec(self.geo.rates_off + t * RECORD) }
+    }
+    fn g_pools(&self) -> usize {
+        self.gplaces.len()
+    }
+    fn g_rules(&self, gp: usize) -> &crate::guaranteed::Rules {
+        &self.grules[gp]
+    }
+    fn g_head(&self, gp: usize) -> &crate::sync::AtomicU64 {
+        let p = self.gplaces[gp];
+        // SAFETY: `gplaces` comes from the config under which `geo` was validated
+        // (Invariant G): the head record of pool `gp` lies in the guaranteed region,
+        // 128-aligned.
+        unsafe { self.rec(p.head_off) }
+    }
+    fn g_block(&self, gp: usize, b: usize) -> &[crate::sync::AtomicU64] {
+        let p = self.gplaces[gp];
+        assert!(b < p.blocks);
+        let off = p.blocks_off + b * p.block_words * 8;
+        debug_assert!(off + p.block_words * 8 <= self.len && off % 8 == 0);
+        // SAFETY:
+        //   * `b < blocks`, so the block's `block_words` words lie in the guaranteed
+        //     region, inside the mapping (Invariant G), which lives as long as `self`;
+        //   * `off` is a multiple of 8 from a page-aligned base: aligned for `AtomicU64`;
+        //   * atomics are valid for any bit pattern and only accessed as atomics.
+        unsafe {
+            std::slice::from_raw_parts(self.base.add(off) as *const crate::sync::AtomicU64, p.block_words)
+        }
     }
 }

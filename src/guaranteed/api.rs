@@ -1,0 +1,277 @@
+//! The guaranteed pools through the engine (handles, explicit `now`) and the table's
+//! façade ([`Guaranteed`]).
+
+use super::*;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::region::Region;
+use crate::sync::{AtomicU32, Backoff, Ordering::*};
+use crate::table::Table;
+
+/// A release, with its place in the replay order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GReleased {
+    pub released: Released,
+    pub seq: u64,
+    pub call: Call,
+}
+
+/// Held while this process writes its blocks of a guaranteed pool (they have one
+/// writer at a time: `shared`'s module docs). Process-local: the word holds the pid of
+/// the holder's process, so a child forked while a thread of its parent held it (the
+/// child has no such thread) takes it over instead of waiting forever.
+struct BlockLock<'a>(&'a AtomicU32);
+
+impl<'a> BlockLock<'a> {
+    fn take(word: &'a AtomicU32) -> BlockLock<'a> {
+        let me = crate::selfid::pid();
+        let backoff = Backoff::new();
+        loop {
+            // Relaxed: the CAS below is what orders.
+            let cur = word.load(Relaxed);
+            // Acquire: the previous holder's block writes happen before ours.
+            if cur != me && word.compare_exchange(cur, me, Acquire, Relaxed).is_ok() {
+                return BlockLock(word);
+            }
+            backoff.snooze();
+        }
+    }
+}
+
+impl Drop for BlockLock<'_> {
+    fn drop(&mut self) {
+        // Release: our block writes happen before the next holder's.
+        self.0.store(0, Release);
+    }
+}
+
+impl Engine {
+    /// Resolves a guaranteed pool by name.
+    pub fn guaranteed_pool(&self, name: &str) -> Result<GPoolId> {
+        match self.config().guaranteed.iter().position(|g| g.name == name) {
+            Some(i) => Ok(GPoolId(i as u32)),
+            None => Err(Error::UnknownPool {
+                pool: name.to_owned(),
+                known: format!(
+                    "guaranteed pools {:?} (and fair-share pools {:?})",
+                    self.config()
+                        .guaranteed
+                        .iter()
+                        .map(|g| g.name.as_str())
+                        .collect::<Vec<_>>(),
+                    self.config()
+                        .pools
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+            }),
+        }
+    }
+
+    /// The rules of a guaranteed pool.
+    pub fn guaranteed_rules(&self, pool: GPoolId) -> Result<&Rules> {
+        let seg = self.seg();
+        if pool.index() >= seg.g_pools() {
+            return Err(Error::InvalidRequest(format!(
+                "guaranteed pool handle {} of a table with {}",
+                pool.index(),
+                seg.g_pools()
+            )));
+        }
+        Ok(seg.g_rules(pool.index()))
+    }
+
+    /// Resolves one of a guaranteed pool's tenants (fixed at creation) by name.
+    pub fn guaranteed_tenant(&self, pool: GPoolId, name: &str) -> Result<u16> {
+        let rules = self.guaranteed_rules(pool)?;
+        match rules.names.iter().position(|n| n == name) {
+            Some(i) => Ok(i as u16),
+            None => Err(Error::InvalidTenant {
+                name: name.to_owned(),
+                why: "not one of the guaranteed pool's tenants (they are fixed at creation)",
+            }),
+        }
+    }
+
+    /// Applies `call` (whose owner is this process's slot) to a guaranteed pool.
+    fn guaranteed_apply(
+        &self,
+        pool: GPoolId,
+        call: impl Fn(u16) -> Call,
+    ) -> Result<(Effect, u64, Call)> {
+        self.writable("a guaranteed pool's acquire or release")?;
+        let rules = self.guaranteed_rules(pool)?;
+        let slot = self.process_slot()?;
+        let call = call(slot as u16);
+        let _lock = BlockLock::take(&self.g_lock);
+        let (effect, seq) =
+            super::shared::update(self.seg(), pool.index(), slot, |st| st.apply(rules, call))?;
+        Ok((effect, seq, call))
+    }
+
+    /// Asks for `cost` (always recorded; it counts against the ceiling when the unit is
+    /// `cost`) for tenant `tenant` of `pool`, declaring a hold of `hold_ms`, at `now`.
+    pub fn guaranteed_acquire(
+        &self,
+        pool: GPoolId,
+        tenant: u16,
+        cost: u64,
+        hold_ms: u64,
+        now: u64,
+    ) -> Result<GOutcome> {
+        let (effect, seq, call) = self.guaranteed_apply(pool, |owner| Call::Acquire {
+            tenant,
+            cost,
+            hold_ms,
+            owner,
+            now,
+        })?;
+        let rules = self.guaranteed_rules(pool)?;
+        Ok(match effect {
+            Effect::Granted(grant) => GOutcome::Granted(GGrant {
+                id: GLeaseId {
+                    pool: pool.0,
+                    no: grant.lease,
+                },
+                name: rules.lease_name(grant.tenant, grant.lease),
+                grant,
+                seq,
+                call,
+            }),
+            Effect::Refused(facts) => GOutcome::Refused(GRefusal::new(rules, facts, seq, call)),
+            other => {
+                return Err(Error::Corrupt(format!("an acquire applied as {other:?}")));
+            }
+        })
+    }
+
+    /// Releases a guaranteed lease at `now`. A second release is `AlreadyReleased`.
+    pub fn guaranteed_release(&self, id: GLeaseId, now: u64) -> Result<GReleased> {
+        let (effect, seq, call) =
+            self.guaranteed_apply(GPoolId(id.pool), |_| Call::Release { lease: id.no, now })?;
+        match effect {
+            Effect::Released(released) => Ok(GReleased {
+                released,
+                seq,
+                call,
+            }),
+            other => Err(Error::Corrupt(format!("a release applied as {other:?}"))),
+        }
+    }
+
+    /// A validated copy of a guaranteed pool's state.
+    pub fn guaranteed_state(&self, pool: GPoolId) -> Result<State> {
+        self.guaranteed_rules(pool)?;
+        Ok(super::shared::read(self.seg(), pool.index())?.1)
+    }
+
+    /// `stats()` at `now`: guarantees, loans by lender and borrower, demand, idle
+    /// times, deficits, reclaims, overrunning leases.
+    pub fn guaranteed_stats(&self, pool: GPoolId, now: u64) -> Result<GStats> {
+        Ok(self
+            .guaranteed_state(pool)?
+            .stats(self.guaranteed_rules(pool)?, now))
+    }
+
+    /// The fairness report: cost, request and weight shares, skew, `units_disagree`.
+    pub fn guaranteed_report(&self, pool: GPoolId) -> Result<FairnessReport> {
+        Ok(self
+            .guaranteed_state(pool)?
+            .fairness_report(self.guaranteed_rules(pool)?))
+    }
+
+    /// The weighted max-min allocation for current demand at `now`.
+    pub fn guaranteed_plan(&self, pool: GPoolId, now: u64) -> Result<Vec<PlanEntry>> {
+        Ok(self
+            .guaranteed_state(pool)?
+            .plan(self.guaranteed_rules(pool)?, now))
+    }
+}
+
+/// A guaranteed pool of a [`Table`], by name: seed 001's API, with an explicit `now`
+/// (ms) on every call.
+///
+/// ```no_run
+/// use fairshm::{Config, FairnessUnit, GuaranteedConfig, Table};
+/// let cfg = Config::with_pools(vec![]).guaranteed(
+///     GuaranteedConfig::new("tokens", 100_000)
+///         .unit(FairnessUnit::Cost)
+///         .tenant("acme", 3)
+///         .tenant("globex", 1)
+///         .reclaim_horizon_ms(250)
+///         .idle_after_ms(1_000),
+/// );
+/// let table = Table::open_or_create("fairshm-tokens", &cfg)?;
+/// let tokens = table.guaranteed("tokens")?;
+/// match tokens.acquire("acme", 4_200, 200, 0)? {
+///     Ok(lease) => { /* call the model */ tokens.release(lease.id, 180)?; }
+///     Err(refusal) => eprintln!("{:?} {:?} {}", refusal.reason, refusal.retry_after_ms, refusal),
+/// }
+/// # Ok::<(), fairshm::Error>(())
+/// ```
+pub struct Guaranteed<'t> {
+    table: &'t Table,
+    id: GPoolId,
+}
+
+impl Table {
+    /// A guaranteed pool of this table, by name.
+    pub fn guaranteed(&self, name: &str) -> Result<Guaranteed<'_>> {
+        Ok(Guaranteed {
+            table: self,
+            id: self.engine().guaranteed_pool(name)?,
+        })
+    }
+}
+
+impl<'t> Guaranteed<'t> {
+    pub fn id(&self) -> GPoolId {
+        self.id
+    }
+    pub fn rules(&self) -> &'t Rules {
+        self.table
+            .engine()
+            .guaranteed_rules(self.id)
+            .expect("resolved by name")
+    }
+    /// Asks for `cost` for `tenant`, declaring a hold of `hold_ms`, at `now`. `Err` is
+    /// something wrong with the request or the table; a refusal is `Ok(Err(..))`.
+    pub fn acquire(
+        &self,
+        tenant: &str,
+        cost: u64,
+        hold_ms: u64,
+        now: u64,
+    ) -> Result<std::result::Result<GGrant, GRefusal>> {
+        let e = self.table.engine();
+        let t = e.guaranteed_tenant(self.id, tenant)?;
+        Ok(
+            match e.guaranteed_acquire(self.id, t, cost, hold_ms, now)? {
+                GOutcome::Granted(g) => Ok(g),
+                GOutcome::Refused(r) => Err(r),
+            },
+        )
+    }
+    pub fn release(&self, lease: GLeaseId, now: u64) -> Result<GReleased> {
+        if lease.pool != self.id.0 {
+            return Err(Error::InvalidRequest(format!(
+                "lease of guaranteed pool {} released through pool {}",
+                lease.pool, self.id.0
+            )));
+        }
+        self.table.engine().guaranteed_release(lease, now)
+    }
+    pub fn stats(&self, now: u64) -> Result<GStats> {
+        self.table.engine().guaranteed_stats(self.id, now)
+    }
+    pub fn fairness_report(&self) -> Result<FairnessReport> {
+        self.table.engine().guaranteed_report(self.id)
+    }
+    pub fn plan(&self, now: u64) -> Result<Vec<PlanEntry>> {
+        self.table.engine().guaranteed_plan(self.id, now)
+    }
+    pub fn state(&self) -> Result<State> {
+        self.table.engine().guaranteed_state(self.id)
+    }
+}

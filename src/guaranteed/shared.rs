@@ -1,0 +1,194 @@
+//! A guaranteed pool in shared memory: its whole [`State`] in a block, replaced by one
+//! CAS of the pool's head word.
+//!
+//! Seed 001's decision reads every tenant (who is idle, who lends, whose guarantee is on
+//! loan, who is waiting) and a loan changes several tenants at once (each lender's slice).
+//! Instead of one tagged word per effect, the state is copy-on-write: an op reads the
+//! current block into private memory, applies the sequential rules (`state`), writes the
+//! new state into a block of its own, and publishes it by a CAS of the head word from the
+//! value it read. The decision (grant or refusal, and which lenders fund which slice) is
+//! thus recorded in full before anything is applied, and applied all at once: there is
+//! nothing left for a helper to finish, and a process killed at any instant has either
+//! changed nothing (before the CAS) or everything (after it). A lease records its owner's
+//! process slot, so a reaper gives a dead process's leases back with one more op.
+//!
+//! **Head word**: `seq << 20 | block`. `seq` counts published states (44 bits), so a head
+//! value never repeats and a CAS from a stale read fails.
+//!
+//! **Blocks**: process slot `s` owns blocks `2s` and `2s + 1` of every guaranteed pool.
+//! It writes only the one that is not current, so a current block is never written. A
+//! slot's blocks are written by one writer at a time: the engine of the process that
+//! registered it (its ops on the pool take a process-local lock), or the reaper that holds
+//! the slot `REAPING` after that process died.
+//!
+//! **Reading** is a seqlock on the head word: load it (Acquire, pairing with the
+//! publisher's Release CAS, so the block's words are those it wrote), copy the block,
+//! fence(Acquire), load it again. A block is rewritten only after it stopped being
+//! current, i.e. after the head changed; its new writer loaded that newer head and then
+//! fenced (Release) before writing, so a reader that saw any rewritten word sees the
+//! newer head on its second load, and retries.
+//!
+//! Invariants:
+//! - (S1) the head names a block holding the state with the head's `seq`;
+//! - (S2) a block that the head names is not written until the head names another;
+//! - (S3) every state published satisfies `State::check` (it was made by the rules from
+//!   one that did).
+
+use super::state::{Rules, State};
+use super::words;
+use crate::error::{Error, Result};
+use crate::region::Region;
+use crate::sync::{Ordering::*, fence};
+
+/// The labelled steps of an op on a guaranteed pool (see `ops::crash_point`): after the
+/// new state is written into the writer's block, and after it is published.
+pub const CRASH_LABELS: &[&str] = &["guaranteed.written", "guaranteed.published"];
+
+const BLOCK_BITS: u32 = 20;
+const BLOCK_MASK: u64 = (1 << BLOCK_BITS) - 1;
+
+pub fn head_seq(h: u64) -> u64 {
+    h >> BLOCK_BITS
+}
+pub fn head_block(h: u64) -> usize {
+    (h & BLOCK_MASK) as usize
+}
+fn make_head(seq: u64, block: usize) -> u64 {
+    debug_assert!((block as u64) <= BLOCK_MASK);
+    seq << BLOCK_BITS | block as u64
+}
+
+/// Writes the initial state of every guaranteed pool into block 0 and points the head
+/// at it. At creation only, before the segment is marked ready.
+pub fn init<R: Region>(r: &R) {
+    for gp in 0..r.g_pools() {
+        let st = State::new(r.g_rules(gp));
+        store_block(r, gp, 0, &words::encode(&st));
+        // Relaxed: the creator's Release store of READY publishes the segment.
+        r.g_head(gp).store(make_head(0, 0), Relaxed);
+    }
+}
+
+fn store_block<R: Region>(r: &R, gp: usize, b: usize, w: &[u64]) {
+    let block = r.g_block(gp, b);
+    debug_assert!(
+        w.len() <= block.len(),
+        "state of {} words for a block of {}",
+        w.len(),
+        block.len()
+    );
+    for (dst, &v) in block.iter().zip(w) {
+        // Relaxed: published by the head CAS (Release); readers validate (see above).
+        dst.store(v, Relaxed);
+    }
+}
+
+/// The current state of pool `gp`, with the head value it was read under.
+pub fn read<R: Region>(r: &R, gp: usize) -> Result<(u64, State)> {
+    let rules = r.g_rules(gp);
+    let blocks = 2 * r.geometry().procs;
+    let backoff = crate::sync::Backoff::new();
+    let mut copy: Vec<u64> = Vec::new();
+    loop {
+        // Acquire: pairs with the publisher's Release CAS (the block's words are its).
+        let h = r.g_head(gp).load(Acquire);
+        let b = head_block(h);
+        if b >= blocks {
+            if r.g_head(gp).load(Acquire) == h {
+                return Err(Error::Corrupt(format!(
+                    "guaranteed pool {:?}: head names block {b} of {blocks}",
+                    rules.name
+                )));
+            }
+            continue;
+        }
+        copy.clear();
+        // Relaxed: validated by the second head load below.
+        copy.extend(r.g_block(gp, b).iter().map(|w| w.load(Relaxed)));
+        // Acquire fence: the copy's loads are ordered before the second head load, so a
+        // rewritten word implies a changed head (the writer fenced Release before it).
+        fence(Acquire);
+        if r.g_head(gp).load(Relaxed) != h {
+            backoff.snooze();
+            continue;
+        }
+        return match words::decode(&copy, rules) {
+            Ok(st) if st.seq == head_seq(h) => Ok((h, st)),
+            Ok(st) => Err(Error::Corrupt(format!(
+                "guaranteed pool {:?}: head seq {} names a block of seq {}",
+                rules.name,
+                head_seq(h),
+                st.seq
+            ))),
+            Err(why) => Err(Error::Corrupt(format!(
+                "guaranteed pool {:?}: {why}",
+                rules.name
+            ))),
+        };
+    }
+}
+
+/// Applies `f` to the current state of pool `gp` and publishes the result, writing
+/// through process slot `slot`'s blocks; retried from a fresh read until its CAS wins.
+/// `f` must be pure (it may run several times); its `Err` publishes nothing. Returns
+/// `f`'s value and the seq of the state published.
+///
+/// The caller must be the one writer of `slot`'s blocks (module docs): the engine that
+/// registered the slot, under its lock, or the reaper holding it `REAPING`.
+pub fn update<R: Region, T>(
+    r: &R,
+    gp: usize,
+    slot: usize,
+    mut f: impl FnMut(&mut State) -> Result<T>,
+) -> Result<(T, u64)> {
+    debug_assert!(slot < r.geometry().procs, "slot {slot} out of range");
+    loop {
+        let (h, mut st) = read(r, gp)?;
+        let out = f(&mut st)?;
+        let seq = head_seq(h) + 1;
+        st.seq = seq;
+        let mine = if head_block(h) == 2 * slot {
+            2 * slot + 1
+        } else {
+            2 * slot
+        };
+        // Release fence: our head loads (in `read`) come before the block's words, so
+        // a reader that sees one of them sees a head past the one that named it (S2).
+        fence(Release);
+        store_block(r, gp, mine, &words::encode(&st));
+        crate::ops::crash_point("guaranteed.written")?;
+        // Release: publishes the block's words to readers that load the new head (S1).
+        // Relaxed on failure: nothing of a failed attempt is kept; the next read's
+        // Acquire load orders what follows.
+        if r.g_head(gp)
+            .compare_exchange(h, make_head(seq, mine), Release, Relaxed)
+            .is_ok()
+        {
+            crate::ops::crash_point("guaranteed.published")?;
+            return Ok((out, seq));
+        }
+    }
+}
+
+/// Gives back every lease of the dead process in slot `s` (taken `REAPING` by the
+/// caller) in every guaranteed pool, writing through `s`'s own blocks. Returns
+/// `(leases, units)` per pool.
+pub fn reap_slot<R: Region>(r: &R, s: usize) -> Result<Vec<(u32, u64)>> {
+    let mut out = Vec::with_capacity(r.g_pools());
+    for gp in 0..r.g_pools() {
+        let (_, st) = read(r, gp)?;
+        if !st.owns_any(s as u16) {
+            out.push((0, 0));
+            continue;
+        }
+        let rules: &Rules = r.g_rules(gp);
+        let (e, _) = update(r, gp, s, |st| {
+            st.apply(rules, super::state::Call::ReapOwner { owner: s as u16 })
+        })?;
+        out.push(match e {
+            super::state::Effect::Reaped { leases, units } => (leases, units),
+            _ => (0, 0),
+        });
+    }
+    Ok(out)
+}

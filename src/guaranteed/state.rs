@@ -1,0 +1,730 @@
+//! Seed 001's rules as a sequential state machine: a [`State`] and the [`Call`]s that
+//! change it. Pure and deterministic: the same state and call give the same state and
+//! effect, so a recorded sequence of calls replays to identical decisions and
+//! statistics. The shared segment runs exactly this code inside its CAS loop (see
+//! `shared`); a replay runs it alone ([`Model`]).
+//!
+//! Accounting, per tenant `t` with guarantee `G[t]` (integers, in the fairness unit):
+//! - `own_used[t]`: the units of `t`'s leases funded by its own guarantee;
+//! - `lent[t]`: the units of other tenants' leases funded by `t` (slices naming `t`);
+//! - free in `t`'s guarantee: `G[t] - own_used[t] - lent[t]`, never negative (I1).
+//!
+//! A lease's units are its own part plus its slices (I2), and `sum G = ceiling`, so the
+//! units held never exceed the ceiling (I3). Every entry point takes `now`; a `now`
+//! earlier than the latest one seen counts as that one, so the pool's clock only moves
+//! forward and the deficit integral is never negative.
+
+use serde::Serialize;
+
+use super::config::{FairnessUnit, GuaranteedConfig};
+use crate::error::{Error, Result};
+use crate::refusal::Reason;
+
+/// `last_activity` of a tenant that has never acted: idle, hence lendable, from the
+/// start (nothing is reserved for a tenant that is not there).
+pub const NEVER: u64 = u64::MAX;
+
+/// What the rules need from the config, resolved once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rules {
+    pub name: String,
+    pub unit: FairnessUnit,
+    pub ceiling: u64,
+    pub names: Vec<String>,
+    pub weights: Vec<u32>,
+    pub guarantees: Vec<u64>,
+    pub horizon: u64,
+    pub idle_after: u64,
+    pub started_at: u64,
+    pub max_leases: usize,
+    pub max_slices: usize,
+    pub demand_signal: bool,
+}
+
+impl Rules {
+    /// From a validated config.
+    pub fn new(c: &GuaranteedConfig) -> Rules {
+        Rules {
+            name: c.name.clone(),
+            unit: c.unit_or_cost(),
+            ceiling: c.ceiling as u64,
+            names: c.tenants.iter().map(|t| t.0.clone()).collect(),
+            weights: c.tenants.iter().map(|t| t.1).collect(),
+            guarantees: c.guarantees(),
+            horizon: c.reclaim_horizon_ms as u64,
+            idle_after: c.idle_after_ms as u64,
+            started_at: c.started_at_ms,
+            max_leases: c.max_leases as usize,
+            max_slices: c.max_slices(),
+            demand_signal: c.demand_signal,
+        }
+    }
+    pub fn tenants(&self) -> usize {
+        self.weights.len()
+    }
+    /// `tenant#no`, the name a lease goes by in refusals and reports.
+    pub fn lease_name(&self, tenant: u16, no: u32) -> String {
+        let t = self.names.get(tenant as usize).map_or("?", |s| s.as_str());
+        format!("{t}#{no}")
+    }
+}
+
+/// One tenant's part of the state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TenantState {
+    /// The last attempt (with the demand signal, refused ones too) or release; [`NEVER`].
+    pub last_activity: u64,
+    /// The outstanding want: the largest single refused request (units) since the
+    /// tenant was last served; 0 for none.
+    pub want: u64,
+    /// When the outstanding want began (its first refusal).
+    pub want_since: u64,
+    /// Its latest refusal.
+    pub want_last_ask: u64,
+    /// `deficit_unit_ms`: the integral of entitled minus held while short, up to the
+    /// state's clock.
+    pub deficit: u64,
+    /// `worst_reclaim_ms`: the longest wait that ended in being served.
+    pub worst_reclaim_ms: u64,
+    /// Wants that ended in being served.
+    pub reclaims: u64,
+    pub grants: u64,
+    pub cost_granted: u64,
+    /// Refusals by reason: hold_exceeds_reclaim_horizon, guarantee_on_loan,
+    /// guarantee_exhausted.
+    pub refusals: [u64; 3],
+}
+
+impl Default for TenantState {
+    fn default() -> Self {
+        TenantState {
+            last_activity: NEVER,
+            want: 0,
+            want_since: 0,
+            want_last_ask: 0,
+            deficit: 0,
+            worst_reclaim_ms: 0,
+            reclaims: 0,
+            grants: 0,
+            cost_granted: 0,
+            refusals: [0; 3],
+        }
+    }
+}
+
+/// An outstanding lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LeaseEntry {
+    /// Unique among outstanding leases of the pool, never 0.
+    pub no: u32,
+    pub tenant: u16,
+    /// The process slot that acquired it (its death releases it).
+    pub owner: u16,
+    /// Units counted against the ceiling: `unit.units(cost)`.
+    pub units: u64,
+    pub cost: u64,
+    /// Units funded by the tenant's own guarantee; the rest is in slices.
+    pub own: u64,
+    pub granted_at: u64,
+    pub hold_ms: u64,
+}
+
+impl LeaseEntry {
+    /// The declared deadline.
+    pub fn deadline(&self) -> u64 {
+        self.granted_at.saturating_add(self.hold_ms)
+    }
+    /// Past its declared deadline at `now`.
+    pub fn overrun(&self, now: u64) -> bool {
+        now > self.deadline()
+    }
+}
+
+/// A borrowed slice of a lease: `units` of `lender`'s guarantee.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Slice {
+    pub lease: u32,
+    pub lender: u16,
+    pub units: u64,
+}
+
+/// The whole state of one guaranteed pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct State {
+    /// Calls applied so far: the order of a replay.
+    pub seq: u64,
+    /// The latest `now` seen (ms).
+    pub clock: u64,
+    pub next_no: u32,
+    pub tenants: Vec<TenantState>,
+    pub leases: Vec<LeaseEntry>,
+    pub slices: Vec<Slice>,
+}
+
+/// One entry point's call, as recorded for a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Call {
+    Acquire {
+        tenant: u16,
+        cost: u64,
+        hold_ms: u64,
+        owner: u16,
+        now: u64,
+    },
+    Release {
+        lease: u32,
+        now: u64,
+    },
+    /// A dead process's leases given back, at the pool's clock.
+    ReapOwner {
+        owner: u16,
+    },
+}
+
+/// A lease granted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    pub lease: u32,
+    pub tenant: u16,
+    pub units: u64,
+    pub own: u64,
+    /// `(lender, units)`, largest lender first.
+    pub borrowed: Vec<(u16, u64)>,
+    pub at: u64,
+}
+
+/// A lease whose units the asker is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Blocking {
+    pub lease: u32,
+    /// The borrower holding it.
+    pub tenant: u16,
+    /// Units of the asker's guarantee it holds.
+    pub units: u64,
+    pub deadline: u64,
+    /// How far past its deadline it is (0: not overrun).
+    pub overrun_ms: u64,
+}
+
+/// A refusal's facts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GRefused {
+    pub reason: Reason,
+    /// When the request is next expected to fit, if every holder releases by its
+    /// declared deadline; `None` when a blocking lease has overrun (or nothing in view
+    /// would make room).
+    pub retry_after_ms: Option<u64>,
+    pub tenant: u16,
+    pub cost: u64,
+    pub units: u64,
+    pub hold_ms: u64,
+    pub guarantee: u64,
+    /// The asker's own leases' units, and its units on loan to others.
+    pub own_used: u64,
+    pub lent: u64,
+    /// Free in its guarantee now.
+    pub own_free: u64,
+    /// Units it would have had to borrow.
+    pub need: u64,
+    /// Units idle lenders could lend now.
+    pub lendable: u64,
+    pub horizon_ms: u64,
+    pub at: u64,
+    /// The leases holding the asker's guarantee on loan (`guarantee_on_loan`).
+    pub blocking: Vec<Blocking>,
+}
+
+/// A release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Released {
+    pub lease: u32,
+    pub tenant: u16,
+    pub units: u64,
+    pub at: u64,
+    /// How far past its deadline it was released (0: in time).
+    pub overran_ms: u64,
+}
+
+/// What a call did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Effect {
+    Granted(Grant),
+    Refused(GRefused),
+    Released(Released),
+    Reaped { leases: u32, units: u64 },
+}
+
+fn refusal_index(r: Reason) -> usize {
+    match r {
+        Reason::HoldExceedsReclaimHorizon => 0,
+        Reason::GuaranteeOnLoan => 1,
+        _ => 2,
+    }
+}
+
+impl State {
+    /// The state at creation: nobody has acted, nothing is held.
+    pub fn new(rules: &Rules) -> State {
+        State {
+            seq: 0,
+            clock: rules.started_at,
+            next_no: 1,
+            tenants: vec![TenantState::default(); rules.tenants()],
+            leases: Vec::new(),
+            slices: Vec::new(),
+        }
+    }
+
+    /// Units held by tenant `t`'s leases (own and borrowed).
+    pub fn held(&self, t: usize) -> u64 {
+        self.leases
+            .iter()
+            .filter(|l| l.tenant as usize == t)
+            .map(|l| l.units)
+            .sum()
+    }
+    pub fn own_used(&self, t: usize) -> u64 {
+        self.leases
+            .iter()
+            .filter(|l| l.tenant as usize == t)
+            .map(|l| l.own)
+            .sum()
+    }
+    /// Units of `t`'s guarantee on loan.
+    pub fn lent(&self, t: usize) -> u64 {
+        self.slices
+            .iter()
+            .filter(|s| s.lender as usize == t)
+            .map(|s| s.units)
+            .sum()
+    }
+    fn holds_any(&self, t: usize) -> bool {
+        self.leases.iter().any(|l| l.tenant as usize == t)
+    }
+    /// Units in use against the ceiling.
+    pub fn in_use(&self) -> u64 {
+        self.leases.iter().map(|l| l.units).sum()
+    }
+    fn idle(rules: &Rules, last: u64, now: u64) -> bool {
+        last == NEVER || now >= last.saturating_add(rules.idle_after)
+    }
+    /// Whether `t` may lend at `now`: it holds nothing, and has neither asked nor
+    /// released for `idle_after` (idleness runs from the release, so a tenant in the
+    /// middle of a long call is never taken for gone).
+    pub fn lendable(&self, rules: &Rules, t: usize, now: u64) -> bool {
+        !self.holds_any(t) && Self::idle(rules, self.tenants[t].last_activity, now)
+    }
+    /// When tenant `t`'s want lapses: `idle_after` after its last sign of life.
+    fn lapse_at(rules: &Rules, ts: &TenantState) -> u64 {
+        let last = if ts.last_activity == NEVER {
+            ts.want_last_ask
+        } else {
+            ts.last_activity.max(ts.want_last_ask)
+        };
+        last.saturating_add(rules.idle_after)
+    }
+
+    /// Moves the clock to `now` (never back), integrating every short tenant's deficit
+    /// up to `now` or the moment its want lapses, whichever is first; a lapsed want is
+    /// dropped (an abandoned wait is not a reclaim).
+    pub fn advance(&mut self, rules: &Rules, now: u64) {
+        let now = now.max(self.clock).max(rules.started_at);
+        for t in 0..self.tenants.len() {
+            if self.tenants[t].want == 0 {
+                continue;
+            }
+            let held = self.held(t);
+            let ts = &mut self.tenants[t];
+            let lapse = Self::lapse_at(rules, ts);
+            let end = now.min(lapse);
+            let entitled = rules.guarantees[t].min(held.saturating_add(ts.want));
+            if end > self.clock && entitled > held {
+                ts.deficit = ts
+                    .deficit
+                    .saturating_add((entitled - held).saturating_mul(end - self.clock));
+            }
+            if now >= lapse {
+                ts.want = 0;
+            }
+        }
+        self.clock = now;
+    }
+
+    /// Applies one call. On `Err` the state is left as it was (nothing to publish).
+    pub fn apply(&mut self, rules: &Rules, call: Call) -> Result<Effect> {
+        let mut next = self.clone();
+        let effect = match call {
+            Call::Acquire {
+                tenant,
+                cost,
+                hold_ms,
+                owner,
+                now,
+            } => next.acquire(rules, tenant, cost, hold_ms, owner, now)?,
+            Call::Release { lease, now } => next.release(rules, lease, now)?,
+            Call::ReapOwner { owner } => next.reap_owner(owner),
+        };
+        next.seq += 1;
+        *self = next;
+        Ok(effect)
+    }
+
+    fn acquire(
+        &mut self,
+        rules: &Rules,
+        tenant: u16,
+        cost: u64,
+        hold_ms: u64,
+        owner: u16,
+        now: u64,
+    ) -> Result<Effect> {
+        let t = tenant as usize;
+        if t >= rules.tenants() {
+            return Err(Error::InvalidRequest(format!(
+                "tenant index {t} of guaranteed pool {:?}, which has {} tenants",
+                rules.name,
+                rules.tenants()
+            )));
+        }
+        if cost == 0 {
+            return Err(Error::InvalidRequest(
+                "cost must be at least 1: it is always required and recorded".into(),
+            ));
+        }
+        let units = rules.unit.units(cost);
+        if units > rules.ceiling {
+            return Err(Error::UnitsExceedCapacity {
+                pool: rules.name.clone(),
+                units: units.min(u32::MAX as u64) as u32,
+                capacity: rules.ceiling as u32,
+            });
+        }
+        self.advance(rules, now);
+        let now = self.clock;
+        if rules.demand_signal {
+            // Asking counts, even when the answer is no: the reclaim freeze.
+            self.tenants[t].last_activity = now;
+        }
+        let g = rules.guarantees[t];
+        let (own_used, lent) = (self.own_used(t), self.lent(t));
+        let own_free = g.saturating_sub(own_used + lent);
+        if units <= own_free {
+            return self.grant(rules, t, owner, units, cost, hold_ms, units, Vec::new());
+        }
+        let need = units - own_free;
+        let mut lenders: Vec<(u16, u64)> = (0..rules.tenants())
+            .filter(|&l| l != t && self.lendable(rules, l, now))
+            .map(|l| (l as u16, rules.guarantees[l].saturating_sub(self.lent(l))))
+            .filter(|&(_, avail)| avail > 0)
+            .collect();
+        // Largest available lender first (ties: the earlier tenant), so that as few
+        // lenders as possible are exposed to a loan.
+        lenders.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let lendable: u64 = lenders.iter().map(|l| l.1).sum();
+        // Within its own guarantee once its loans come back: it waits for them, it
+        // does not borrow.
+        let fits_own_later = lent > 0 && units <= g.saturating_sub(own_used);
+        let reason = if hold_ms > rules.horizon {
+            if fits_own_later {
+                Reason::GuaranteeOnLoan
+            } else {
+                Reason::HoldExceedsReclaimHorizon
+            }
+        } else if lendable >= need {
+            let mut left = need;
+            let mut borrowed = Vec::new();
+            for (l, avail) in lenders {
+                if left == 0 {
+                    break;
+                }
+                let take = avail.min(left);
+                borrowed.push((l, take));
+                left -= take;
+            }
+            return self.grant(rules, t, owner, units, cost, hold_ms, own_free, borrowed);
+        } else if lent > 0 {
+            Reason::GuaranteeOnLoan
+        } else {
+            Reason::GuaranteeExhausted
+        };
+        let blocking = if reason == Reason::GuaranteeOnLoan {
+            self.blocking(t, now)
+        } else {
+            Vec::new()
+        };
+        let retry_after_ms = if blocking.iter().any(|b| b.overrun_ms > 0) {
+            None
+        } else {
+            self.estimate(rules, t, units, hold_ms, now)
+        };
+        let ts = &mut self.tenants[t];
+        ts.refusals[refusal_index(reason)] += 1;
+        if ts.want == 0 {
+            ts.want_since = now;
+        }
+        // The largest single refused request, not the sum: retrying cannot inflate it.
+        ts.want = ts.want.max(units);
+        ts.want_last_ask = now;
+        Ok(Effect::Refused(GRefused {
+            reason,
+            retry_after_ms,
+            tenant,
+            cost,
+            units,
+            hold_ms,
+            guarantee: g,
+            own_used,
+            lent,
+            own_free,
+            need,
+            lendable,
+            horizon_ms: rules.horizon,
+            at: now,
+            blocking,
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn grant(
+        &mut self,
+        rules: &Rules,
+        t: usize,
+        owner: u16,
+        units: u64,
+        cost: u64,
+        hold_ms: u64,
+        own: u64,
+        borrowed: Vec<(u16, u64)>,
+    ) -> Result<Effect> {
+        if self.leases.len() >= rules.max_leases {
+            return Err(Error::LeaseTableFull {
+                max: rules.max_leases,
+            });
+        }
+        if self.slices.len() + borrowed.len() > rules.max_slices {
+            return Err(Error::LeaseTableFull {
+                max: rules.max_slices,
+            });
+        }
+        let now = self.clock;
+        let mut no = self.next_no;
+        while no == 0 || self.leases.iter().any(|l| l.no == no) {
+            no = no.wrapping_add(1);
+        }
+        self.next_no = no.wrapping_add(1);
+        let held_before = self.held(t);
+        self.leases.push(LeaseEntry {
+            no,
+            tenant: t as u16,
+            owner,
+            units,
+            cost,
+            own,
+            granted_at: now,
+            hold_ms,
+        });
+        for &(lender, u) in &borrowed {
+            self.slices.push(Slice {
+                lease: no,
+                lender,
+                units: u,
+            });
+        }
+        let g = rules.guarantees[t];
+        let ts = &mut self.tenants[t];
+        ts.last_activity = now;
+        ts.grants += 1;
+        ts.cost_granted = ts.cost_granted.saturating_add(cost);
+        if ts.want > 0 {
+            let entitled = g.min(held_before.saturating_add(ts.want));
+            if units >= ts.want || held_before + units >= entitled {
+                ts.worst_reclaim_ms = ts.worst_reclaim_ms.max(now - ts.want_since);
+                ts.reclaims += 1;
+                ts.want = 0;
+            }
+        }
+        Ok(Effect::Granted(Grant {
+            lease: no,
+            tenant: t as u16,
+            units,
+            own,
+            borrowed,
+            at: now,
+        }))
+    }
+
+    /// The leases holding `t`'s guarantee on loan, earliest deadline first.
+    fn blocking(&self, t: usize, now: u64) -> Vec<Blocking> {
+        let mut out: Vec<Blocking> = Vec::new();
+        for s in self.slices.iter().filter(|s| s.lender as usize == t) {
+            if let Some(l) = self.leases.iter().find(|l| l.no == s.lease) {
+                out.push(Blocking {
+                    lease: l.no,
+                    tenant: l.tenant,
+                    units: s.units,
+                    deadline: l.deadline(),
+                    overrun_ms: now.saturating_sub(l.deadline()),
+                });
+            }
+        }
+        out.sort_by_key(|b| (b.deadline, b.lease));
+        out
+    }
+
+    fn release(&mut self, rules: &Rules, no: u32, now: u64) -> Result<Effect> {
+        let Some(i) = self.leases.iter().position(|l| l.no == no) else {
+            return Err(Error::AlreadyReleased {
+                lease: format!(
+                    "#{no} of guaranteed pool {:?} (not outstanding: released already, \
+                     reaped with its dead process, or never granted)",
+                    rules.name
+                ),
+            });
+        };
+        self.advance(rules, now);
+        let now = self.clock;
+        let l = self.leases.remove(i);
+        self.slices.retain(|s| s.lease != no);
+        // A release is activity: idleness is measured from it.
+        self.tenants[l.tenant as usize].last_activity = now;
+        Ok(Effect::Released(Released {
+            lease: no,
+            tenant: l.tenant,
+            units: l.units,
+            at: now,
+            overran_ms: now.saturating_sub(l.deadline()),
+        }))
+    }
+
+    /// Gives back every lease of process slot `owner` (dead), at the pool's clock.
+    pub(crate) fn reap_owner(&mut self, owner: u16) -> Effect {
+        let now = self.clock;
+        let (mut leases, mut units) = (0, 0);
+        let gone: Vec<LeaseEntry> = self
+            .leases
+            .iter()
+            .filter(|l| l.owner == owner)
+            .copied()
+            .collect();
+        for l in &gone {
+            leases += 1;
+            units += l.units;
+            self.slices.retain(|s| s.lease != l.no);
+            self.tenants[l.tenant as usize].last_activity = now;
+        }
+        self.leases.retain(|l| l.owner != owner);
+        Effect::Reaped { leases, units }
+    }
+
+    /// Whether any outstanding lease belongs to process slot `owner`.
+    pub fn owns_any(&self, owner: u16) -> bool {
+        self.leases.iter().any(|l| l.owner == owner)
+    }
+
+    /// Checks invariants I1-I3 and every index; `Err` names the first violation.
+    pub fn check(&self, rules: &Rules) -> std::result::Result<(), String> {
+        let n = rules.tenants();
+        if self.tenants.len() != n {
+            return Err(format!(
+                "{} tenant records, the config has {n}",
+                self.tenants.len()
+            ));
+        }
+        if self.leases.len() > rules.max_leases || self.slices.len() > rules.max_slices {
+            return Err(format!(
+                "{} leases and {} slices",
+                self.leases.len(),
+                self.slices.len()
+            ));
+        }
+        for (i, l) in self.leases.iter().enumerate() {
+            if l.tenant as usize >= n || l.no == 0 {
+                return Err(format!("lease {} names tenant {}", l.no, l.tenant));
+            }
+            if self.leases[..i].iter().any(|m| m.no == l.no) {
+                return Err(format!("lease {} appears twice", l.no));
+            }
+            let sliced: u64 = self
+                .slices
+                .iter()
+                .filter(|s| s.lease == l.no)
+                .map(|s| s.units)
+                .sum();
+            if l.units == 0 || l.own.checked_add(sliced) != Some(l.units) {
+                return Err(format!(
+                    "lease {} counts {} units but funds {} own + {sliced} borrowed (I2)",
+                    l.no, l.units, l.own
+                ));
+            }
+        }
+        for s in &self.slices {
+            if s.lender as usize >= n
+                || s.units == 0
+                || !self.leases.iter().any(|l| l.no == s.lease)
+            {
+                return Err(format!(
+                    "slice of lease {} from lender {} is dangling",
+                    s.lease, s.lender
+                ));
+            }
+            if self
+                .leases
+                .iter()
+                .any(|l| l.no == s.lease && l.tenant == s.lender)
+            {
+                return Err(format!("lease {} borrows from its own tenant", s.lease));
+            }
+        }
+        for t in 0..n {
+            let used = self.own_used(t).checked_add(self.lent(t));
+            if used.is_none_or(|u| u > rules.guarantees[t]) {
+                return Err(format!(
+                    "tenant {} uses {} own + {} lent of a guarantee of {} (I1)",
+                    rules.names[t],
+                    self.own_used(t),
+                    self.lent(t),
+                    rules.guarantees[t]
+                ));
+            }
+        }
+        if self.in_use() > rules.ceiling {
+            return Err(format!(
+                "{} units in use over a ceiling of {} (I3)",
+                self.in_use(),
+                rules.ceiling
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The rules applied alone, in one process: what a replay of recorded calls runs.
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub rules: Rules,
+    pub state: State,
+}
+
+impl Model {
+    pub fn new(cfg: &GuaranteedConfig) -> Result<Model> {
+        cfg.validate()?;
+        let rules = Rules::new(cfg);
+        let state = State::new(&rules);
+        Ok(Model { rules, state })
+    }
+    pub fn apply(&mut self, call: Call) -> Result<Effect> {
+        self.state.apply(&self.rules, call)
+    }
+    pub fn acquire(&mut self, tenant: u16, cost: u64, hold_ms: u64, now: u64) -> Result<Effect> {
+        self.apply(Call::Acquire {
+            tenant,
+            cost,
+            hold_ms,
+            owner: 0,
+            now,
+        })
+    }
+    pub fn release(&mut self, lease: u32, now: u64) -> Result<Effect> {
+        self.apply(Call::Release { lease, now })
+    }
+}

@@ -1,0 +1,443 @@
+//! Seed 001's traces, each a test with its stated outcome, through a real segment with
+//! explicit `now`; then the adversarial borrower, an overrunning holder, and the
+//! configuration errors.
+mod common;
+
+use common::Seg;
+use fairshm::guaranteed::{GGrant, GRefusal, Guaranteed};
+use fairshm::{Config, Error, FairnessUnit, GuaranteedConfig, Reason, Table};
+
+fn pool(
+    ceiling: u32,
+    unit: FairnessUnit,
+    tenants: &[(&str, u32)],
+    horizon: u32,
+    idle: u32,
+) -> Config {
+    let mut g = GuaranteedConfig::new("ceiling", ceiling)
+        .unit(unit)
+        .reclaim_horizon_ms(horizon)
+        .idle_after_ms(idle);
+    for (t, w) in tenants {
+        g = g.tenant(t, *w);
+    }
+    Config {
+        max_processes: 8,
+        ..Config::with_pools(vec![])
+    }
+    .guaranteed(g)
+}
+
+fn even(horizon: u32, idle: u32) -> Config {
+    pool(
+        100,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        horizon,
+        idle,
+    )
+}
+
+fn grant(g: &Guaranteed<'_>, t: &str, cost: u64, hold: u64, now: u64) -> GGrant {
+    match g.acquire(t, cost, hold, now).unwrap() {
+        Ok(l) => l,
+        Err(r) => panic!("{t} {cost} for {hold} at {now}: refused {r}"),
+    }
+}
+
+fn refuse(g: &Guaranteed<'_>, t: &str, cost: u64, hold: u64, now: u64) -> GRefusal {
+    match g.acquire(t, cost, hold, now).unwrap() {
+        Ok(l) => panic!("{t} {cost} for {hold} at {now}: granted {}", l.name),
+        Err(r) => r,
+    }
+}
+
+fn tenant<'a>(
+    s: &'a fairshm::guaranteed::GStats,
+    name: &str,
+) -> &'a fairshm::guaranteed::TenantStats {
+    s.tenants.iter().find(|t| t.name == name).unwrap()
+}
+
+/// The obvious design's stall: with no effective horizon, b funds a 1000 ms call out of
+/// a's idle guarantee and a, back at t=10, waits 990 ms for capacity it never gave away.
+#[test]
+fn without_a_horizon_the_returner_stalls_990_ms() {
+    let seg = Seg::new("g-stall");
+    let t: Table = seg.create(&even(1000, 1001));
+    let g = t.guaranteed("ceiling").unwrap();
+    let own = grant(&g, "b", 50, 1000, 0);
+    let loan = grant(&g, "b", 50, 1000, 0);
+    assert_eq!((own.grant.own, loan.grant.own), (50, 0));
+    assert_eq!(
+        loan.grant.borrowed,
+        vec![(0, 50)],
+        "a's idle 50 funds the loan"
+    );
+    let r = refuse(&g, "a", 50, 100, 10);
+    assert_eq!(r.reason, Reason::GuaranteeOnLoan);
+    assert_eq!(r.retry_after_ms, Some(990));
+    assert_eq!(r.blocking_leases, vec![loan.name.clone()]);
+    // Nothing errs meanwhile, and nothing preempts.
+    for now in (20..1000).step_by(100) {
+        assert_eq!(
+            refuse(&g, "a", 50, 100, now).reason,
+            Reason::GuaranteeOnLoan
+        );
+    }
+    g.release(own.id, 1000).unwrap();
+    g.release(loan.id, 1000).unwrap();
+    grant(&g, "a", 50, 100, 1000);
+    let s = g.stats(1000).unwrap();
+    assert_eq!(tenant(&s, "a").worst_reclaim_ms, Some(990));
+    assert_eq!(tenant(&s, "a").deficit_unit_ms, 990 * 50);
+}
+
+/// The rule that kills that trace: with a 100 ms horizon, b cannot fund a 1000 ms call
+/// out of a's share; it can still run the call inside its own guarantee.
+#[test]
+fn with_a_100_ms_horizon_the_long_loan_is_refused() {
+    let seg = Seg::new("g-horizon");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 1000, 0);
+    let r = refuse(&g, "b", 50, 1000, 0);
+    assert_eq!(r.reason, Reason::HoldExceedsReclaimHorizon);
+    assert_eq!(
+        (r.facts.own_free, r.facts.need, r.facts.horizon_ms),
+        (0, 50, 100)
+    );
+    let text = r.explanation();
+    for part in [
+        "Tenant \"b\" asked to hold 50 cost units for 1000ms",
+        "exceeds the reclaim horizon of 100ms",
+        "only 0 of its own guarantee is free",
+        "Retry with hold_ms of 100 or less",
+        "split the work so it fits inside the tenant's own guarantee",
+        "raise reclaim_horizon_ms",
+    ] {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+    // The same loan within the horizon is granted, and a gets in on its own later.
+    let loan = grant(&g, "b", 50, 100, 0);
+    assert_eq!(loan.grant.borrowed, vec![(0, 50)]);
+}
+
+/// b borrows a's 50 for 100 ms at t=0 beside a long call in its own 50; a asks at t=10.
+/// At t=100 the borrower gets first move: it releases its loan and at once asks again.
+fn demand_trace(t: &Table) -> (Option<GGrant>, GRefusal, Result<GGrant, GRefusal>) {
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 10_000, 0);
+    let loan = grant(&g, "b", 50, 100, 0);
+    let r = refuse(&g, "a", 50, 50, 10);
+    assert_eq!(r.reason, Reason::GuaranteeOnLoan);
+    assert_eq!(r.retry_after_ms, Some(90));
+    assert_eq!(r.blocking_leases, vec![loan.name.clone()]);
+    g.release(loan.id, 100).unwrap();
+    let renewal = g.acquire("b", 50, 100, 100).unwrap().ok();
+    let a = g.acquire("a", 50, 50, 100).unwrap();
+    (renewal, r, a)
+}
+
+#[test]
+fn with_the_demand_signal_the_returner_is_served_at_t100() {
+    let seg = Seg::new("g-demand");
+    let t: Table = seg.create(&even(100, 150));
+    let (renewal, _, a) = demand_trace(&t);
+    assert!(
+        renewal.is_none(),
+        "a is waiting, so it is not a lender: b cannot renew"
+    );
+    let a = a.expect("a is served at t=100");
+    assert_eq!(a.grant.at, 100);
+    let s = t.guaranteed("ceiling").unwrap().stats(100).unwrap();
+    assert_eq!(tenant(&s, "a").worst_reclaim_ms, Some(90));
+}
+
+#[test]
+fn without_the_demand_signal_the_borrower_renews_and_the_returner_is_told_t200() {
+    let seg = Seg::new("g-nodemand");
+    let mut cfg = even(100, 150);
+    cfg.guaranteed[0].demand_signal = false;
+    let t: Table = seg.create(&cfg);
+    let (renewal, _, a) = demand_trace(&t);
+    let renewal = renewal.expect("b renews at t=100 against a's units");
+    assert_eq!(renewal.grant.borrowed, vec![(0, 50)]);
+    let r = a.expect_err("a is refused again");
+    assert_eq!(r.reason, Reason::GuaranteeOnLoan);
+    assert_eq!(r.retry_after_ms, Some(100), "told to come back at t=200");
+}
+
+/// Loans come from the largest available lender first: c funds the whole loan, and a
+/// and b, coming back, reclaim at once.
+#[test]
+fn four_tenants_one_lender_funds_the_whole_loan() {
+    let seg = Seg::new("g-four");
+    let t: Table = seg.create(&pool(
+        120,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1), ("c", 2), ("d", 2)],
+        100,
+        150,
+    ));
+    let g = t.guaranteed("ceiling").unwrap();
+    let s = g.stats(0).unwrap();
+    let guarantees: Vec<u64> = s.tenants.iter().map(|t| t.guarantee).collect();
+    assert_eq!(guarantees, vec![20, 20, 40, 40]);
+    grant(&g, "d", 40, 100, 0);
+    let loan = grant(&g, "d", 30, 100, 0);
+    assert_eq!(loan.grant.borrowed, vec![(2, 30)], "c alone funds it");
+    let a = grant(&g, "a", 20, 50, 5);
+    let b = grant(&g, "b", 20, 50, 5);
+    assert_eq!((a.grant.own, b.grant.own), (20, 20));
+    let s = g.stats(5).unwrap();
+    assert_eq!(tenant(&s, "c").lent_to, vec![("d".to_owned(), 30)]);
+    assert_eq!(tenant(&s, "d").borrowed_from, vec![("c".to_owned(), 30)]);
+    assert_eq!(s.on_loan, 30);
+}
+
+/// One identical trace under both units: the same request is admitted under
+/// `requests` and refused under `cost`.
+#[test]
+fn the_same_request_is_admitted_under_requests_and_refused_under_cost() {
+    let mut answers = Vec::new();
+    for unit in [FairnessUnit::Requests, FairnessUnit::Cost] {
+        let seg = Seg::new("g-units");
+        let t: Table = seg.create(&pool(1000, unit, &[("a", 1), ("b", 1)], 100, 150));
+        let g = t.guaranteed("ceiling").unwrap();
+        grant(&g, "b", 10, 1000, 0);
+        answers.push(g.acquire("a", 600, 50, 1).unwrap().map(|l| l.grant.units));
+    }
+    assert_eq!(answers[0], Ok(1), "requests: one request of a's 500");
+    let r = answers[1].as_ref().unwrap_err();
+    assert_eq!(
+        r.reason,
+        Reason::GuaranteeExhausted,
+        "cost: 600 of a guarantee of 500, b active"
+    );
+    assert_eq!(
+        (r.facts.own_free, r.facts.need, r.facts.lendable),
+        (500, 100, 0)
+    );
+}
+
+/// Both tenants run two calls of 50: every averaged measure says textbook fairness,
+/// and the deficit integral says a spent 90 ms holding nothing while entitled to 50.
+#[test]
+fn shares_are_even_and_the_deficit_shows_the_stall() {
+    let seg = Seg::new("g-deficit");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    let b1 = grant(&g, "b", 50, 100, 0);
+    let b2 = grant(&g, "b", 50, 100, 0);
+    refuse(&g, "a", 50, 50, 10);
+    g.release(b1.id, 100).unwrap();
+    g.release(b2.id, 100).unwrap();
+    let a1 = grant(&g, "a", 50, 50, 100);
+    g.release(a1.id, 150).unwrap();
+    let a2 = grant(&g, "a", 50, 50, 150);
+    g.release(a2.id, 200).unwrap();
+    let rep = g.fairness_report().unwrap();
+    for s in &rep.tenants {
+        assert_eq!(
+            (s.cost_share, s.request_share, s.weight_share),
+            (0.5, 0.5, 0.5),
+            "{s:?}"
+        );
+        assert_eq!(format!("{:.2}", s.skew), "1.00");
+    }
+    assert_eq!(format!("{:.2}", rep.skew), "1.00");
+    assert!(!rep.units_disagree);
+    let s = g.stats(1000).unwrap();
+    assert_eq!(tenant(&s, "a").deficit_unit_ms, 90 * 50);
+    assert_eq!(tenant(&s, "b").deficit_unit_ms, 0);
+}
+
+/// A client retrying every 10 ms cannot inflate its demand, and a want that lapses is
+/// cut when it lapses and is not counted as a reclaim.
+#[test]
+fn demand_is_the_largest_refusal_and_a_lapsed_want_is_cut() {
+    let seg = Seg::new("g-lapse");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 10_000, 0);
+    grant(&g, "b", 50, 100, 0);
+    for now in [10, 20, 30] {
+        refuse(&g, "a", 20, 50, now);
+    }
+    refuse(&g, "a", 40, 50, 40);
+    refuse(&g, "a", 30, 50, 50);
+    let s = g.stats(60).unwrap();
+    assert_eq!(
+        tenant(&s, "a").demand,
+        40,
+        "the largest single refusal, not the sum"
+    );
+    assert_eq!(tenant(&s, "a").wanting_since, Some(10));
+    // a gives up after t=50: its want lapses at 50 + 150 = 200.
+    let s = g.stats(10_000).unwrap();
+    let a = tenant(&s, "a");
+    assert_eq!(a.demand, 0);
+    assert_eq!(
+        a.worst_reclaim_ms, None,
+        "an abandoned wait is not a reclaim"
+    );
+    // 20 units short from 10 to 40, then 40 short from 40 to 200.
+    assert_eq!(a.deficit_unit_ms, 20 * 30 + 40 * 160);
+}
+
+/// The borrower gets first move at the instant capacity frees and loops on acquire;
+/// the returner keeps asking. It is whole within the horizon of its first ask.
+#[test]
+fn a_borrower_looping_with_first_move_cannot_starve_the_returner() {
+    let seg = Seg::new("g-loop");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 100_000, 0);
+    let mut loan = Some(grant(&g, "b", 50, 100, 0));
+    let mut served = None;
+    for now in 1..400u64 {
+        // b first, every ms: release a loan that is due, then ask for another.
+        if let Some(l) = loan.take_if(|l| l.grant.at + 100 <= now) {
+            g.release(l.id, now).unwrap();
+        }
+        if loan.is_none()
+            && let Ok(l) = g.acquire("b", 50, 100, now).unwrap()
+        {
+            loan = Some(l);
+        }
+        if now >= 10 && now % 10 == 0 && served.is_none() {
+            served = g
+                .acquire("a", 50, 50, now)
+                .unwrap()
+                .ok()
+                .map(|l| l.grant.at);
+        }
+    }
+    assert_eq!(
+        served,
+        Some(100),
+        "served when the loan outstanding at its ask came back"
+    );
+    let s = g.stats(400).unwrap();
+    assert!(
+        tenant(&s, "a").worst_reclaim_ms.unwrap() <= 100,
+        "within the horizon"
+    );
+}
+
+/// A holder that overruns its declared deadline: the retry-after is withheld, the lease
+/// is listed and stays counted, never freed silently.
+#[test]
+fn an_overrunning_loan_is_listed_and_withholds_the_retry_after() {
+    let seg = Seg::new("g-overrun");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 100_000, 0);
+    let loan = grant(&g, "b", 50, 100, 0);
+    assert_eq!(refuse(&g, "a", 50, 50, 10).retry_after_ms, Some(90));
+    assert_eq!(
+        refuse(&g, "a", 50, 50, 100).retry_after_ms,
+        Some(1),
+        "due now, not yet late"
+    );
+    let r = refuse(&g, "a", 50, 50, 120);
+    assert_eq!(r.reason, Reason::GuaranteeOnLoan);
+    assert_eq!(r.retry_after_ms, None);
+    assert_eq!(r.facts.blocking[0].overrun_ms, 20);
+    assert!(
+        r.explanation().contains("20 ms past its declared deadline"),
+        "{}",
+        r.explanation()
+    );
+    let s = g.stats(120).unwrap();
+    assert_eq!(s.overrun_leases, vec![loan.name.clone()]);
+    assert_eq!(s.in_use, 100, "still counted against the ceiling");
+    // a keeps signalling its demand (a want lapses idle_after after its last ask).
+    for now in [200, 290] {
+        assert_eq!(refuse(&g, "a", 50, 50, now).retry_after_ms, None);
+    }
+    g.release(loan.id, 300).unwrap();
+    grant(&g, "a", 50, 50, 300);
+    assert_eq!(
+        tenant(&g.stats(300).unwrap(), "a").worst_reclaim_ms,
+        Some(290)
+    );
+}
+
+#[test]
+fn a_lease_released_twice_is_an_error_that_changes_nothing() {
+    let seg = Seg::new("g-double");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    let l = grant(&g, "a", 10, 50, 0);
+    g.release(l.id, 5).unwrap();
+    let before = g.state().unwrap();
+    let e = g.release(l.id, 6).unwrap_err();
+    assert!(matches!(e, Error::AlreadyReleased { .. }), "{e}");
+    assert_eq!(g.state().unwrap(), before);
+    let e = g.acquire("zed", 1, 1, 7).unwrap_err();
+    assert!(matches!(e, Error::InvalidTenant { .. }), "{e}");
+    let e = g.acquire("a", 101, 1, 7).unwrap_err();
+    assert!(matches!(e, Error::UnitsExceedCapacity { .. }), "{e}");
+    assert!(matches!(
+        t.guaranteed("nope"),
+        Err(Error::UnknownPool { .. })
+    ));
+}
+
+#[test]
+fn the_plan_is_weighted_max_min_over_current_demand() {
+    let seg = Seg::new("g-plan");
+    let t: Table = seg.create(&pool(
+        100,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1), ("c", 2)],
+        100,
+        150,
+    ));
+    let g = t.guaranteed("ceiling").unwrap();
+    // Guarantees 25, 25, 50. a wants 10 only; b and c want more than the rest.
+    grant(&g, "a", 10, 1000, 0);
+    grant(&g, "b", 25, 1000, 0);
+    grant(&g, "c", 50, 1000, 0);
+    refuse(&g, "b", 40, 50, 1);
+    let plan = g.plan(1).unwrap();
+    let targets: Vec<(u64, u64)> = plan.iter().map(|p| (p.demand, p.target)).collect();
+    // a is met at 10; the 90 left are split 1:2 between b (demand 65) and c (50): c is
+    // met at 50, b gets the remaining 40.
+    assert_eq!(targets, vec![(10, 10), (65, 40), (50, 50)]);
+    assert_eq!(plan[1].drift, 25 - 40);
+}
+
+#[test]
+fn the_configuration_errors_reach_table_create() {
+    let seg = Seg::new("g-cfg");
+    let mut bad = even(100, 150);
+    bad.guaranteed[0].fairness_unit = None;
+    let e = Table::create(&seg.name, &bad).err().unwrap();
+    assert!(
+        matches!(&e, Error::InvalidConfig(m) if m.contains("fairness_unit is required")),
+        "{e}"
+    );
+    let e = Table::create(&seg.name, &even(100, 100)).err().unwrap();
+    assert!(e.to_string().contains("strictly greater"), "{e}");
+    let e = Table::create(&seg.name, &pool(10, FairnessUnit::Cost, &[("a", 0)], 1, 2))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("weight 0"), "{e}");
+    let e = Table::create(&seg.name, &pool(10, FairnessUnit::Cost, &[], 1, 2))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no tenants"), "{e}");
+    // A segment with a guaranteed pool is refused by an opener expecting another.
+    let t = seg.create(&even(100, 150));
+    let e = Table::open_expecting(&seg.name, &even(100, 200))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::ConfigMismatch { what, .. } if what.contains("guaranteed pool")),
+        "{e}"
+    );
+    drop(t);
+}
