@@ -9,6 +9,32 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// Words of a pool's head record.
+#define HEAD_WORDS 16
+
+// Most leases a guaranteed pool may have outstanding at once.
+#define MAX_LEASES 1024
+
+// Default `max_leases`.
+#define DEFAULT_MAX_LEASES 64
+
+// Default reclaim horizon and idleness threshold: the seed's example values.
+#define DEFAULT_RECLAIM_HORIZON_MS 250
+
+#define DEFAULT_IDLE_AFTER_MS 1000
+
+// `last_activity` of a tenant that has never acted: idle, hence lendable, from the
+// start (nothing is reserved for a tenant that is not there).
+#define NEVER UINT64_MAX
+
+#define HEADER_WORDS 8
+
+#define TENANT_WORDS 12
+
+#define LEASE_WORDS 6
+
+#define SLICE_WORDS 2
+
 // Granted (an acquire), or done.
 #define FAIRSHM_OK 0
 

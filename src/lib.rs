@@ -112,6 +112,8 @@ pub use sync::locked_instructions;
 #[cfg(loom)]
 mod loom_crash;
 #[cfg(all(test, loom))]
+mod loom_guaranteed;
+#[cfg(all(test, loom))]
 mod loom_lending;
 #[cfg(all(test, loom))]
 mod loom_rates;

@@ -86,3 +86,52 @@ fn the_documented_default_size_is_the_real_one() {
         .unwrap();
     assert_eq!(documented, size);
 }
+
+#[test]
+fn the_guaranteed_block_is_documented_as_the_code_lays_it_out() {
+    use fairshm::guaranteed::{HEAD_WORDS, words};
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shm-layout.md")).unwrap();
+    let sentence = doc
+        .split("A block holds ")
+        .nth(1)
+        .expect("the block sentence")
+        .split(" per slice")
+        .next()
+        .unwrap();
+    let numbers: Vec<usize> = sentence
+        .split_whitespace()
+        .filter_map(|w| w.trim_matches(',').parse().ok())
+        .collect();
+    assert_eq!(
+        numbers,
+        vec![
+            words::HEADER_WORDS,
+            words::TENANT_WORDS,
+            words::LEASE_WORDS,
+            words::SLICE_WORDS
+        ],
+        "{sentence}"
+    );
+    assert!(doc.contains(&format!("a head record of {HEAD_WORDS} words")));
+    // The documented formula is the real size: two tenants, 64 leases, 130 slices.
+    assert_eq!(
+        words::block_words(2, 64, 130),
+        (8 + 24 + 384 + 260usize).div_ceil(16) * 16
+    );
+    // And the region it makes: heads and blocks, after the rates, 128-aligned.
+    let cfg = Config {
+        max_processes: 3,
+        ..Config::default()
+    }
+    .guaranteed(
+        fairshm::GuaranteedConfig::new("g", 10)
+            .unit(fairshm::FairnessUnit::Cost)
+            .tenant("a", 1)
+            .tenant("b", 1),
+    );
+    let geo = cfg.geometry();
+    let per_pool = HEAD_WORDS + 2 * 3 * words::block_words(2, 64, 130);
+    assert_eq!(geo.guaranteed_off % 128, 0);
+    assert_eq!(geo.total_size, geo.guaranteed_off + 8 * per_pool);
+}

@@ -103,8 +103,15 @@ pub fn read<R: Region>(r: &R, gp: usize) -> Result<(u64, State)> {
             continue;
         }
         copy.clear();
-        // Relaxed: validated by the second head load below.
-        copy.extend(r.g_block(gp, b).iter().map(|w| w.load(Relaxed)));
+        let block = r.g_block(gp, b);
+        // Relaxed, these loads: validated by the second head load below. Only the words
+        // the header says are used are copied (a block is sized for `max_leases`).
+        let used = words::used_words(block[2].load(Relaxed), block[3].load(Relaxed));
+        copy.extend(
+            block[..used.min(block.len())]
+                .iter()
+                .map(|w| w.load(Relaxed)),
+        );
         // Acquire fence: the copy's loads are ordered before the second head load, so a
         // rewritten word implies a changed head (the writer fenced Release before it).
         fence(Acquire);

@@ -31,6 +31,19 @@ pub fn block_words(tenants: usize, max_leases: usize, max_slices: usize) -> usiz
     n.div_ceil(16) * 16
 }
 
+/// Words a state with these counts uses (the header's words 2 and 3 give them).
+pub fn used_words(header2: u64, header3: u64) -> usize {
+    let (t, l, s) = (
+        (header2 >> 32) as usize,
+        (header3 as u32) as usize,
+        (header3 >> 32) as usize,
+    );
+    HEADER_WORDS
+        .saturating_add(TENANT_WORDS.saturating_mul(t))
+        .saturating_add(LEASE_WORDS.saturating_mul(l))
+        .saturating_add(SLICE_WORDS.saturating_mul(s))
+}
+
 fn checksum(words: &[u64]) -> u64 {
     let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
     for (i, &w) in words.iter().enumerate() {
