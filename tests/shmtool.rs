@@ -821,3 +821,51 @@ fn rates_are_shown_and_set_on_a_live_segment_and_paths_name_segments() {
     )));
     drop(t);
 }
+
+#[test]
+fn inspect_shows_a_guaranteed_pools_loans_demand_and_overruns() {
+    let seg = Seg::new("tool-guaranteed");
+    let cfg = Config {
+        max_processes: 4,
+        ..config()
+    }
+    .guaranteed(
+        fairshm::GuaranteedConfig::new("tokens", 100)
+            .unit(fairshm::FairnessUnit::Cost)
+            .tenant("a", 1)
+            .tenant("b", 1)
+            .reclaim_horizon_ms(100)
+            .idle_after_ms(150),
+    );
+    let t = seg.create(&cfg);
+    let g = t.guaranteed("tokens").unwrap();
+    g.acquire("b", 50, 10_000, 0).unwrap().unwrap();
+    let loan = g.acquire("b", 50, 100, 0).unwrap().unwrap();
+    assert!(g.acquire("a", 50, 50, 120).unwrap().is_err());
+    let v = json(&shmtool(&["inspect", "--json", &seg.name]));
+    assert_schema(&v);
+    let p = &v["guaranteed"][0];
+    assert_eq!(p["name"], "tokens");
+    assert_eq!(
+        (p["in_use"].as_u64(), p["on_loan"].as_u64()),
+        (Some(100), Some(50))
+    );
+    assert_eq!(p["overrun_leases"][0], loan.name.as_str());
+    let a = &p["tenants"][0];
+    assert_eq!(
+        (a["name"].as_str(), a["lent"].as_u64(), a["demand"].as_u64()),
+        (Some("a"), Some(50), Some(50))
+    );
+    assert_eq!(
+        a["deficit_unit_ms"].as_u64(),
+        Some(0),
+        "as of the pool's clock: the want just began"
+    );
+    assert_eq!(p["tenants"][1]["borrowed_from"][0][0], "a");
+    let human = stdout(&shmtool(&["inspect", &seg.name]));
+    assert!(
+        human.contains("GUARANTEED tokens")
+            && human.contains(&format!("overrun leases: {}", loan.name)),
+        "{human}"
+    );
+}

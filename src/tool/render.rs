@@ -214,6 +214,65 @@ pub fn report_tables(r: &Report) -> String {
         &["slot", "pid", "liveness", "anchored", "leases", "units"],
         &rows,
     ));
+    for g in &r.guaranteed {
+        out.push_str(&format!(
+            "\nGUARANTEED {} ({}, ceiling {}, {} in use, {} on loan, horizon {}, idle after {}, at {})\n",
+            g.name,
+            g.unit.as_str(),
+            g.ceiling,
+            g.in_use,
+            g.on_loan,
+            ms(g.reclaim_horizon_ms),
+            ms(g.idle_after_ms),
+            g.now_ms
+        ));
+        let opt = |v: Option<u64>| v.map_or("-".into(), ms);
+        let rows: Vec<Vec<String>> = g
+            .tenants
+            .iter()
+            .map(|t| {
+                vec![
+                    t.name.clone(),
+                    t.weight.to_string(),
+                    t.guarantee.to_string(),
+                    t.held.to_string(),
+                    t.lent.to_string(),
+                    t.borrowed.to_string(),
+                    opt(t.idle_ms),
+                    if t.lendable { "yes" } else { "no" }.into(),
+                    t.demand.to_string(),
+                    t.deficit_unit_ms.to_string(),
+                    opt(t.worst_reclaim_ms),
+                    t.grants.to_string(),
+                    t.refusals.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "tenant",
+                "weight",
+                "guarantee",
+                "held",
+                "lent",
+                "borrowed",
+                "idle",
+                "lendable",
+                "demand",
+                "deficit",
+                "worst reclaim",
+                "grants",
+                "refused",
+            ],
+            &rows,
+        ));
+        if !g.overrun_leases.is_empty() {
+            out.push_str(&format!(
+                "overrun leases: {}\n",
+                g.overrun_leases.join(", ")
+            ));
+        }
+    }
     out
 }
 

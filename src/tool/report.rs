@@ -25,6 +25,9 @@ pub struct Report {
     pub tenants: Vec<RateRow>,
     /// The last death reaped from each process slot, as the snapshot has them.
     pub deaths: Vec<crate::stats::DeathSnap>,
+    /// Every guaranteed pool's `stats()` (seed 001), as of its own clock (the latest
+    /// `now` any call gave it).
+    pub guaranteed: Vec<crate::guaranteed::GStats>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -139,7 +142,15 @@ pub fn liveness(p: &ProcSnap) -> &'static str {
 pub fn report(t: &Table) -> Result<Report> {
     let snap = t.try_snapshot()?;
     let (created_unix_ms, creator_pid) = t.engine().seg().created();
-    Ok(from_snapshot(
+    let e = t.engine();
+    let guaranteed = (0..e.config().guaranteed.len())
+        .map(|i| {
+            let id = crate::guaranteed::GPoolId(i as u32);
+            let st = e.guaranteed_state(id)?;
+            Ok(st.stats(e.guaranteed_rules(id)?, st.clock))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut r = from_snapshot(
         SegmentInfo {
             name: t.name().to_owned(),
             size: t.size() as u64,
@@ -148,7 +159,9 @@ pub fn report(t: &Table) -> Result<Report> {
             creator_pid,
         },
         snap,
-    ))
+    );
+    r.guaranteed = guaranteed;
+    Ok(r)
 }
 
 fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
@@ -259,6 +272,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
         processes,
         tenants,
         deaths: s.deaths,
+        guaranteed: Vec::new(),
     }
 }
 
