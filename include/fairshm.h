@@ -9,32 +9,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-// Words of a pool's head record.
-#define HEAD_WORDS 16
-
-// Most leases a guaranteed pool may have outstanding at once.
-#define MAX_LEASES 1024
-
-// Default `max_leases`.
-#define DEFAULT_MAX_LEASES 64
-
-// Default reclaim horizon and idleness threshold: the seed's example values.
-#define DEFAULT_RECLAIM_HORIZON_MS 250
-
-#define DEFAULT_IDLE_AFTER_MS 1000
-
-// `last_activity` of a tenant that has never acted: idle, hence lendable, from the
-// start (nothing is reserved for a tenant that is not there).
-#define NEVER UINT64_MAX
-
-#define HEADER_WORDS 8
-
-#define TENANT_WORDS 12
-
-#define LEASE_WORDS 6
-
-#define SLICE_WORDS 2
-
 // Granted (an acquire), or done.
 #define FAIRSHM_OK 0
 
@@ -124,6 +98,9 @@
 // counted as a `timed_out` refusal in the statistics.
 #define FAIRSHM_WAIT_SLICE 1
 
+// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
+#define FAIRSHM_GUARANTEED_BLOCKING 8
+
 // A token that ends blocking acquires early, from another thread. Opaque.
 typedef struct fairshm_cancel fairshm_cancel;
 
@@ -164,6 +141,30 @@ typedef struct {
   // How often a turn of this tenant's comes, in µs (the retry-after's estimate).
   uint64_t interval_us;
 } fairshm_refusal;
+
+// The facts of a guaranteed pool's refusal (`FAIRSHM_REFUSED`).
+typedef struct {
+  // 7 `hold_exceeds_reclaim_horizon`, 8 `guarantee_on_loan`, 9 `guarantee_exhausted`.
+  uint32_t reason;
+  // 1 if `retry_after_ms` holds an estimate; 0 when none can be promised (a blocking
+  // lease has overrun its declared hold).
+  uint32_t has_retry_after;
+  uint64_t retry_after_ms;
+  // Units asked (the cost, or 1 under the `requests` unit).
+  uint64_t units;
+  uint64_t guarantee;
+  // Free in the tenant's guarantee; on loan to others; to borrow; lendable now.
+  uint64_t own_free;
+  uint64_t lent;
+  uint64_t need;
+  uint64_t lendable;
+  // The seq of the state this call published (its place in a replay).
+  uint64_t seq;
+  // Blocking leases in all; the first `FAIRSHM_GUARANTEED_BLOCKING` are in `blocking`.
+  uint32_t n_blocking;
+  uint32_t reserved;
+  uint64_t blocking[FAIRSHM_GUARANTEED_BLOCKING];
+} fairshm_guaranteed_refusal;
 
 #ifdef __cplusplus
 extern "C" {
@@ -348,6 +349,57 @@ int32_t fairshm_nop_acquire(const fairshm_table *_t,
 
 // Does nothing, with `fairshm_release`'s signature (the benchmarks' baseline).
 int32_t fairshm_nop_release(const fairshm_table *_t, uint64_t _lease);
+
+// Resolves guaranteed pool `name` into `*pool`.
+//
+// # Safety
+// `t` is null or an open table; `name` null or a NUL-terminated string; `pool` null or
+// writable.
+int32_t fairshm_guaranteed_pool(const fairshm_table *t, const char *name, uint32_t *pool);
+
+// Resolves tenant `name` of guaranteed pool `pool` (its tenants are fixed) into
+// `*tenant`.
+//
+// # Safety
+// As `fairshm_guaranteed_pool`.
+int32_t fairshm_guaranteed_tenant(const fairshm_table *t,
+                                  uint32_t pool,
+                                  const char *name,
+                                  uint32_t *tenant);
+
+// Asks for `cost` for `tenant` of guaranteed pool `pool`, declaring a hold of
+// `hold_ms`, at `now_ms` (0: the library's clock). `FAIRSHM_OK`: `*lease` is the lease.
+// `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
+// explanation is written there (NUL-terminated, cut to `why_len` bytes).
+//
+// # Safety
+// `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
+// writable for `why_len` bytes.
+int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
+                                   uint32_t pool,
+                                   uint32_t tenant,
+                                   uint64_t cost,
+                                   uint64_t hold_ms,
+                                   uint64_t now_ms,
+                                   uint64_t *lease,
+                                   fairshm_guaranteed_refusal *refusal,
+                                   char *why,
+                                   size_t why_len);
+
+// Releases guaranteed lease `lease` at `now_ms` (0: the library's clock). A second
+// release is `FAIRSHM_E_ALREADY_RELEASED`.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_guaranteed_release(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
+
+// Guaranteed pool `pool` at `now_ms` (0: the pool's own clock, the latest `now` it
+// was given) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free
+// it with `fairshm_string_free`; null on error (`fairshm_last_error`).
+//
+// # Safety
+// `t` is null or an open table.
+char *fairshm_guaranteed_stats_json(const fairshm_table *t, uint32_t pool, uint64_t now_ms);
 
 // Sets tenant `tenant`'s rates: requests per second and work units per second, each
 // a token bucket with a burst of one second's worth, 0 for unbounded. Applies at once

@@ -19,6 +19,7 @@
 #![allow(non_camel_case_types)]
 
 mod calls;
+mod guaranteed;
 mod rates;
 
 use std::cell::RefCell;
@@ -30,6 +31,7 @@ use crate::error::Error;
 use crate::table::Table;
 
 pub use calls::*;
+pub use guaranteed::*;
 pub use rates::*;
 
 /// An open table: the segment mapped into this process. Opaque.

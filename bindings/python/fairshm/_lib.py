@@ -32,6 +32,26 @@ class Refusal(ctypes.Structure):
     ]
 
 
+class GuaranteedRefusal(ctypes.Structure):
+    """``fairshm_guaranteed_refusal`` of ``include/fairshm.h``."""
+
+    _fields_ = [
+        ("reason", c_uint32),
+        ("has_retry_after", c_uint32),
+        ("retry_after_ms", c_uint64),
+        ("units", c_uint64),
+        ("guarantee", c_uint64),
+        ("own_free", c_uint64),
+        ("lent", c_uint64),
+        ("need", c_uint64),
+        ("lendable", c_uint64),
+        ("seq", c_uint64),
+        ("n_blocking", c_uint32),
+        ("reserved", c_uint32),
+        ("blocking", c_uint64 * 8),
+    ]
+
+
 OK = 0
 REFUSED = 1
 E_PANIC = -99
@@ -94,6 +114,17 @@ _sigs = {
         [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64, POINTER(c_uint64), POINTER(Refusal)],
     ),
     "fairshm_nop_release": (c_int32, [c_void_p, c_uint64]),
+    "fairshm_guaranteed_pool": (c_int32, [c_void_p, c_char_p, POINTER(c_uint32)]),
+    "fairshm_guaranteed_tenant": (c_int32, [c_void_p, c_uint32, c_char_p, POINTER(c_uint32)]),
+    "fairshm_guaranteed_acquire": (
+        c_int32,
+        [
+            c_void_p, c_uint32, c_uint32, c_uint64, c_uint64, c_uint64,
+            POINTER(c_uint64), POINTER(GuaranteedRefusal), c_char_p, c_size_t,
+        ],
+    ),
+    "fairshm_guaranteed_release": (c_int32, [c_void_p, c_uint64, c_uint64]),
+    "fairshm_guaranteed_stats_json": (c_void_p, [c_void_p, c_uint32, c_uint64]),
 }
 for _name, (_res, _args) in _sigs.items():
     _f = getattr(lib, _name)

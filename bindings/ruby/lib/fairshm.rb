@@ -41,7 +41,8 @@ module Fairshm
   ERRORS = { -2 => InvalidConfig, -3 => NotFound, -4 => AlreadyExists, -12 => UnknownPool,
              -19 => AlreadyReleased }.freeze
   REASONS = { 1 => "pool_full", 2 => "over_share", 3 => "timed_out", 4 => "cancelled",
-              5 => "rate_limited", 6 => "work_debt" }.freeze
+              5 => "rate_limited", 6 => "work_debt", 7 => "hold_exceeds_reclaim_horizon",
+              8 => "guarantee_on_loan", 9 => "guarantee_exhausted" }.freeze
 
   def self.raise_code(code)
     raise ERRORS.fetch(code, Error).new(code, Native.last_error)
@@ -307,6 +308,11 @@ module Fairshm
       out[0, 8].unpack("LL")
     end
 
+    # A guaranteed pool (seed 001) of this table, by name.
+    def guaranteed(name)
+      Guaranteed.new(self, name)
+    end
+
     # Charges units of work done for the tenant (after the work). Returns the ms until
     # it is out of the debt this leaves (0: none). now_ms: 0 for the library's clock.
     def charge(tenant_name, units, now_ms: 0)
@@ -336,5 +342,100 @@ module Fairshm
   def self.buffers
     Thread.current[:fairshm_buffers] ||= [Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE),
                                           Fiddle::Pointer.malloc(Native::REFUSAL_SIZE, Fiddle::RUBY_FREE)]
+  end
+
+  # An acquire of a guaranteed pool not granted: +reason+ (hold_exceeds_reclaim_horizon,
+  # guarantee_on_loan, guarantee_exhausted), +retry_after_ms+ (nil when no time can be
+  # promised: a blocking lease has overrun), the +blocking+ lease ids, the numbers
+  # (+facts+), and the +explanation+.
+  class GuaranteedRefused < StandardError
+    attr_reader :reason, :code, :retry_after_ms, :blocking, :facts, :explanation, :pool, :tenant
+
+    def initialize(bytes, explanation, pool, tenant)
+      vals = bytes.unpack(Native::G_REFUSAL_PACK + "Q8")
+      @facts = Native::G_REFUSAL_FIELDS.zip(vals).to_h
+      @code = @facts[:reason]
+      @reason = REASONS.fetch(@code, "unknown")
+      @retry_after_ms = @facts[:has_retry_after] == 1 ? @facts[:retry_after_ms] : nil
+      @blocking = vals[Native::G_REFUSAL_FIELDS.size, [@facts[:n_blocking], 8].min]
+      @explanation = explanation
+      @pool = pool
+      @tenant = tenant
+      super("#{@reason}: #{explanation}")
+    end
+
+    # The HTTP Retry-After value (whole seconds, rounded up, at least 1), or nil.
+    def retry_after_header
+      @retry_after_ms && [1, -(-@retry_after_ms / 1000)].max
+    end
+  end
+
+  # A guaranteed pool (seed 001): fixed, weighted tenants, each guaranteed its part of
+  # the ceiling, idle parts lent for at most the reclaim horizon. Every call takes
+  # +now_ms+ (0: the library's clock).
+  class Guaranteed
+    attr_reader :name
+
+    def initialize(table, name)
+      @table = table
+      @name = name
+      @tenants = {}
+      out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      rc = Native::G_POOL.call(table.handle, name.to_s, out)
+      Fairshm.raise_code(rc) unless rc.zero?
+      @id = out[0, 4].unpack1("L")
+    end
+
+    # The lease id, or raises GuaranteedRefused. With a block: yields the lease id and
+    # releases it afterwards (at the library's clock).
+    def acquire(tenant_name, cost, hold_ms, now_ms: 0)
+      lease = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
+      facts = Fiddle::Pointer.malloc(Native::G_REFUSAL_SIZE, Fiddle::RUBY_FREE)
+      why = Fiddle::Pointer.malloc(Native::G_WHY_SIZE, Fiddle::RUBY_FREE)
+      rc = Native::G_ACQUIRE.call(@table.handle, @id, tenant(tenant_name), cost, hold_ms, now_ms,
+                                  lease, facts, why, Native::G_WHY_SIZE)
+      if rc == 1
+        raise GuaranteedRefused.new(facts[0, Native::G_REFUSAL_SIZE], why.to_s.force_encoding("UTF-8"),
+                                    @name, tenant_name)
+      end
+      Fairshm.raise_code(rc) unless rc.zero?
+      id = lease[0, 8].unpack1("Q")
+      return id unless block_given?
+
+      begin
+        yield id
+      ensure
+        release(id)
+      end
+    end
+
+    def release(lease_id, now_ms: 0)
+      rc = Native::G_RELEASE.call(@table.handle, lease_id, now_ms)
+      Fairshm.raise_code(rc) unless rc.zero?
+    end
+
+    # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (0: the
+    # pool's own clock).
+    def stats(now_ms: 0)
+      s = Native::G_STATS_JSON.call(@table.handle, @id, now_ms)
+      raise Error.new(-11, Native.last_error) if s.null?
+
+      begin
+        JSON.parse(s.to_s)
+      ensure
+        Native::STRING_FREE.call(s)
+      end
+    end
+
+    private
+
+    def tenant(name)
+      @tenants[name] ||= begin
+        out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+        rc = Native::G_TENANT.call(@table.handle, @id, name.to_s, out)
+        Fairshm.raise_code(rc) unless rc.zero?
+        out[0, 4].unpack1("L")
+      end
+    end
   end
 end

@@ -55,6 +55,19 @@ module Fairshm
     CANCEL_FREE = fn("fairshm_cancel_free", [P], VOID)
     NOP_ACQUIRE = fn("fairshm_nop_acquire", [P, U32, U32, U32, U64, P, P], I32)
     NOP_RELEASE = fn("fairshm_nop_release", [P, U64], I32)
+    G_POOL = fn("fairshm_guaranteed_pool", [P, P, P], I32)
+    G_TENANT = fn("fairshm_guaranteed_tenant", [P, U32, P, P], I32)
+    G_ACQUIRE = fn("fairshm_guaranteed_acquire", [P, U32, U32, U64, U64, U64, P, P, P, SZ], I32)
+    G_RELEASE = fn("fairshm_guaranteed_release", [P, U64, U64], I32)
+    G_STATS_JSON = fn("fairshm_guaranteed_stats_json", [P, U32, U64], P)
+
+    # fairshm_guaranteed_refusal: reason, has_retry_after, then u64s, n_blocking,
+    # reserved, and 8 blocking lease ids.
+    G_REFUSAL_FIELDS = %i[reason has_retry_after retry_after_ms units guarantee own_free lent need
+                          lendable seq n_blocking reserved].freeze
+    G_REFUSAL_PACK = "LLQQQQQQQQLL"
+    G_REFUSAL_SIZE = 8 + 8 * 8 + 8 + 8 * 8
+    G_WHY_SIZE = 1024
 
     OPEN_EXISTING = 0
     CREATE = 1

@@ -1,0 +1,46 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+
+# Guaranteed pools (seed 001) through the C ABI: the demand-signal trace, refusals with
+# their facts and explanation, statistics, and typed errors.
+class TestGuaranteed < Minitest::Test
+  include FairshmTest
+
+  CONFIG = {
+    "guaranteed" => [{ "name" => "tokens", "ceiling" => 100, "fairness_unit" => "cost",
+                       "reclaim_horizon_ms" => 100, "idle_after_ms" => 150,
+                       "tenants" => { "a" => 1, "b" => 1 } }],
+    "max_processes" => 8
+  }.freeze
+
+  def setup
+    @name = FairshmTest.next_name
+    @table = Fairshm::Table.create(@name, CONFIG)
+    @g = @table.guaranteed("tokens")
+  end
+
+  def test_the_returner_is_served_within_the_horizon
+    @g.acquire("b", 50, 10_000, now_ms: 1)
+    loan = @g.acquire("b", 50, 100, now_ms: 1)
+    r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 11) }
+    assert_equal ["guarantee_on_loan", 90, 1], [r.reason, r.retry_after_ms, r.retry_after_header]
+    assert_equal [loan], r.blocking
+    assert_equal [50, 0, 50], [r.facts[:guarantee], r.facts[:own_free], r.facts[:lent]]
+    assert_includes r.explanation, 'Tenant "a" asked for 50 cost units'
+    @g.release(loan, now_ms: 101)
+    assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("b", 50, 100, now_ms: 101) }
+    @g.acquire("a", 50, 50, now_ms: 101)
+    a = @g.stats(now_ms: 101)["stats"]["tenants"][0]
+    assert_equal ["a", 90, 4500], [a["name"], a["worst_reclaim_ms"], a["deficit_unit_ms"]]
+  end
+
+  def test_errors_are_typed_and_a_block_releases
+    id = @g.acquire("a", 10, 10, now_ms: 5) { |lease| lease }
+    assert_raises(Fairshm::AlreadyReleased) { @g.release(id, now_ms: 7) }
+    e = assert_raises(Fairshm::Error) { @g.acquire("zed", 1, 1, now_ms: 7) }
+    assert_equal "invalid_tenant", e.kind
+    assert_raises(Fairshm::UnknownPool) { @table.guaranteed("nope") }
+    assert_equal 0, @g.stats["stats"]["in_use"]
+  end
+end

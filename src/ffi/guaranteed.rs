@@ -1,0 +1,257 @@
+//! The C ABI of guaranteed pools (seed 001): resolve a pool and a tenant once, acquire
+//! with cost, declared hold and `now`, release, and the statistics, fairness report
+//! and plan as JSON.
+
+use std::ffi::{CString, c_char};
+
+use super::{FAIRSHM_OK, FAIRSHM_REFUSED, arg_str, arg_table, fail, fairshm_table, guard, invalid};
+use crate::clock;
+use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
+
+/// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
+pub const FAIRSHM_GUARANTEED_BLOCKING: usize = 8;
+
+/// The facts of a guaranteed pool's refusal (`FAIRSHM_REFUSED`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct fairshm_guaranteed_refusal {
+    /// 7 `hold_exceeds_reclaim_horizon`, 8 `guarantee_on_loan`, 9 `guarantee_exhausted`.
+    pub reason: u32,
+    /// 1 if `retry_after_ms` holds an estimate; 0 when none can be promised (a blocking
+    /// lease has overrun its declared hold).
+    pub has_retry_after: u32,
+    pub retry_after_ms: u64,
+    /// Units asked (the cost, or 1 under the `requests` unit).
+    pub units: u64,
+    pub guarantee: u64,
+    /// Free in the tenant's guarantee; on loan to others; to borrow; lendable now.
+    pub own_free: u64,
+    pub lent: u64,
+    pub need: u64,
+    pub lendable: u64,
+    /// The seq of the state this call published (its place in a replay).
+    pub seq: u64,
+    /// Blocking leases in all; the first `FAIRSHM_GUARANTEED_BLOCKING` are in `blocking`.
+    pub n_blocking: u32,
+    pub reserved: u32,
+    pub blocking: [u64; FAIRSHM_GUARANTEED_BLOCKING],
+}
+
+/// Resolves guaranteed pool `name` into `*pool`.
+///
+/// # Safety
+/// `t` is null or an open table; `name` null or a NUL-terminated string; `pool` null or
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_pool(
+    t: *const fairshm_table,
+    name: *const c_char,
+    pool: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
+            (Ok(t), Ok(n)) => (t, n),
+            (Err(rc), _) | (_, Err(rc)) => return rc,
+        };
+        let Some(out) = std::ptr::NonNull::new(pool) else {
+            return invalid("argument `pool` is null".into());
+        };
+        match table.engine().guaranteed_pool(name) {
+            Ok(id) => {
+                // SAFETY: non-null, and writable by this function's contract.
+                unsafe { out.as_ptr().write(id.index() as u32) };
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Resolves tenant `name` of guaranteed pool `pool` (its tenants are fixed) into
+/// `*tenant`.
+///
+/// # Safety
+/// As `fairshm_guaranteed_pool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_tenant(
+    t: *const fairshm_table,
+    pool: u32,
+    name: *const c_char,
+    tenant: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
+            (Ok(t), Ok(n)) => (t, n),
+            (Err(rc), _) | (_, Err(rc)) => return rc,
+        };
+        let Some(out) = std::ptr::NonNull::new(tenant) else {
+            return invalid("argument `tenant` is null".into());
+        };
+        match table.engine().guaranteed_tenant(GPoolId(pool), name) {
+            Ok(i) => {
+                // SAFETY: non-null, and writable by this function's contract.
+                unsafe { out.as_ptr().write(i as u32) };
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Asks for `cost` for `tenant` of guaranteed pool `pool`, declaring a hold of
+/// `hold_ms`, at `now_ms` (0: the library's clock). `FAIRSHM_OK`: `*lease` is the lease.
+/// `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
+/// explanation is written there (NUL-terminated, cut to `why_len` bytes).
+///
+/// # Safety
+/// `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
+/// writable for `why_len` bytes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fairshm_guaranteed_acquire(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    cost: u64,
+    hold_ms: u64,
+    now_ms: u64,
+    lease: *mut u64,
+    refusal: *mut fairshm_guaranteed_refusal,
+    why: *mut c_char,
+    why_len: usize,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let (Some(lease), Some(refusal)) = (
+            std::ptr::NonNull::new(lease),
+            std::ptr::NonNull::new(refusal),
+        ) else {
+            return invalid("argument `lease` or `refusal` is null".into());
+        };
+        let Ok(tenant) = u16::try_from(tenant) else {
+            return invalid(format!(
+                "tenant handle {tenant} is not one of a guaranteed pool's"
+            ));
+        };
+        let now = if now_ms == 0 { clock::now_ms() } else { now_ms };
+        match table
+            .engine()
+            .guaranteed_acquire(GPoolId(pool), tenant, cost, hold_ms, now)
+        {
+            Ok(GOutcome::Granted(g)) => {
+                // SAFETY: non-null, and writable by this function's contract.
+                unsafe { lease.as_ptr().write(g.id.to_u64()) };
+                FAIRSHM_OK
+            }
+            Ok(GOutcome::Refused(r)) => {
+                let x = &r.facts;
+                let mut out = fairshm_guaranteed_refusal {
+                    reason: r.reason.code(),
+                    has_retry_after: r.retry_after_ms.is_some() as u32,
+                    retry_after_ms: r.retry_after_ms.unwrap_or(0),
+                    units: x.units,
+                    guarantee: x.guarantee,
+                    own_free: x.own_free,
+                    lent: x.lent,
+                    need: x.need,
+                    lendable: x.lendable,
+                    seq: r.seq,
+                    n_blocking: x.blocking.len() as u32,
+                    ..Default::default()
+                };
+                for (dst, b) in out.blocking.iter_mut().zip(&x.blocking) {
+                    *dst = GLeaseId { pool, no: b.lease }.to_u64();
+                }
+                // SAFETY: non-null, and writable by this function's contract.
+                unsafe { refusal.as_ptr().write(out) };
+                if !why.is_null() && why_len > 0 {
+                    let text = r.explanation();
+                    let n = text.len().min(why_len - 1);
+                    // SAFETY: `why` is writable for `why_len > n` bytes (contract).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(text.as_ptr(), why as *mut u8, n);
+                        why.add(n).write(0);
+                    }
+                }
+                FAIRSHM_REFUSED
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Releases guaranteed lease `lease` at `now_ms` (0: the library's clock). A second
+/// release is `FAIRSHM_E_ALREADY_RELEASED`.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_release(
+    t: *const fairshm_table,
+    lease: u64,
+    now_ms: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let now = if now_ms == 0 { clock::now_ms() } else { now_ms };
+        match table
+            .engine()
+            .guaranteed_release(GLeaseId::from_u64(lease), now)
+        {
+            Ok(_) => FAIRSHM_OK,
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Guaranteed pool `pool` at `now_ms` (0: the pool's own clock, the latest `now` it
+/// was given) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free
+/// it with `fairshm_string_free`; null on error (`fairshm_last_error`).
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_stats_json(
+    t: *const fairshm_table,
+    pool: u32,
+    now_ms: u64,
+) -> *mut c_char {
+    let mut s = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let e = table.engine();
+        let id = GPoolId(pool);
+        let (st, rules) = match e
+            .guaranteed_state(id)
+            .and_then(|st| Ok((st, e.guaranteed_rules(id)?)))
+        {
+            Ok(x) => x,
+            Err(err) => return fail(err),
+        };
+        let now = if now_ms == 0 { st.clock } else { now_ms };
+        let json = serde_json::json!({
+            "stats": st.stats(rules, now),
+            "fairness_report": st.fairness_report(rules),
+            "plan": st.plan(rules, now),
+        });
+        s = CString::new(json.to_string())
+            .expect("JSON has no NUL")
+            .into_raw();
+        FAIRSHM_OK
+    });
+    s
+}
