@@ -134,6 +134,38 @@ fn pairs(c: &mut Criterion) {
         });
         e.release(id, 1000).unwrap();
     }
+    // A guaranteed pool (seed 001) of two tenants: one acquire and one release, each a
+    // copy of the state, the rules, and one head CAS. Next to the fair-share pair above
+    // and the semop pair below.
+    let g_seg = common::Seg::new("bench-guaranteed");
+    let g_cfg = Config {
+        max_processes: 8,
+        ..Config::with_pools(vec![])
+    }
+    .guaranteed(
+        fairshm::GuaranteedConfig::new("tokens", 100)
+            .unit(fairshm::FairnessUnit::Cost)
+            .tenant("a", 1)
+            .tenant("b", 1)
+            .reclaim_horizon_ms(100)
+            .idle_after_ms(150),
+    );
+    let g_table = g_seg.create(&g_cfg);
+    {
+        let e = g_table.engine();
+        let pool = e.guaranteed_pool("tokens").unwrap();
+        let a = e.guaranteed_tenant(pool, "a").unwrap();
+        g.bench_function("fairshm_guaranteed", |b| {
+            b.iter(|| {
+                let fairshm::guaranteed::GOutcome::Granted(l) =
+                    e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
+                else {
+                    panic!("refused")
+                };
+                e.guaranteed_release(l.id, 1000).unwrap();
+            })
+        });
+    }
     let req = Request::new("requests", "acme");
     g.bench_function("fairshm_explicit_now", |b| {
         b.iter(|| {

@@ -102,6 +102,12 @@ pub struct Repaired {
     pub pools: Vec<crate::repair::PoolRepair>,
     /// Quarantined leases freed once every pool was rebuilt without them.
     pub leases_freed: usize,
+    /// Guaranteed pools whose state could not be read, reset to the state at creation
+    /// (their leases are lost; see `guaranteed::shared::reset`).
+    pub guaranteed_reset: Vec<String>,
+    /// Guaranteed leases whose owner slot no live process holds (a scribble, or a reap
+    /// that could not read the pool), released.
+    pub guaranteed_orphans_released: usize,
     /// Rate buckets refilled (debts forgiven): every tenant's, since a scribbled bucket
     /// cannot be told from a real debt. The rates themselves are kept: `set_rates`
     /// them again if they may have been overwritten.
@@ -705,6 +711,7 @@ impl Engine {
                 "{quarantined} leases are quarantined (repair frees them)"
             ));
         }
+        out.extend(crate::guaranteed::shared::check(&self.seg));
         Ok(out)
     }
 
@@ -760,6 +767,7 @@ impl Engine {
             )?);
         }
         out.leases_freed = crate::repair::free_quarantined(&self.seg);
+        self.repair_guaranteed(&mut out)?;
         out.rate_buckets_refilled = (0..self.seg.geometry().tenants)
             .map(|t| crate::rates::refill(&self.seg, t))
             .sum();
@@ -770,6 +778,42 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// `repair`'s part for the guaranteed pools: a state that cannot be read is reset,
+    /// and leases of slots that no live process holds are released.
+    fn repair_guaranteed(&self, out: &mut Repaired) -> Result<()> {
+        use crate::guaranteed::{GLeaseId, shared};
+        use crate::layout::proc_state as ps;
+        let slot = self.process_slot()?;
+        for gp in 0..self.seg.g_pools() {
+            {
+                let _lock = crate::guaranteed::BlockLock::take(&self.g_lock);
+                if shared::reset(&self.seg, gp, slot)? {
+                    out.guaranteed_reset.push(self.seg.g_rules(gp).name.clone());
+                }
+            }
+            let (_, st) = shared::read(&self.seg, gp)?;
+            let procs = self.seg.geometry().procs;
+            for l in &st.leases {
+                let s = l.owner as usize;
+                // Acquire: pairs with the registrant's Release store of LIVE.
+                let live =
+                    s < procs && ps::status(self.seg.proc_slot(s).state.load(Acquire)) != ps::FREE;
+                if !live {
+                    let id = GLeaseId {
+                        pool: gp as u32,
+                        no: l.no,
+                    };
+                    match self.guaranteed_release(id, st.clock) {
+                        Ok(_) => out.guaranteed_orphans_released += 1,
+                        Err(Error::AlreadyReleased { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A snapshot, after checking that the segment's file was not truncated under

@@ -28,6 +28,11 @@ pub struct Snapshot {
     pub deaths: Vec<DeathSnap>,
     /// The tenants the directory holds (claimed names only), in directory order.
     pub tenants: Vec<TenantEntry>,
+    /// Every guaranteed pool (seed 001), as its `stats()` at its own clock (the latest
+    /// `now` it was given): guarantees, loans by lender and borrower, demand, idle
+    /// times, deficits, reclaims, outstanding and overrunning leases. A pool whose
+    /// state cannot be read (corrupt) is left out; `check` names it.
+    pub guaranteed: Vec<crate::guaranteed::GStats>,
 }
 
 /// One claimed tenant of the directory.
@@ -344,12 +349,19 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         })
         .collect();
     deaths.sort_by_key(|d| d.noticed_unix_ms);
+    let guaranteed = (0..r.g_pools())
+        .filter_map(|gp| {
+            let (_, st) = crate::guaranteed::shared::read(r, gp).ok()?;
+            Some(st.stats(r.g_rules(gp), st.clock))
+        })
+        .collect();
     Snapshot {
         now_ms: now,
         pools,
         leases,
         processes,
         deaths,
+        guaranteed,
         tenants: names
             .iter()
             .enumerate()

@@ -371,3 +371,62 @@ fn a_process_killed_at_any_step_of_an_op_loses_nothing() {
         assert!(crashed.contains(label), "never crashed at {label}");
     }
 }
+
+/// `check` names a guaranteed lease that no live process holds and a state that cannot
+/// be read; `repair` releases the one and resets the other.
+#[cfg(feature = "internals")]
+#[test]
+fn check_names_orphans_and_corrupt_states_and_repair_mends_them() {
+    use fairshm::guaranteed::shared;
+    use fairshm::region::Region;
+    let seg = Seg::new("gp-repair");
+    let t: Table = seg.create(&cfg(&[("a", 1), ("b", 1)], 10, 4));
+    let g = t.guaranteed("ceiling").unwrap();
+    let mine = g.acquire("b", 2, 1000, 1).unwrap().unwrap();
+    let slot = t.process_slot().unwrap();
+    let free = (0..4).find(|&s| s != slot).unwrap();
+    // A lease that names a free slot, as a scribble (or a reap that failed) leaves one.
+    let rules = t.region().g_rules(0).clone();
+    shared::update(t.region(), 0, slot, |st| {
+        st.apply(
+            &rules,
+            Call::Acquire {
+                tenant: 0,
+                cost: 5,
+                hold_ms: 10,
+                owner: free as u16,
+                now: 2,
+            },
+        )
+    })
+    .unwrap();
+    let found = t.check().unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains(&format!("process slot {free}"))),
+        "{found:?}"
+    );
+    let r = t.repair().unwrap();
+    assert_eq!(r.guaranteed_orphans_released, 1);
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+    assert_eq!(g.state().unwrap().leases.len(), 1, "the live lease stays");
+    // A scribbled checksum: every read is Corrupt until repair resets the pool.
+    let h = t
+        .region()
+        .g_head(0)
+        .load(std::sync::atomic::Ordering::Acquire);
+    let block = t.region().g_block(0, shared::head_block(h));
+    block[4].fetch_xor(1, std::sync::atomic::Ordering::Relaxed);
+    assert!(matches!(g.state(), Err(fairshm::Error::Corrupt(_))));
+    assert!(t.check().unwrap().iter().any(|f| f.contains("checksum")));
+    let r = t.repair().unwrap();
+    assert_eq!(r.guaranteed_reset, vec!["ceiling".to_owned()]);
+    let st = g.state().unwrap();
+    assert!(st.leases.is_empty() && st.seq > 0);
+    assert!(matches!(
+        g.release(mine.id, 3),
+        Err(fairshm::Error::AlreadyReleased { .. })
+    ));
+    assert!(g.acquire("a", 5, 10, 3).unwrap().is_ok());
+}

@@ -3,9 +3,11 @@
 //! Input byte 0 picks the mode: even, the rest of the input is the whole file; odd, the
 //! rest is a list of `(offset u16 LE, byte)` patches applied to a valid segment, which
 //! gets past the magic and the checksum into the records (the decision logs and the
-//! rate buckets included). Whatever opens is then used: a snapshot, what `shmtool`
-//! reads (its report, tables, metrics, the decision log and its replay, the
-//! invariant check), rates, an acquire and release, a charge, a reap.
+//! rate buckets included); with `mode % 4 == 3` the offsets count from 64 KiB before
+//! the image's end, where the guaranteed pool's head and state blocks are. Whatever
+//! opens is then used: a snapshot, what `shmtool` reads (its report, tables, metrics,
+//! the decision log and its replay, the invariant check), rates, an acquire and
+//! release of both policies, a charge, a reap.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -21,7 +23,15 @@ fn small_config() -> Config {
     c.max_tenants = 4;
     c.max_processes = 2;
     c.leases_per_process = 2;
-    c.weight("a", 2)
+    c.weight("a", 2).guaranteed(
+        fairshm::GuaranteedConfig::new("tokens", 10)
+            .unit(fairshm::FairnessUnit::Cost)
+            .tenant("a", 1)
+            .tenant("b", 1)
+            .reclaim_horizon_ms(100)
+            .idle_after_ms(150)
+            .max_leases(4),
+    )
 }
 
 /// The bytes of a valid, used segment (made once).
@@ -37,6 +47,11 @@ fn image() -> &'static [u8] {
             .unwrap()
             .unwrap();
         let _ = lease.into_id(); // left held, so the image has a live lease
+        // A guaranteed lease and a loan, also left held, and a refusal (a want).
+        let g = t.guaranteed("tokens").unwrap();
+        g.acquire("b", 5, 1000, 5).unwrap().unwrap();
+        g.acquire("b", 3, 50, 5).unwrap().unwrap();
+        assert!(g.acquire("a", 5, 50, 6).unwrap().is_err());
         let bytes = std::fs::read(fairshm::segment::path_of(&name)).unwrap();
         Table::unlink(&name).unwrap();
         // Kept registered (dropping it would deregister and release the lease), so the
@@ -54,8 +69,9 @@ fuzz_target!(|data: &[u8]| {
         rest.to_vec()
     } else {
         let mut img = image().to_vec();
+        let base = if mode % 4 == 3 { img.len().saturating_sub(1 << 16) } else { 0 };
         for p in rest.chunks_exact(3) {
-            let off = u16::from_le_bytes([p[0], p[1]]) as usize % img.len();
+            let off = (base + u16::from_le_bytes([p[0], p[1]]) as usize) % img.len();
             img[off] = p[2];
         }
         img
@@ -92,6 +108,15 @@ fuzz_target!(|data: &[u8]| {
         let _ = t.charge_at("a", 7, 10);
         if let Ok(Ok(lease)) = t.try_acquire_at(&Request::new("requests", "b"), 10) {
             let _ = lease.release_at(11);
+        }
+        if let Ok(g) = t.guaranteed("tokens") {
+            let _ = g.stats(20);
+            let _ = g.fairness_report();
+            let _ = g.plan(20);
+            if let Ok(Ok(l)) = g.acquire("a", 2, 10, 20) {
+                let _ = g.release(l.id, 21);
+            }
+            let _ = g.acquire("b", 9, 500, 21);
         }
         let _ = t.reap_dead();
     }

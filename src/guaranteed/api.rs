@@ -20,10 +20,10 @@ pub struct GReleased {
 /// writer at a time: `shared`'s module docs). Process-local: the word holds the pid of
 /// the holder's process, so a child forked while a thread of its parent held it (the
 /// child has no such thread) takes it over instead of waiting forever.
-struct BlockLock<'a>(&'a AtomicU32);
+pub(crate) struct BlockLock<'a>(&'a AtomicU32);
 
 impl<'a> BlockLock<'a> {
-    fn take(word: &'a AtomicU32) -> BlockLock<'a> {
+    pub(crate) fn take(word: &'a AtomicU32) -> BlockLock<'a> {
         let me = crate::selfid::pid();
         let backoff = Backoff::new();
         loop {

@@ -22,7 +22,9 @@ pub mod state;
 pub mod words;
 
 #[cfg(not(loom))]
-pub use api::Guaranteed;
+pub(crate) use api::BlockLock;
+#[cfg(not(loom))]
+pub use api::{GReleased, Guaranteed};
 
 pub use config::{FairnessUnit, GuaranteedConfig, apportion};
 pub use report::{FairnessReport, GStats, LeaseStats, PlanEntry, TenantShare, TenantStats};

@@ -199,3 +199,64 @@ pub fn reap_slot<R: Region>(r: &R, s: usize) -> Result<Vec<(u32, u64)>> {
     }
     Ok(out)
 }
+
+/// Replaces pool `gp`'s state, which cannot be read (`Corrupt`), with the state at
+/// creation, written through slot `slot`'s blocks (the caller is their one writer). For
+/// `repair`: a pool whose state fails its checksum or its invariants would refuse every
+/// call forever; its leases are lost with it (their holders' releases then answer
+/// `AlreadyReleased`). Does nothing if the state can be read.
+pub fn reset<R: Region>(r: &R, gp: usize, slot: usize) -> Result<bool> {
+    loop {
+        if read(r, gp).is_ok() {
+            return Ok(false);
+        }
+        // Acquire: as in `read`.
+        let h = r.g_head(gp).load(Acquire);
+        let mut st = State::new(r.g_rules(gp));
+        st.seq = head_seq(h) + 1;
+        let mine = if head_block(h) == 2 * slot {
+            2 * slot + 1
+        } else {
+            2 * slot
+        };
+        // Release fence, Release CAS: as in `update`.
+        fence(Release);
+        store_block(r, gp, mine, &words::encode(&st));
+        if r.g_head(gp)
+            .compare_exchange(h, make_head(st.seq, mine), Release, Relaxed)
+            .is_ok()
+        {
+            return Ok(true);
+        }
+    }
+}
+
+/// What is wrong with the guaranteed pools, for `check`: a state that cannot be read
+/// (decoding checks every invariant), or a lease whose owner slot is not a live
+/// process's (a death not reaped yet: `reap` returns it).
+pub fn check<R: Region>(r: &R) -> Vec<String> {
+    use crate::layout::proc_state as ps;
+    let mut out = Vec::new();
+    for gp in 0..r.g_pools() {
+        let rules = r.g_rules(gp);
+        match read(r, gp) {
+            Err(e) => out.push(format!("guaranteed pool {:?}: {e}", rules.name)),
+            Ok((_, st)) => {
+                for l in &st.leases {
+                    let s = l.owner as usize;
+                    // Acquire: pairs with the registrant's Release store of LIVE.
+                    let live = s < r.geometry().procs
+                        && ps::status(r.proc_slot(s).state.load(Acquire)) == ps::LIVE;
+                    if !live {
+                        out.push(format!(
+                            "guaranteed pool {:?}: lease {} belongs to process slot {s}, which no live process holds",
+                            rules.name,
+                            rules.lease_name(l.tenant, l.no)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}

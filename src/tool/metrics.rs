@@ -232,5 +232,115 @@ pub fn prometheus(r: &Report) -> String {
     f.head(name, "gauge", "Leases held past their declared hold.");
     let n = r.leases.iter().filter(|l| l.overrun_ms > 0).count();
     f.sample(name, &[("segment", seg)], n);
+    guaranteed(&mut f, seg, &r.guaranteed);
     out
+}
+
+/// The guaranteed pools (seed 001): the pool's use and loans, each tenant's guarantee,
+/// holdings, loans, demand and the seed's two statistics.
+fn guaranteed(f: &mut Family<'_>, seg: &str, pools: &[crate::guaranteed::GStats]) {
+    use crate::guaranteed::{GStats, TenantStats};
+    let pool_metrics: [Metric<GStats>; 4] = [
+        (
+            "fairshm_guaranteed_ceiling",
+            "gauge",
+            "Units the guaranteed pool holds at most.",
+            |p| p.ceiling as f64,
+        ),
+        (
+            "fairshm_guaranteed_in_use",
+            "gauge",
+            "Units held now (overrunning leases included).",
+            |p| p.in_use as f64,
+        ),
+        (
+            "fairshm_guaranteed_on_loan",
+            "gauge",
+            "Units lent from idle tenants' guarantees.",
+            |p| p.on_loan as f64,
+        ),
+        (
+            "fairshm_guaranteed_overrun_leases",
+            "gauge",
+            "Leases past their declared deadline.",
+            |p| p.overrun_leases.len() as f64,
+        ),
+    ];
+    f.all(
+        &pool_metrics,
+        pools
+            .iter()
+            .map(|p| (vec![("segment", seg), ("pool", p.name.as_str())], p)),
+    );
+    let tenant_metrics: [Metric<TenantStats>; 9] = [
+        (
+            "fairshm_guaranteed_tenant_guarantee",
+            "gauge",
+            "The tenant's guarantee.",
+            |t| t.guarantee as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_held",
+            "gauge",
+            "Units of the tenant's leases.",
+            |t| t.held as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_lent",
+            "gauge",
+            "Units of its guarantee on loan.",
+            |t| t.lent as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_borrowed",
+            "gauge",
+            "Units it borrows.",
+            |t| t.borrowed as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_demand",
+            "gauge",
+            "Its largest refused request outstanding.",
+            |t| t.demand as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_deficit_unit_ms_total",
+            "counter",
+            "Entitled minus held, integrated while short.",
+            |t| t.deficit_unit_ms as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_worst_reclaim_ms",
+            "gauge",
+            "The longest wait that ended in being served.",
+            |t| t.worst_reclaim_ms.unwrap_or(0) as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_grants_total",
+            "counter",
+            "Leases granted.",
+            |t| t.grants as f64,
+        ),
+        (
+            "fairshm_guaranteed_tenant_refusals_total",
+            "counter",
+            "Acquires refused.",
+            |t| t.refusals as f64,
+        ),
+    ];
+    f.all(
+        &tenant_metrics,
+        pools.iter().flat_map(|p| {
+            p.tenants.iter().map(move |t| {
+                (
+                    vec![
+                        ("segment", seg),
+                        ("pool", p.name.as_str()),
+                        ("tenant", t.name.as_str()),
+                    ],
+                    t,
+                )
+            })
+        }),
+    );
 }

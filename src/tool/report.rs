@@ -142,15 +142,7 @@ pub fn liveness(p: &ProcSnap) -> &'static str {
 pub fn report(t: &Table) -> Result<Report> {
     let snap = t.try_snapshot()?;
     let (created_unix_ms, creator_pid) = t.engine().seg().created();
-    let e = t.engine();
-    let guaranteed = (0..e.config().guaranteed.len())
-        .map(|i| {
-            let id = crate::guaranteed::GPoolId(i as u32);
-            let st = e.guaranteed_state(id)?;
-            Ok(st.stats(e.guaranteed_rules(id)?, st.clock))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut r = from_snapshot(
+    Ok(from_snapshot(
         SegmentInfo {
             name: t.name().to_owned(),
             size: t.size() as u64,
@@ -159,9 +151,7 @@ pub fn report(t: &Table) -> Result<Report> {
             creator_pid,
         },
         snap,
-    );
-    r.guaranteed = guaranteed;
-    Ok(r)
+    ))
 }
 
 fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
@@ -272,7 +262,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
         processes,
         tenants,
         deaths: s.deaths,
-        guaranteed: Vec::new(),
+        guaranteed: s.guaranteed,
     }
 }
 
