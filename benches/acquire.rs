@@ -138,17 +138,13 @@ fn pairs(c: &mut Criterion) {
     // copy of the state, the rules, and one head CAS. Next to the fair-share pair above
     // and the semop pair below.
     let g_seg = common::Seg::new("bench-guaranteed");
-    let g_cfg = Config {
-        max_processes: 8,
-        ..Config::with_pools(vec![])
-    }
-    .guaranteed(
-        fairshm::GuaranteedConfig::new("tokens", 100)
-            .unit(fairshm::FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150),
+    let g_cfg = common::guaranteed(
+        "tokens",
+        100,
+        fairshm::FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        8,
     );
     let g_table = g_seg.create(&g_cfg);
     {

@@ -5,7 +5,7 @@ mod common;
 
 use common::Seg;
 use fairshm::guaranteed::{GGrant, GRefusal, Guaranteed};
-use fairshm::{Config, Error, FairnessUnit, GuaranteedConfig, Reason, Table};
+use fairshm::{Config, Error, FairnessUnit, Reason, Table};
 
 fn pool(
     ceiling: u32,
@@ -14,18 +14,7 @@ fn pool(
     horizon: u32,
     idle: u32,
 ) -> Config {
-    let mut g = GuaranteedConfig::new("ceiling", ceiling)
-        .unit(unit)
-        .reclaim_horizon_ms(horizon)
-        .idle_after_ms(idle);
-    for (t, w) in tenants {
-        g = g.tenant(t, *w);
-    }
-    Config {
-        max_processes: 8,
-        ..Config::with_pools(vec![])
-    }
-    .guaranteed(g)
+    common::guaranteed("ceiling", ceiling, unit, tenants, (horizon, idle), 8)
 }
 
 fn even(horizon: u32, idle: u32) -> Config {

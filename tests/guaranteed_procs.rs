@@ -10,21 +10,17 @@ use std::time::{Duration, Instant};
 
 use common::{Children, Seg, fork_child, shared_words, wait, wait_until};
 use fairshm::guaranteed::{Call, Effect, GOutcome, Model};
-use fairshm::{Config, FairnessUnit, GuaranteedConfig, Table};
+use fairshm::{Config, FairnessUnit, Table};
 
 fn cfg(tenants: &[(&str, u32)], ceiling: u32, procs: u32) -> Config {
-    let mut g = GuaranteedConfig::new("ceiling", ceiling)
-        .unit(FairnessUnit::Cost)
-        .reclaim_horizon_ms(100)
-        .idle_after_ms(150);
-    for (t, w) in tenants {
-        g = g.tenant(t, *w);
-    }
-    Config {
-        max_processes: procs,
-        ..Config::with_pools(vec![])
-    }
-    .guaranteed(g)
+    common::guaranteed(
+        "ceiling",
+        ceiling,
+        FairnessUnit::Cost,
+        tenants,
+        (100, 150),
+        procs,
+    )
 }
 
 const REC: usize = 8;

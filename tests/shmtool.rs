@@ -825,18 +825,15 @@ fn rates_are_shown_and_set_on_a_live_segment_and_paths_name_segments() {
 #[test]
 fn inspect_shows_a_guaranteed_pools_loans_demand_and_overruns() {
     let seg = Seg::new("tool-guaranteed");
-    let cfg = Config {
-        max_processes: 4,
-        ..config()
-    }
-    .guaranteed(
-        fairshm::GuaranteedConfig::new("tokens", 100)
-            .unit(fairshm::FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150),
+    let mut cfg = common::guaranteed(
+        "tokens",
+        100,
+        fairshm::FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        4,
     );
+    cfg.pools = config().pools;
     let t = seg.create(&cfg);
     let g = t.guaranteed("tokens").unwrap();
     g.acquire("b", 50, 10_000, 0).unwrap().unwrap();

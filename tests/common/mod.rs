@@ -34,6 +34,31 @@ pub fn one_pool(cap: u32) -> Config {
     Config::with_pools(vec![PoolConfig::new("requests", cap)])
 }
 
+/// A config of one guaranteed pool (seed 001) `name` of `ceiling` in `unit`, with
+/// `tenants` and their weights, a reclaim horizon and idleness (ms), and `procs` process
+/// slots (each takes two state blocks of the pool), and no fair-share pool.
+pub fn guaranteed(
+    name: &str,
+    ceiling: u32,
+    unit: fairshm::FairnessUnit,
+    tenants: &[(&str, u32)],
+    (horizon, idle): (u32, u32),
+    procs: u32,
+) -> Config {
+    let mut g = fairshm::GuaranteedConfig::new(name, ceiling)
+        .unit(unit)
+        .reclaim_horizon_ms(horizon)
+        .idle_after_ms(idle);
+    for (t, w) in tenants {
+        g = g.tenant(t, *w);
+    }
+    Config {
+        max_processes: procs,
+        ..Config::with_pools(vec![])
+    }
+    .guaranteed(g)
+}
+
 /// Forks; the child runs `f` and exits with its code (101 on panic), never returning.
 pub fn fork_child(f: impl FnOnce() -> i32) -> nix::unistd::Pid {
     // SAFETY: the child only runs `f` and then `_exit`s; the tests that fork keep the
