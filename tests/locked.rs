@@ -93,3 +93,31 @@ fn a_rate_check_adds_at_most_one_rmw() {
     assert_eq!(a1 + r1, a0 + r0 + 1, "a request rate: its token's CAS");
     assert_eq!(a2 + r2, a0 + r0, "a work rate alone: a load");
 }
+
+/// A guaranteed pool's pair (seed 001): each op is one CAS of the process-local block
+/// lock and one CAS of the pool's head word (the lock's release is a plain store).
+#[test]
+fn a_guaranteed_pair_is_four_locked_instructions() {
+    let seg = Seg::new("locked-g");
+    let t = seg.create(&common::guaranteed(
+        "tokens",
+        100,
+        fairshm::FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        4,
+    ));
+    let g = t.guaranteed("tokens").unwrap();
+    let warm = g.acquire("a", 10, 50, 1000).unwrap().unwrap();
+    g.release(warm.id, 1000).unwrap();
+    let before = locked_instructions();
+    let l = g.acquire("a", 10, 50, 1000).unwrap().unwrap();
+    let acquired = locked_instructions();
+    g.release(l.id, 1000).unwrap();
+    let (acq, rel) = (acquired - before, locked_instructions() - acquired);
+    eprintln!(
+        "guaranteed pair: acquire {acq} + release {rel} = {} locked",
+        acq + rel
+    );
+    assert_eq!((acq, rel), (2, 2));
+}
