@@ -68,6 +68,8 @@
 
 #define FAIRSHM_E_BAD_FILE -24
 
+#define FAIRSHM_E_POOL_LEASES_FULL -25
+
 // `fairshm_open`'s `how`: open an existing segment.
 #define FAIRSHM_OPEN 0
 

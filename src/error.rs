@@ -108,6 +108,17 @@ pub enum Error {
     #[error("segment {name:?} is not a usable segment file: {why}")]
     BadFile { name: String, why: String },
 
+    /// A guaranteed pool has `max` leases (or loan slices) outstanding, all it can hold.
+    #[error(
+        "guaranteed pool {pool:?} has all {max} of its {what} outstanding; release a lease, \
+         or create the segment with a larger max_leases"
+    )]
+    PoolLeasesFull {
+        pool: String,
+        what: &'static str,
+        max: usize,
+    },
+
     #[error("{op} on segment {name:?} failed: {source}")]
     Io {
         name: String,
@@ -148,6 +159,7 @@ impl Error {
             Error::ReadOnly { .. } => 22,
             Error::TenantBusy { .. } => 23,
             Error::BadFile { .. } => 24,
+            Error::PoolLeasesFull { .. } => 25,
         }
     }
 
@@ -180,6 +192,7 @@ impl Error {
             Error::ReadOnly { .. } => "read_only",
             Error::TenantBusy { .. } => "tenant_busy",
             Error::BadFile { .. } => "bad_file",
+            Error::PoolLeasesFull { .. } => "pool_leases_full",
         }
     }
 }
@@ -277,12 +290,17 @@ mod tests {
                 name: String::new(),
                 why: String::new(),
             },
+            Error::PoolLeasesFull {
+                pool: String::new(),
+                what: "",
+                max: 0,
+            },
         ];
         let codes: Vec<u32> = all.iter().map(Error::code).collect();
         assert_eq!(
             codes,
-            (1..=24).collect::<Vec<_>>(),
-            "codes are 1..=24 in order"
+            (1..=25).collect::<Vec<_>>(),
+            "codes are 1..=25 in order"
         );
         let mut kinds: Vec<&str> = all.iter().map(Error::kind).collect();
         kinds.sort_unstable();

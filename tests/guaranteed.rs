@@ -430,3 +430,19 @@ fn the_configuration_errors_reach_table_create() {
     );
     drop(t);
 }
+
+#[test]
+fn a_full_lease_table_is_a_typed_error_that_says_what_to_change() {
+    let seg = Seg::new("g-full");
+    let mut cfg = even(100, 150);
+    cfg.guaranteed[0].max_leases = 2;
+    let t: Table = seg.create(&cfg);
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "a", 1, 10, 0);
+    grant(&g, "a", 1, 10, 0);
+    let before = g.state().unwrap();
+    let e = g.acquire("b", 1, 10, 0).unwrap_err();
+    assert!(matches!(e, Error::PoolLeasesFull { max: 2, .. }), "{e}");
+    assert!(e.to_string().contains("larger max_leases"), "{e}");
+    assert_eq!(g.state().unwrap(), before, "an error publishes nothing");
+}

@@ -92,7 +92,7 @@ fn random_sequences_keep_the_invariants_and_every_retry_after_is_honest() {
                 let before = m.clone();
                 let e = match m.apply(call) {
                     Ok(e) => e,
-                    Err(fairshm::Error::LeaseTableFull { .. }) => continue,
+                    Err(fairshm::Error::PoolLeasesFull { .. }) => continue,
                     Err(e) => panic!("{e}"),
                 };
                 match e {

@@ -71,6 +71,7 @@ pub const FAIRSHM_E_IO: i32 = -21;
 pub const FAIRSHM_E_READ_ONLY: i32 = -22;
 pub const FAIRSHM_E_TENANT_BUSY: i32 = -23;
 pub const FAIRSHM_E_BAD_FILE: i32 = -24;
+pub const FAIRSHM_E_POOL_LEASES_FULL: i32 = -25;
 
 /// `fairshm_open`'s `how`: open an existing segment.
 pub const FAIRSHM_OPEN: u32 = 0;
@@ -294,7 +295,7 @@ pub extern "C" fn fairshm_code_name(code: i32) -> *const c_char {
 }
 
 fn error_name(code: i32) -> &'static CStr {
-    const NAMES: [&CStr; 24] = [
+    const NAMES: [&CStr; 25] = [
         c"invalid_name",
         c"invalid_config",
         c"not_found",
@@ -319,6 +320,7 @@ fn error_name(code: i32) -> &'static CStr {
         c"read_only",
         c"tenant_busy",
         c"bad_file",
+        c"pool_leases_full",
     ];
     usize::try_from(code - 1)
         .ok()

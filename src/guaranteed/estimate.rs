@@ -8,6 +8,8 @@
 //! An overrunning lease has no known end, so the projection keeps it held: when the
 //! request cannot fit without it, there is no honest estimate and the answer is `None`.
 
+use std::collections::HashMap;
+
 use super::state::{NEVER, Rules, State};
 
 impl State {
@@ -35,16 +37,25 @@ impl State {
         at.retain(|&a| a >= now);
         at.sort_unstable();
         at.dedup();
+        // Where each lease is, by number: the projection looks up every slice's lease.
+        let index: HashMap<u32, usize> = self
+            .leases
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.no, i))
+            .collect();
         at.into_iter()
-            .find(|&a| self.admits_at(rules, t, units, hold_ms, now, a))
+            .find(|&a| self.admits_at(rules, &index, t, units, hold_ms, now, a))
             .map(|a| (a - now).max(1))
     }
 
     /// The rule's answer at instant `at` on the state projected from `now`: leases not
     /// overrun at `now` and due by `at` are released at their deadlines.
+    #[allow(clippy::too_many_arguments)]
     fn admits_at(
         &self,
         rules: &Rules,
+        index: &HashMap<u32, usize>,
         t: usize,
         units: u64,
         hold_ms: u64,
@@ -56,9 +67,10 @@ impl State {
         let mut lent = vec![0u64; n];
         let mut holds = vec![false; n];
         let mut last: Vec<u64> = self.tenants.iter().map(|ts| ts.last_activity).collect();
+        let ends = |l: &super::state::LeaseEntry| !l.overrun(now) && l.deadline() <= at;
         for l in &self.leases {
             let k = l.tenant as usize;
-            if !l.overrun(now) && l.deadline() <= at {
+            if ends(l) {
                 last[k] = if last[k] == NEVER {
                     l.deadline()
                 } else {
@@ -68,7 +80,9 @@ impl State {
             }
             own_used[k] += l.own;
             holds[k] = true;
-            for s in self.slices.iter().filter(|s| s.lease == l.no) {
+        }
+        for s in &self.slices {
+            if index.get(&s.lease).is_some_and(|&i| !ends(&self.leases[i])) {
                 lent[s.lender as usize] += s.units;
             }
         }

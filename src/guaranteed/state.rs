@@ -497,12 +497,16 @@ impl State {
         borrowed: Vec<(u16, u64)>,
     ) -> Result<Effect> {
         if self.leases.len() >= rules.max_leases {
-            return Err(Error::LeaseTableFull {
+            return Err(Error::PoolLeasesFull {
+                pool: rules.name.clone(),
+                what: "leases",
                 max: rules.max_leases,
             });
         }
         if self.slices.len() + borrowed.len() > rules.max_slices {
-            return Err(Error::LeaseTableFull {
+            return Err(Error::PoolLeasesFull {
+                pool: rules.name.clone(),
+                what: "loan slices",
                 max: rules.max_slices,
             });
         }
