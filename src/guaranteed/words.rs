@@ -8,7 +8,7 @@
 //! | 3                     | leases (0..32), slices (32..64)                             |
 //! | 4                     | checksum of every other used word                           |
 //! | 5..8                  | reserved, 0                                                 |
-//! | 8 + 12 t ..           | tenant `t`: last_activity, want, want_since, want_last_ask, deficit, worst_reclaim_ms, reclaims, grants, cost_granted, refusals[3] |
+//! | 8 + 12 t ..           | tenant `t`: last_activity, want, want_since, want_last_ask, deficit, worst_reclaim_ms, reclaims, grants, cost_granted, refusals (3 words) |
 //! | then 6 per lease      | `no` (0..32) `tenant` (32..48) `owner` (48..64), units, cost, own, granted_at, hold_ms |
 //! | then 2 per slice      | `lease` (0..32) `lender` (32..48), units                     |
 //!
