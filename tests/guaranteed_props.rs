@@ -1,7 +1,9 @@
 //! Properties of seed 001's rules over random call sequences (the sequential model the
 //! segment runs): every state satisfies the invariants; a retry-after is honest (if
 //! every holder releases at its declared deadline and nobody else acts, the same
-//! request is admitted exactly then, and not one ms earlier); the reclaim bound holds
+//! request is admitted exactly then, and not one ms earlier; and no retry-after means
+//! it would not fit at any later instant either, unless a blocking lease overran); the
+//! reclaim bound holds
 //! (once a tenant asks, no lease holding its units outlives the horizon from then, as
 //! long as holders keep their word); and no grant ever takes the ceiling over.
 
@@ -121,7 +123,24 @@ fn random_sequences_keep_the_invariants_and_every_retry_after_is_honest() {
                                     );
                                 }
                             }
-                            None => none += 1,
+                            None => {
+                                none += 1;
+                                // Honest too: with every lease not overrun released
+                                // and every idleness run out, it still does not fit
+                                // (or a blocking lease is overrun, which is the one
+                                // thing that breaks the bound).
+                                let far = r.at + 100_000;
+                                let overrun = r.blocking.iter().any(|b| b.overrun_ms > 0);
+                                assert!(
+                                    overrun
+                                        || matches!(
+                                            replay_to(&before, r.at, far, call),
+                                            Effect::Refused(_)
+                                        ),
+                                    "{cfg:?}: no retry-after at {}, but the request fits later",
+                                    r.at
+                                );
+                            }
                         }
                     }
                     _ => unreachable!(),
