@@ -446,3 +446,59 @@ fn a_full_lease_table_is_a_typed_error_that_says_what_to_change() {
     assert!(e.to_string().contains("larger max_leases"), "{e}");
     assert_eq!(g.state().unwrap(), before, "an error publishes nothing");
 }
+
+/// On the library's clock: a returner that waits is served when the loan comes back,
+/// and keeps its demand signalled meanwhile (the borrower cannot renew); one that waits
+/// past its timeout gets the last refusal.
+#[test]
+fn acquire_timeout_waits_for_the_loan_and_keeps_asking() {
+    let seg = Seg::new("g-wait");
+    // idle_after 1000: the waiter asks at least every 500 ms, so a scheduling stall of
+    // up to half a second cannot let its demand lapse.
+    let t: Table = seg.create(&even(100, 1000));
+    let g = t.guaranteed("ceiling").unwrap();
+    let now = || fairshm_clock_ms();
+    grant(&g, "b", 50, 100_000, now());
+    let loan = grant(&g, "b", 50, 100, now());
+    // Short of the loan's end: the last refusal, after about the timeout.
+    let t0 = std::time::Instant::now();
+    let r = g
+        .acquire_timeout("a", 50, 50, std::time::Duration::from_millis(30))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::GuaranteeOnLoan);
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(30));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            g.release(loan.id, now()).unwrap();
+            // a has kept asking: b cannot borrow its units again.
+            assert!(g.acquire("b", 50, 100, now()).unwrap().is_err());
+        });
+        let got = g
+            .acquire_timeout("a", 50, 50, std::time::Duration::from_secs(10))
+            .unwrap();
+        assert!(got.is_ok(), "{:?}", got.err());
+    });
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    // A refusal waiting cannot end comes back at once: 60 is more than b's guarantee
+    // of 50, so for 1000 ms it could only ever borrow.
+    let t1 = std::time::Instant::now();
+    let r = g
+        .acquire_timeout("b", 60, 1000, std::time::Duration::from_secs(10))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::HoldExceedsReclaimHorizon);
+    assert!(t1.elapsed() < std::time::Duration::from_secs(1));
+}
+
+/// The library's clock (ms), as `acquire_timeout` reads it.
+fn fairshm_clock_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}

@@ -271,6 +271,40 @@ impl<'t> Guaranteed<'t> {
     pub fn plan(&self, now: u64) -> Result<Vec<PlanEntry>> {
         self.table.engine().guaranteed_plan(self.id, now)
     }
+
+    /// [`Guaranteed::acquire`] on the library's clock, asking again until granted or
+    /// `timeout` has passed: at each refusal's retry-after, and at least every half
+    /// `idle_after_ms`, so that the tenant's demand (which lapses `idle_after_ms` after
+    /// its last ask) stays signalled and its guarantee frozen while it waits. Returns
+    /// the last refusal when the time is up, and at once for a refusal that waiting
+    /// cannot end (`hold_exceeds_reclaim_horizon` with no retry-after).
+    pub fn acquire_timeout(
+        &self,
+        tenant: &str,
+        cost: u64,
+        hold_ms: u64,
+        timeout: std::time::Duration,
+    ) -> Result<std::result::Result<GGrant, GRefusal>> {
+        let deadline = std::time::Instant::now() + timeout;
+        let keep_asking = (self.rules().idle_after / 2).max(1);
+        loop {
+            let refusal = match self.acquire(tenant, cost, hold_ms, crate::clock::now_ms())? {
+                Ok(g) => return Ok(Ok(g)),
+                Err(r) => r,
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let hopeless = refusal.reason == Reason::HoldExceedsReclaimHorizon
+                && refusal.retry_after_ms.is_none();
+            if left.is_zero() || hopeless {
+                return Ok(Err(refusal));
+            }
+            let wait = refusal
+                .retry_after_ms
+                .unwrap_or(keep_asking)
+                .clamp(1, keep_asking);
+            std::thread::sleep(std::time::Duration::from_millis(wait).min(left));
+        }
+    }
     pub fn state(&self) -> Result<State> {
         self.table.engine().guaranteed_state(self.id)
     }
