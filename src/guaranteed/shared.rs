@@ -152,29 +152,35 @@ pub fn update<R: Region, T>(
     loop {
         let (h, mut st) = read(r, gp)?;
         let out = f(&mut st)?;
-        let seq = head_seq(h) + 1;
-        st.seq = seq;
-        let mine = if head_block(h) == 2 * slot {
-            2 * slot + 1
-        } else {
-            2 * slot
-        };
-        // Release fence: our head loads (in `read`) come before the block's words, so
-        // a reader that sees one of them sees a head past the one that named it (S2).
-        fence(Release);
-        store_block(r, gp, mine, &words::encode(&st));
-        crate::ops::crash_point("guaranteed.written")?;
-        // Release: publishes the block's words to readers that load the new head (S1).
-        // Relaxed on failure: nothing of a failed attempt is kept; the next read's
-        // Acquire load orders what follows.
-        if r.g_head(gp)
-            .compare_exchange(h, make_head(seq, mine), Release, Relaxed)
-            .is_ok()
-        {
+        if publish(r, gp, slot, h, &mut st)? {
             crate::ops::crash_point("guaranteed.published")?;
-            return Ok((out, seq));
+            return Ok((out, st.seq));
         }
     }
+}
+
+/// Publishes `st` as the successor of head value `h`: gives it seq `head_seq(h) + 1`,
+/// writes it into the one of `slot`'s blocks that `h` does not name, and CASes the head
+/// from `h`. `false` if another op was published first (nothing of this one is kept).
+/// The caller is the one writer of `slot`'s blocks.
+fn publish<R: Region>(r: &R, gp: usize, slot: usize, h: u64, st: &mut State) -> Result<bool> {
+    st.seq = head_seq(h) + 1;
+    let mine = if head_block(h) == 2 * slot {
+        2 * slot + 1
+    } else {
+        2 * slot
+    };
+    // Release fence: our head loads (in `read`) come before the block's words, so a
+    // reader that sees one of them sees a head past the one that named it (S2).
+    fence(Release);
+    store_block(r, gp, mine, &words::encode(st));
+    crate::ops::crash_point("guaranteed.written")?;
+    // Release: publishes the block's words to readers that load the new head (S1).
+    // Relaxed on failure: nothing of a failed attempt is kept; the next read's Acquire
+    // load orders what follows.
+    Ok(r.g_head(gp)
+        .compare_exchange(h, make_head(st.seq, mine), Release, Relaxed)
+        .is_ok())
 }
 
 /// Gives back every lease of the dead process in slot `s` (taken `REAPING` by the
@@ -212,20 +218,7 @@ pub fn reset<R: Region>(r: &R, gp: usize, slot: usize) -> Result<bool> {
         }
         // Acquire: as in `read`.
         let h = r.g_head(gp).load(Acquire);
-        let mut st = State::new(r.g_rules(gp));
-        st.seq = head_seq(h) + 1;
-        let mine = if head_block(h) == 2 * slot {
-            2 * slot + 1
-        } else {
-            2 * slot
-        };
-        // Release fence, Release CAS: as in `update`.
-        fence(Release);
-        store_block(r, gp, mine, &words::encode(&st));
-        if r.g_head(gp)
-            .compare_exchange(h, make_head(st.seq, mine), Release, Relaxed)
-            .is_ok()
-        {
+        if publish(r, gp, slot, h, &mut State::new(r.g_rules(gp)))? {
             return Ok(true);
         }
     }

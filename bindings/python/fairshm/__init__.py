@@ -70,6 +70,17 @@ def _raise(code):
     raise _ERRORS.get(code, Error)(code, _lib.last_error())
 
 
+def _take_json(p, code):
+    """Parses a JSON string the library returned and frees it; a null one raises with
+    ``code`` and the library's last error."""
+    if not p:
+        raise Error(code, _lib.last_error())
+    try:
+        return json.loads(string_at(p))
+    finally:
+        lib.fairshm_string_free(p)
+
+
 _REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled",
             5: "rate_limited", 6: "work_debt", 7: "hold_exceeds_reclaim_horizon",
             8: "guarantee_on_loan", 9: "guarantee_exhausted"}
@@ -343,13 +354,7 @@ class Table:
 
     def stats(self):
         """The whole table, read now, as a dict (pools, tenants, leases, processes)."""
-        s = lib.fairshm_stats_json(self._h)
-        if not s:
-            raise Error(-17, _lib.last_error())
-        try:
-            return json.loads(string_at(s))
-        finally:
-            lib.fairshm_string_free(s)
+        return _take_json(lib.fairshm_stats_json(self._h), -17)
 
     def reap_dead(self):
         """Returns the permits of dead processes now; the number reaped."""
@@ -511,11 +516,5 @@ class Guaranteed:
     def stats(self, now_ms=0):
         """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms`` (0:
         the pool's own clock)."""
-        p = lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms)
-        if not p:
-            raise Error(-11, _lib.last_error())
-        try:
-            return json.loads(string_at(p).decode())
-        finally:
-            lib.fairshm_string_free(p)
+        return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms), -11)
 

@@ -48,6 +48,18 @@ module Fairshm
     raise ERRORS.fetch(code, Error).new(code, Native.last_error)
   end
 
+  # Parses a JSON string the library returned and frees it; a null one raises with
+  # +code+ and the library's last error.
+  def self.take_json(ptr, code)
+    raise Error.new(code, Native.last_error) if ptr.null?
+
+    begin
+      JSON.parse(ptr.to_s)
+    ensure
+      Native::STRING_FREE.call(ptr)
+    end
+  end
+
   # An acquire not granted: +reason+ (pool_full, over_share, timed_out, cancelled),
   # +retry_after_ms+, the numbers the rule decided on, and the +explanation+.
   class Refused < StandardError
@@ -275,14 +287,7 @@ module Fairshm
 
     # The whole table, read now, as a Hash (pools, tenants, leases, processes).
     def stats
-      s = Native::STATS_JSON.call(@handle)
-      raise Error.new(-17, Native.last_error) if s.null?
-
-      begin
-        JSON.parse(s.to_s)
-      ensure
-        Native::STRING_FREE.call(s)
-      end
+      Fairshm.take_json(Native::STATS_JSON.call(@handle), -17)
     end
 
     # Returns the permits of dead processes now; the number reaped.
@@ -417,14 +422,7 @@ module Fairshm
     # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (0: the
     # pool's own clock).
     def stats(now_ms: 0)
-      s = Native::G_STATS_JSON.call(@table.handle, @id, now_ms)
-      raise Error.new(-11, Native.last_error) if s.null?
-
-      begin
-        JSON.parse(s.to_s)
-      ensure
-        Native::STRING_FREE.call(s)
-      end
+      Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now_ms), -11)
     end
 
     private
