@@ -5,7 +5,6 @@
 use std::ffi::{CString, c_char};
 
 use super::{FAIRSHM_OK, FAIRSHM_REFUSED, arg_str, arg_table, fail, fairshm_table, guard, invalid};
-use crate::clock;
 use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
@@ -139,7 +138,7 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
                 "tenant handle {tenant} is not one of a guaranteed pool's"
             ));
         };
-        let now = if now_ms == 0 { clock::now_ms() } else { now_ms };
+        let now = super::now_or_clock(now_ms);
         match table
             .engine()
             .guaranteed_acquire(GPoolId(pool), tenant, cost, hold_ms, now)
@@ -203,7 +202,7 @@ pub unsafe extern "C" fn fairshm_guaranteed_release(
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        let now = if now_ms == 0 { clock::now_ms() } else { now_ms };
+        let now = super::now_or_clock(now_ms);
         match table
             .engine()
             .guaranteed_release(GLeaseId::from_u64(lease), now)

@@ -131,6 +131,15 @@ pub(crate) fn guard(f: impl FnOnce() -> i32) -> i32 {
     }
 }
 
+/// A `now_ms` argument: 0 means the library's clock (`CLOCK_MONOTONIC` ms).
+pub(crate) fn now_or_clock(now_ms: u64) -> u64 {
+    if now_ms == 0 {
+        crate::clock::now_ms()
+    } else {
+        now_ms
+    }
+}
+
 /// A UTF-8 string argument, or an error naming it.
 ///
 /// # Safety

@@ -1,7 +1,6 @@
 //! The C ABI's per-tenant rates: setting them on a live table, and charging work.
 
 use super::{FAIRSHM_OK, arg_table, fail, fairshm_table, guard, invalid};
-use crate::clock;
 
 /// Sets tenant `tenant`'s rates: requests per second and work units per second, each
 /// a token bucket with a burst of one second's worth, 0 for unbounded. Applies at once
@@ -56,7 +55,7 @@ pub unsafe extern "C" fn fairshm_charge(
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        let now = if now_ms == 0 { clock::now_ms() } else { now_ms };
+        let now = super::now_or_clock(now_ms);
         let e = table.engine();
         match e
             .tenant_by_index(tenant)
