@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// Default wait of an `evict` pool's blocking acquire for an evictable resident.
+#define DEFAULT_EVICT_WAIT_MS 1000
+
 // Granted (an acquire), or done.
 #define FAIRSHM_OK 0
 
@@ -70,6 +73,12 @@
 
 #define FAIRSHM_E_POOL_LEASES_FULL -25
 
+// A resident lease was revoked (an `evict` pool): put the object to sleep, release.
+#define FAIRSHM_E_REVOKED -26
+
+// A resident's call on a lease of a pool that does not evict, or an end without a begin.
+#define FAIRSHM_E_NOT_RESIDENT -27
+
 // `fairshm_open`'s `how`: open an existing segment.
 #define FAIRSHM_OPEN 0
 
@@ -103,6 +112,15 @@
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 #define FAIRSHM_GUARANTEED_BLOCKING 8
 
+// `fairshm_resident_status`: no call in progress (evictable).
+#define FAIRSHM_RESIDENT_IDLE 0
+
+// A call is in progress (never evicted).
+#define FAIRSHM_RESIDENT_IN_CALL 1
+
+// Revoked: put the object to sleep and release the lease.
+#define FAIRSHM_RESIDENT_REVOKED 2
+
 // A token that ends blocking acquires early, from another thread. Opaque.
 typedef struct fairshm_cancel fairshm_cancel;
 
@@ -112,10 +130,10 @@ typedef struct fairshm_table fairshm_table;
 // The facts of a refusal (`FAIRSHM_REFUSED`), filled by the acquire calls.
 typedef struct {
   // 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`, 5 `rate_limited`,
-  // 6 `work_debt` (`fairshm_code_name`).
+  // 6 `work_debt`, 10 `too_many_residents` (`fairshm_code_name`).
   uint32_t reason;
-  // The rule's reason for the last refusal (1, 2, 5 or 6): `reason` itself, or for
-  // `timed_out` and `cancelled` what blocked the wait last.
+  // The rule's reason for the last refusal (1, 2, 5, 6 or 10): `reason` itself, or
+  // for `timed_out` and `cancelled` what blocked the wait last.
   uint32_t rule;
   // Units asked for.
   uint32_t units;
@@ -135,7 +153,8 @@ typedef struct {
   // floor (`over_share`).
   uint32_t short_units;
   uint64_t active_weight;
-  // How long a blocking acquire waited (`timed_out`, `cancelled`); else 0.
+  // How long a blocking acquire waited (`timed_out`, `cancelled`, and
+  // `too_many_residents` after its wait); else 0.
   uint64_t waited_ms;
   // The handles asked with, so that `fairshm_explain` can name them.
   uint32_t pool;
@@ -438,6 +457,49 @@ int32_t fairshm_rates(const fairshm_table *t,
                       uint32_t tenant,
                       uint32_t *requests_per_s,
                       uint32_t *work_units_per_s);
+
+// Starts a call on resident `lease` at `now_ms` (0: the library's clock): while any
+// call is in progress it is never revoked. Calls nest. `FAIRSHM_E_REVOKED` once it
+// was revoked: put the object to sleep and release the lease. `FAIRSHM_E_NOT_RESIDENT`
+// for a lease of a pool that does not evict.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_begin_call(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
+
+// Ends a call begun with `fairshm_begin_call` (`FAIRSHM_E_NOT_RESIDENT` if none is in
+// progress). Once its last call ends the resident is evictable again.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_end_call(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
+
+// Writes resident `lease`'s status (`FAIRSHM_RESIDENT_*`) to `status` (null or
+// writable).
+//
+// # Safety
+// `t` is null or an open table; `status` null or writable.
+int32_t fairshm_resident_status(const fairshm_table *t, uint64_t lease, uint32_t *status);
+
+// Waits up to `timeout_ms` for resident `lease` to be revoked (woken at once by the
+// revocation); writes 1 to `revoked` (null or writable) if it is, else 0. Blocks the
+// calling thread: a binding calls it without its interpreter lock, in slices.
+//
+// # Safety
+// `t` is null or an open table; `revoked` null or writable.
+int32_t fairshm_wait_revoked(const fairshm_table *t,
+                             uint64_t lease,
+                             uint64_t timeout_ms,
+                             uint32_t *revoked);
+
+// Writes pool `pool`'s eviction wait to `ms` (null or writable): how long a blocking
+// acquire of that `evict` pool waits for a resident to become evictable before it is
+// refused `too_many_residents`; 0 for a pool that refuses instead of evicting. A
+// binding that waits in slices stops after this much of `too_many_residents`.
+//
+// # Safety
+// `t` is null or an open table; `ms` null or writable.
+int32_t fairshm_evict_wait_ms(const fairshm_table *t, uint32_t pool, uint32_t *ms);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -175,6 +175,8 @@ pub struct Attempt {
     /// The pool's `limits` word (capacity, floor) as the caller read it, once: it is
     /// frozen into the descriptor, and the caller checked `units` against it.
     pub limits: u64,
+    /// The pool evicts residents instead of refusing (see `residents`).
+    pub evict: bool,
 }
 
 /// The facts a refusal is explained by.
@@ -269,13 +271,16 @@ pub fn try_acquire<R: Region>(
         weight: a.weight,
         active_weight: active_weight.min(u32::MAX as u64) as u32,
     };
-    let d = Desc {
+    let mut d = Desc {
         generation: 0,
         pool: a.pool as u32,
         tenant: a.tenant as u32,
         units: a.units,
         inputs: frozen.inputs(),
     };
+    if a.evict {
+        d.inputs[2] = crate::layout::residency::RESIDENT;
+    }
     let (l, d, outcome) = ops::acquire_with_spare(
         r, &FairShare, slot, hint, d, a.tid, a.now, a.hold_ms, spare,
     )?;
@@ -320,15 +325,38 @@ pub fn try_acquire<R: Region>(
                 held,
                 verdict,
             },
-            claimed,
+            mut claimed,
         ) => {
-            let code = match verdict {
+            let mut verdict = verdict;
+            let mut code = match verdict {
                 Verdict::Refuse { reason, .. } => reason,
                 Verdict::Admit | Verdict::AdmitCharging => {
                     unreachable!("a refusal carries a refusing verdict")
                 }
             };
-            if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1)) {
+            if a.evict {
+                // An `evict` pool does not refuse while a resident can be put to sleep.
+                let spare = spare.filter(|_| claimed.is_none());
+                let over = code == fair_share::OVER_SHARE;
+                let (granted, any) = evict_for(r, slot, hint, a, d, &frozen, over, spare)?;
+                if let Some((l, d)) = granted {
+                    (logged.in_use, logged.held) = (in_use, held);
+                    if a.log {
+                        decisions::record(r, slot, &logged);
+                    }
+                    ops::count_grant(r, r.lease(l));
+                    return Ok(Admitted::Granted { lease: l, desc: d });
+                }
+                if any {
+                    claimed = claimed.or(Some(usize::MAX));
+                }
+                code = crate::residents::TOO_MANY_RESIDENTS;
+                if let Verdict::Refuse { reason, .. } = &mut verdict {
+                    *reason = code;
+                }
+                // Relaxed: a statistic.
+                tp.too_many_residents.fetch_add(1, Relaxed);
+            } else if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1)) {
                 c.fetch_add(1, Relaxed);
             }
             let hold = retry::hold_us(tp.hold_ewma_us.load(Relaxed) as u64, a.hold_ms);
@@ -366,6 +394,53 @@ pub fn try_acquire<R: Region>(
             Ok(Admitted::Refused { facts, claimed })
         }
     }
+}
+
+/// How many victims an acquire tries before it refuses: each lost race means a
+/// resident began a call (or was taken) between the choice and the revocation.
+const EVICT_TRIES: usize = 8;
+
+/// An `evict` pool's acquire that the rule refused: revokes a victim and takes its
+/// permit (see `residents`). Returns the grant, if any, and whether a lease was
+/// claimed on the way (the thread's spare is then spent).
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn evict_for<R: Region>(
+    r: &R,
+    slot: usize,
+    hint: usize,
+    a: &Attempt,
+    d: Desc,
+    f: &Frozen,
+    over: bool,
+    mut spare: Option<(usize, u32)>,
+) -> Result<(Option<(usize, Desc)>, bool)> {
+    let mut any = false;
+    for _ in 0..EVICT_TRIES {
+        let Some(v) = crate::residents::choose(r, a.pool, a.tenant, a.units, over, f) else {
+            break;
+        };
+        let (l, d, out) = ops::transfer(
+            r,
+            slot,
+            hint,
+            d,
+            (v.lease, v.generation),
+            a.tid,
+            a.now,
+            a.hold_ms,
+            spare.take(),
+        )?;
+        any = true;
+        if out == ops::Transferred::Granted {
+            // Relaxed: statistics.
+            r.tenant_pool(a.pool, a.tenant).evictions.fetch_add(1, Relaxed);
+            r.tenant_pool(a.pool, v.tenant).revoked.fetch_add(1, Relaxed);
+            return Ok((Some((l, d)), true));
+        }
+    }
+    Ok((None, any))
 }
 
 /// Releases lease `l` of generation `generation` at `now`, with the owner's copy of
@@ -412,6 +487,7 @@ mod tests {
             pid: 1,
             log: true,
             limits: pair::make(2, 1),
+            evict: false,
         }
     }
 

@@ -63,9 +63,18 @@ pub(crate) fn acquire(
     count_end: bool,
 ) -> Result<std::result::Result<LeaseId, (Ended, Duration)>> {
     let start = Instant::now();
-    let deadline = start + timeout;
     let seg = engine.seg();
     let p = pool.index();
+    // An `evict` pool waits at most its eviction wait for a resident to become
+    // evictable, then fails `too_many_residents` (seed 000: one second).
+    let evict_wait = engine
+        .config()
+        .pools
+        .get(p)
+        .filter(|c| c.evict)
+        .map(|c| Duration::from_millis(c.evict_wait_ms as u64));
+    let timeout = evict_wait.map_or(timeout, |w| timeout.min(w));
+    let deadline = start + timeout;
     // The handle may come from a binding as a bare integer: checked before its record
     // is touched (the engine's acquire checks it again, on every try).
     if p >= seg.geometry().pools {
@@ -94,14 +103,16 @@ pub(crate) fn acquire(
         let now = Instant::now();
         let ended = if cancel.is_some_and(Cancel::is_cancelled) {
             Some(Reason::Cancelled)
+        } else if now >= deadline && last.reason == Reason::TooManyResidents {
+            Some(Reason::TooManyResidents)
         } else if now >= deadline {
             Some(Reason::TimedOut)
         } else {
             None
         };
         if let Some(reason) = ended {
-            // Relaxed: a statistic.
-            if count_end {
+            // Relaxed: a statistic (`too_many_residents` counted each refusal already).
+            if count_end && reason != Reason::TooManyResidents {
                 seg.tenant_pool(p, tenant.index()).refusals[reason as usize - 1]
                     .fetch_add(1, Relaxed);
             }

@@ -13,6 +13,8 @@ use crate::layout::{Geometry, MAX_LEASES, MAX_NAME};
 pub const DEFAULT_FLOOR_PERCENT: u32 = 5;
 /// Default activity window: a tenant is active if it held or asked in the last second.
 pub const DEFAULT_WINDOW_MS: u32 = 1000;
+/// Default wait of an `evict` pool's blocking acquire for an evictable resident.
+pub const DEFAULT_EVICT_WAIT_MS: u32 = 1000;
 /// Largest capacity: what the 24-bit count of an op word holds (16,777,215).
 pub const MAX_CAPACITY: u32 = crate::layout::op_word::MAX_COUNT;
 pub const MAX_POOLS: usize = 64;
@@ -33,6 +35,13 @@ pub struct PoolConfig {
     pub window_ms: u32,
     /// Capacity sized from the live registered workers instead of `capacity`.
     pub per_worker: Option<PerWorker>,
+    /// The residents pool of seed 000: when full, an acquire revokes the idlest resident
+    /// (of the asker if it is over its share, else of the tenant furthest over its
+    /// share) instead of refusing; see `residents`.
+    pub evict: bool,
+    /// In an `evict` pool, how long a blocking acquire waits for a resident to become
+    /// evictable before it fails `too_many_residents` (seed 000: one second).
+    pub evict_wait_ms: u32,
 }
 
 /// Semian's worker-sized capacity: `tickets = min(workers, max(ceil(quota * workers),
@@ -74,6 +83,8 @@ impl PoolConfig {
             floor_percent: DEFAULT_FLOOR_PERCENT,
             window_ms: DEFAULT_WINDOW_MS,
             per_worker: None,
+            evict: false,
+            evict_wait_ms: DEFAULT_EVICT_WAIT_MS,
         }
     }
     /// A pool sized from the workers: see [`PerWorker`]. Validation requires
@@ -91,6 +102,25 @@ impl PoolConfig {
     }
     pub fn window_ms(mut self, ms: u32) -> Self {
         self.window_ms = ms;
+        self
+    }
+    /// This pool as its canonical bytes keep it: a pool that does not evict keeps no
+    /// eviction wait (it reads back as the default).
+    pub fn canonical(&self) -> PoolConfig {
+        let mut p = self.clone();
+        if !p.evict {
+            p.evict_wait_ms = DEFAULT_EVICT_WAIT_MS;
+        }
+        p
+    }
+    /// Makes this the residents pool: evict instead of refusing (see [`PoolConfig::evict`]).
+    pub fn evicting(mut self) -> Self {
+        self.evict = true;
+        self
+    }
+    /// Sets how long a blocking acquire waits for an evictable resident.
+    pub fn evict_wait_ms(mut self, ms: u32) -> Self {
+        self.evict_wait_ms = ms;
         self
     }
 }
@@ -125,7 +155,7 @@ impl Default for Config {
             pools: vec![
                 PoolConfig::new("requests", 1000),
                 PoolConfig::new("connections", 200),
-                PoolConfig::new("residents", 500),
+                PoolConfig::new("residents", 500).evicting(),
                 PoolConfig::new("flights", 100),
             ],
             max_tenants: 1024,
@@ -206,6 +236,12 @@ impl Config {
             if p.window_ms == 0 {
                 return bad(format!("pool {:?}: window_ms must be at least 1", p.name));
             }
+            if p.evict && p.evict_wait_ms == 0 {
+                return bad(format!(
+                    "pool {:?}: evict_wait_ms must be at least 1 (seed 000 waits 1000)",
+                    p.name
+                ));
+            }
         }
         let t = self.max_tenants as usize;
         if t == 0 || t > MAX_TENANTS {
@@ -264,6 +300,7 @@ impl Config {
         );
         let (_, words) = self.guaranteed_places(&geo);
         geo.with_guaranteed(words)
+            .with_residents(self.pools.iter().any(|p| p.evict))
     }
 
     /// Where each guaranteed pool lives, and the words of the guaranteed region.
@@ -306,7 +343,9 @@ impl Config {
             let (q, m) = p
                 .per_worker
                 .map_or((0, 0), |w| (w.quota_ppm, w.min_tickets));
-            for v in [p.capacity, p.floor_percent, p.window_ms, q, m, 0] {
+            // The sixth word: an evict pool's wait (>= 1), 0 for a pool that refuses.
+            let evict = if p.evict { p.evict_wait_ms.max(1) } else { 0 };
+            for v in [p.capacity, p.floor_percent, p.window_ms, q, m, evict] {
                 b.extend_from_slice(&v.to_le_bytes());
             }
         }
@@ -377,6 +416,11 @@ impl Config {
                         quota_ppm,
                         min_tickets: u32_at(off + MAX_NAME + 16)?,
                     }),
+                },
+                evict: u32_at(off + MAX_NAME + 20)? != 0,
+                evict_wait_ms: match u32_at(off + MAX_NAME + 20)? {
+                    0 => DEFAULT_EVICT_WAIT_MS,
+                    w => w,
                 },
             });
         }
@@ -476,7 +520,7 @@ impl Config {
             ));
         }
         for (h, w) in self.pools.iter().zip(&asked.pools) {
-            if h != w {
+            if h.canonical() != w.canonical() {
                 return Some(format!(
                     "pool {:?}: segment has {h:?}, asked for {w:?}",
                     h.name

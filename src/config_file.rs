@@ -56,6 +56,10 @@ struct FilePool {
     floor_percent: Option<u32>,
     window_ms: Option<u32>,
     per_worker: Option<FilePerWorker>,
+    /// The residents pool: evict instead of refusing.
+    #[serde(default)]
+    evict: bool,
+    evict_wait_ms: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -106,6 +110,10 @@ impl FileConfig {
             pools.push(PoolConfig {
                 floor_percent: p.floor_percent.unwrap_or(DEFAULT_FLOOR_PERCENT),
                 window_ms: p.window_ms.unwrap_or(DEFAULT_WINDOW_MS),
+                evict: p.evict,
+                evict_wait_ms: p
+                    .evict_wait_ms
+                    .unwrap_or(crate::config::DEFAULT_EVICT_WAIT_MS),
                 ..pc
             });
         }

@@ -8,6 +8,7 @@ use crate::sync::{AtomicU32, Ordering::Relaxed};
 
 pub use crate::guaranteed::shared::CRASH_LABELS as GUARANTEED_LABELS;
 pub use crate::ops::CRASH_LABELS as LABELS;
+pub use crate::ops::RESIDENT_CRASH_LABELS as RESIDENT_LABELS;
 
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);
@@ -16,7 +17,9 @@ static PLAN: Mutex<Option<(&'static str, u64)>> = Mutex::new(None);
 /// Dies at the `skip + 1`-th hit of `label` from now on.
 pub fn arm(label: &'static str, skip: u64) {
     assert!(
-        LABELS.contains(&label) || GUARANTEED_LABELS.contains(&label),
+        LABELS.contains(&label)
+            || GUARANTEED_LABELS.contains(&label)
+            || RESIDENT_LABELS.contains(&label),
         "unknown crash point {label:?}"
     );
     *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip));

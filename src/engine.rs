@@ -460,6 +460,7 @@ impl Engine {
             pid: crate::selfid::pid(),
             log: self.decision_log(),
             limits,
+            evict: self.config().pools[p].evict,
         };
         // Relaxed: a hint only, where the last release left a free slot (threads that
         // race may start at the same lease; any start finds a free one if there is one).
@@ -617,6 +618,95 @@ impl Engine {
         }
         crate::waiting::released(self.seg.pool(d.pool as usize), d.units);
         Ok(PoolId(d.pool))
+    }
+
+    /// Lease `id`'s index, checked to lie in this process's lease range.
+    fn own_lease(&self, id: LeaseId) -> Result<usize> {
+        let l = id.index as usize;
+        let geo = self.seg.geometry();
+        if l >= geo.leases() {
+            return Err(Error::InvalidRequest(format!(
+                "lease {id} is beyond the lease table"
+            )));
+        }
+        let lpp = geo.leases_per_proc;
+        if !self
+            .registered(crate::selfid::pid() as u64)
+            .is_some_and(|s| (s * lpp..(s + 1) * lpp).contains(&l))
+        {
+            return Err(Error::NotOwner {
+                lease: id.to_string(),
+            });
+        }
+        Ok(l)
+    }
+
+    /// Starts a call on resident lease `id` (a lease of an `evict` pool) at `now` (ms):
+    /// while a call is in progress the resident is never revoked. Calls may nest; each
+    /// needs its [`Engine::end_call`]. `Err(Revoked)` if the lease was revoked to make
+    /// room: put the object to sleep and release the lease.
+    pub fn begin_call(&self, id: LeaseId, now: u64) -> Result<()> {
+        self.writable("beginning a call")?;
+        let l = self.own_lease(id)?;
+        crate::residents::begin_call(&self.seg, l, id.generation, now.max(1), &id.to_string())
+    }
+
+    /// Ends a call on resident lease `id` at `now` (ms). When its last call ends the
+    /// resident is evictable again, and an acquire waiting for one is woken.
+    pub fn end_call(&self, id: LeaseId, now: u64) -> Result<()> {
+        self.writable("ending a call")?;
+        let l = self.own_lease(id)?;
+        let (p, idle) =
+            crate::residents::end_call(&self.seg, l, id.generation, now.max(1), &id.to_string())?;
+        if idle && (p as usize) < self.seg.geometry().pools {
+            // A resident became evictable: a waiter may now evict it.
+            crate::waiting::released(self.seg.pool(p as usize), 1);
+        }
+        Ok(())
+    }
+
+    /// Whether resident lease `id` is idle, in a call, or revoked.
+    pub fn resident_status(&self, id: LeaseId) -> Result<crate::residents::Status> {
+        let l = self.own_lease(id)?;
+        crate::residents::status(&self.seg, l, id.generation, &id.to_string())
+    }
+
+    /// Waits up to `timeout` for resident lease `id` to be revoked; returns whether it
+    /// is. Wakes at once on a revocation (a futex the revoker wakes).
+    pub fn wait_revoked(&self, id: LeaseId, timeout: std::time::Duration) -> Result<bool> {
+        let l = self.own_lease(id)?;
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let Some((word, seq)) = crate::residents::wake_word(&self.seg, l) else {
+                return Err(Error::NotResident {
+                    lease: id.to_string(),
+                    why: "the segment has no evict pool",
+                });
+            };
+            let st = crate::residents::status(&self.seg, l, id.generation, &id.to_string())?;
+            if st == crate::residents::Status::Revoked {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            let w = [crate::waiting::Watch { word, val: seq }];
+            crate::waiting::sleep_on(&w, until);
+        }
+    }
+
+    /// This process's resident leases that were revoked and are not yet released.
+    pub fn revoked_leases(&self) -> Vec<LeaseId> {
+        let Some(slot) = self.registered(crate::selfid::pid() as u64) else {
+            return Vec::new();
+        };
+        crate::residents::revoked_of_slot(&self.seg, slot)
+            .into_iter()
+            .map(|(l, g)| LeaseId {
+                index: l as u32,
+                generation: g,
+            })
+            .collect()
     }
 
     /// A capacity no op word can count is garbage: the config's values go back (a

@@ -119,6 +119,19 @@ pub enum Error {
         max: usize,
     },
 
+    /// A resident lease was revoked to make room for another (an `evict` pool): put
+    /// the object to sleep and release the lease.
+    #[error(
+        "resident lease {lease} was revoked to make room in its pool: put the object to \
+         sleep and release the lease"
+    )]
+    Revoked { lease: String },
+
+    /// A resident's call on a lease of a pool that does not evict, or an end without
+    /// a begin.
+    #[error("lease {lease}: {why}")]
+    NotResident { lease: String, why: &'static str },
+
     #[error("{op} on segment {name:?} failed: {source}")]
     Io {
         name: String,
@@ -160,6 +173,8 @@ impl Error {
             Error::TenantBusy { .. } => 23,
             Error::BadFile { .. } => 24,
             Error::PoolLeasesFull { .. } => 25,
+            Error::Revoked { .. } => 26,
+            Error::NotResident { .. } => 27,
         }
     }
 
@@ -193,6 +208,8 @@ impl Error {
             Error::TenantBusy { .. } => "tenant_busy",
             Error::BadFile { .. } => "bad_file",
             Error::PoolLeasesFull { .. } => "pool_leases_full",
+            Error::Revoked { .. } => "revoked",
+            Error::NotResident { .. } => "not_resident",
         }
     }
 }
@@ -295,12 +312,19 @@ mod tests {
                 what: "",
                 max: 0,
             },
+            Error::Revoked {
+                lease: String::new(),
+            },
+            Error::NotResident {
+                lease: String::new(),
+                why: "",
+            },
         ];
         let codes: Vec<u32> = all.iter().map(Error::code).collect();
         assert_eq!(
             codes,
-            (1..=25).collect::<Vec<_>>(),
-            "codes are 1..=25 in order"
+            (1..=27).collect::<Vec<_>>(),
+            "codes are 1..=27 in order"
         );
         let mut kinds: Vec<&str> = all.iter().map(Error::kind).collect();
         kinds.sort_unstable();

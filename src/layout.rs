@@ -12,7 +12,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record but `PoolRec` is one cache line, so that two records never share one.
@@ -48,6 +48,8 @@ pub mod region_kind {
     pub const RATES: u32 = 8;
     /// The guaranteed pools' heads and state blocks, as 8-byte words (seed 001).
     pub const GUARANTEED: u32 = 9;
+    /// One [`super::ResidentRec`] per lease: the residency of the `evict` pools' leases.
+    pub const RESIDENTS: u32 = 10;
 }
 
 /// Segment header, at offset 0. Written once by the creator; `ready` last.
@@ -115,7 +117,12 @@ pub struct PoolRec {
     /// count and the last op's tag, see [`op_word`]): loans, for a lending policy.
     /// Fair share leaves it 0.
     pub extra: AtomicU64,
-    pub reserved: [AtomicU64; 10],
+    /// Residents revoked by acquires of this pool (an `evict` pool), ever. Bumped by
+    /// the revoker after its revocation and before its lease is `HELD`, so that a
+    /// check that sees it unchanged across its scan saw no transfer complete unseen
+    /// (see `repair`).
+    pub evictions: AtomicU64,
+    pub reserved: [AtomicU64; 9],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -156,7 +163,13 @@ pub struct TenantPoolRec {
     pub hint_ms_total: AtomicU64,
     /// Refusals that came before an earlier hint of this tenant's had run out.
     pub early_returns: AtomicU64,
-    pub reserved: [AtomicU64; 5],
+    /// Acquires refused `too_many_residents` (an `evict` pool with nothing evictable).
+    pub too_many_residents: AtomicU64,
+    /// This tenant's residents revoked by others' acquires (or its own).
+    pub revoked: AtomicU64,
+    /// Residents this tenant's acquires revoked.
+    pub evictions: AtomicU64,
+    pub reserved: [AtomicU64; 2],
 }
 
 /// One process slot.
@@ -283,6 +296,120 @@ pub struct LeaseRec {
     /// not yet added to that tenant's `grants` counter: the owner counts here with
     /// plain stores, and adds them (one RMW) when the slot next serves another pair.
     pub pending_grants: AtomicU32,
+}
+
+/// One resident record per lease, used by the leases of `evict` pools (see
+/// `residents`): whether the resident is in a call, revoked, or closed, and when it
+/// was last called. Lease `L`'s record is record `L` of the residents region.
+#[repr(C)]
+pub struct ResidentRec {
+    /// See [`resident_word`]: the lease generation it describes, its state, and the
+    /// calls in progress or the revoker. Changed by CAS (owner's calls, a revoker, the
+    /// release's close) and by the owner's stores while the lease is its own alone.
+    pub word: AtomicU64,
+    /// The resident's last call (begun or ended), or its grant, in ms of the callers'
+    /// `now`: what "idlest" is judged by. Written by the owner only.
+    pub last_call_ms: AtomicU64,
+    /// A futex word bumped (and woken) by a revocation: the owner can sleep on it.
+    pub wake: AtomicU32,
+    /// Calls begun on this record, ever (wraps).
+    pub calls: AtomicU32,
+    pub reserved: [AtomicU64; 5],
+}
+
+/// A resident record's word ([`ResidentRec::word`]).
+///
+/// | bits   | field        | meaning                                                  |
+/// |--------|--------------|----------------------------------------------------------|
+/// | 0..24  | `generation` | the claim generation of the lease this word describes    |
+/// | 24..28 | `state`      | one of the states below                                  |
+/// | 28..32 | (zero)       |                                                          |
+/// | 32..64 | `arg`        | `IN_CALL`: calls in progress; `REVOKED`: the revoker, as lease index + 1 (bits 32..48) and the low 16 bits of its generation (48..64); else 0 |
+///
+/// A word whose generation is not its lease's current one describes nothing.
+pub mod resident_word {
+    pub const GEN_MASK: u64 = 0xFF_FFFF;
+    /// Written when the acquire is published: not evictable yet.
+    pub const PENDING: u32 = 0;
+    /// Granted, no call in progress: evictable.
+    pub const IDLE: u32 = 1;
+    /// `arg` calls in progress: not evictable.
+    pub const IN_CALL: u32 = 2;
+    /// Revoked by the acquire `arg` names: its unit in the pool word is the revoker's;
+    /// the release of this lease gives back only the tenant's held unit.
+    pub const REVOKED: u32 = 3;
+    /// Released (or being released) unrevoked: no longer revocable.
+    pub const CLOSED: u32 = 4;
+
+    #[inline]
+    pub fn make(generation: u32, state: u32, arg: u32) -> u64 {
+        (generation as u64 & GEN_MASK) | ((state as u64 & 0xF) << 24) | ((arg as u64) << 32)
+    }
+    #[inline]
+    pub fn generation(w: u64) -> u32 {
+        (w & GEN_MASK) as u32
+    }
+    #[inline]
+    pub fn state(w: u64) -> u32 {
+        ((w >> 24) & 0xF) as u32
+    }
+    #[inline]
+    pub fn arg(w: u64) -> u32 {
+        (w >> 32) as u32
+    }
+    /// `arg` naming revoker lease `lease` of generation `generation`.
+    #[inline]
+    pub fn revoker(lease: usize, generation: u32) -> u32 {
+        debug_assert!(lease < super::MAX_LEASES);
+        (lease as u32 + 1) | ((generation & 0xFFFF) << 16)
+    }
+    /// The revoker an `arg` names: (lease index, low 16 bits of its generation).
+    #[inline]
+    pub fn revoker_of(arg: u32) -> Option<(usize, u32)> {
+        match arg & 0xFFFF {
+            0 => None,
+            i => Some((i as usize - 1, arg >> 16)),
+        }
+    }
+    pub fn name(state: u32) -> &'static str {
+        match state {
+            PENDING => "pending",
+            IDLE => "idle",
+            IN_CALL => "in_call",
+            REVOKED => "revoked",
+            CLOSED => "closed",
+            _ => "corrupt",
+        }
+    }
+}
+
+/// The residency of a lease, in its third input word (`LeaseRec.inputs[2]`), which
+/// fair share leaves 0: set by the protocol for the leases of `evict` pools.
+///
+/// | bits   | field        | meaning                                                 |
+/// |--------|--------------|---------------------------------------------------------|
+/// | 0..16  | `victim`     | a transfer's victim lease index                         |
+/// | 16..40 | `victim_gen` | that lease's generation                                 |
+/// | 40..62 | (zero)       |                                                         |
+/// | 62     | `TRANSFER`   | this acquire's pool step is revoking the victim         |
+/// | 63     | `RESIDENT`   | the lease is a resident (its record is kept)            |
+pub mod residency {
+    pub const RESIDENT: u64 = 1 << 63;
+    pub const TRANSFER: u64 = 1 << 62;
+    #[inline]
+    pub fn is_resident(w: u64) -> bool {
+        w & RESIDENT != 0
+    }
+    /// A transfer's victim: (lease index, generation).
+    #[inline]
+    pub fn victim(w: u64) -> Option<(usize, u32)> {
+        (w & TRANSFER != 0).then_some(((w & 0xFFFF) as usize, ((w >> 16) & 0xFF_FFFF) as u32))
+    }
+    #[inline]
+    pub fn transfer(lease: usize, generation: u32) -> u64 {
+        debug_assert!(lease < super::MAX_LEASES);
+        RESIDENT | TRANSFER | lease as u64 | ((generation as u64 & 0xFF_FFFF) << 16)
+    }
 }
 
 /// Two u32 halves in one u64: `lo | hi << 32`.
@@ -581,6 +708,9 @@ pub struct Geometry {
     /// The guaranteed pools' region (128-aligned) and its size in 8-byte words.
     pub guaranteed_off: usize,
     pub guaranteed_words: usize,
+    /// The residents region (one record per lease, or none when no pool evicts).
+    pub residents_off: usize,
+    pub residents: usize,
     pub total_size: usize,
 }
 
@@ -626,6 +756,8 @@ impl Geometry {
             rates_off,
             guaranteed_off,
             guaranteed_words: 0,
+            residents_off: total_size,
+            residents: 0,
             total_size,
         }
     }
@@ -636,6 +768,18 @@ impl Geometry {
         if words > 0 {
             self.total_size = self.guaranteed_off + words * 8;
         }
+        self.residents_off = align_up(self.total_size);
+        self
+    }
+
+    /// The same, with a residents region (one record per lease) at the end, when
+    /// `evicting` (some pool evicts).
+    pub fn with_residents(mut self, evicting: bool) -> Self {
+        self.residents_off = align_up(self.total_size);
+        if evicting {
+            self.residents = self.leases();
+            self.total_size = self.residents_off + self.residents * RECORD;
+        }
         self
     }
 
@@ -644,7 +788,7 @@ impl Geometry {
     }
 
     /// The region directory this geometry makes: `(kind, offset, record size, count)`.
-    pub fn directory(&self) -> [(u32, usize, usize, usize); 9] {
+    pub fn directory(&self) -> [(u32, usize, usize, usize); 10] {
         use region_kind::*;
         [
             (CONFIG, self.config_off, self.config_len, 1),
@@ -661,6 +805,7 @@ impl Geometry {
             (LOGS, self.logs_off, RECORD, self.procs * self.log_per_proc),
             (RATES, self.rates_off, RECORD, self.tenants),
             (GUARANTEED, self.guaranteed_off, 8, self.guaranteed_words),
+            (RESIDENTS, self.residents_off, RECORD, self.residents),
         ]
     }
 }
@@ -672,7 +817,9 @@ pub fn record_size(record: &str) -> Option<usize> {
         "Header" => Some(HEADER),
         "RegionEntry" => Some(16),
         "TenantPoolRec" => Some(TENANT_POOL_RECORD),
-        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" | "RateRec" => Some(RECORD),
+        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" | "RateRec" | "ResidentRec" => {
+            Some(RECORD)
+        }
         _ => None,
     }
 }
@@ -702,10 +849,11 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         created_unix_ms, creator_pid, n_regions, registry, reserved32, reserved, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
-        waiters, reserved32, wake, extra, reserved);
+        waiters, reserved32, wake, extra, evictions, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
-        hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns, reserved);
+        hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,
+        too_many_residents, revoked, evictions, reserved);
     fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
         registered_ms, death_pids, death_unix_ms, death_info, log_head);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,
@@ -714,6 +862,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         active_hint, tid_pid);
     fields!(v, RateRec, "RateRec": limits, req_tat_ns, work_tat_ns, rate_limited, work_debt,
         work_charged, reserved);
+    fields!(v, ResidentRec, "ResidentRec": word, last_call_ms, wake, calls, reserved);
     v
 }
 
@@ -730,5 +879,6 @@ const _: () = {
     assert!(size_of::<LeaseRec>() == RECORD);
     assert!(size_of::<LogRec>() == RECORD);
     assert!(size_of::<RateRec>() == RECORD);
+    assert!(size_of::<ResidentRec>() == RECORD);
     assert!(align_of::<LeaseRec>() <= RECORD);
 };

@@ -19,7 +19,8 @@
 //! `region` (the records, mapped or on the heap), `ops` (the crash-safe op protocol,
 //! which names no policy), `policy` (the seam, and `fair_share`: seed 000's rule),
 //! `admission` (activity, frozen inputs, statistics), `retry` (the retry-after
-//! estimator: a turn clock per tenant), `rates` (per-tenant token buckets), `tenants`,
+//! estimator: a turn clock per tenant), `rates` (per-tenant token buckets), `residents`
+//! (the `evict` pools: victim choice, calls, revocations), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake), `peers` (anchors watching each other),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
 //! (`per_worker` sizing), `stats`, `refusal`, `engine` (handles), `table` (the façade), `ffi` (the C ABI, public), `decisions` (the decision log), `tool` (what `shmtool` does, public),
@@ -51,6 +52,7 @@ internal!(
     rates,
     recovery,
     region,
+    residents,
     repair,
     retry,
     tenants,
@@ -100,6 +102,7 @@ pub use rates::RateState;
 pub use recovery::Reaped;
 pub use refusal::{Reason, Refusal, Refused};
 pub use repair::PoolRepair;
+pub use residents::Status as ResidentStatus;
 pub use stats::Snapshot;
 #[cfg(not(loom))]
 pub use table::{DEFAULT_SWEEP, Lease, LeaseGuard, OwnedLease, Request, Table};
@@ -117,6 +120,8 @@ mod loom_guaranteed;
 mod loom_lending;
 #[cfg(all(test, loom))]
 mod loom_rates;
+#[cfg(all(test, loom))]
+mod loom_residents;
 #[cfg(all(test, loom))]
 mod loom_tests;
 

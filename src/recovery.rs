@@ -304,12 +304,22 @@ fn undo_acquire<R: Region>(
     let pool_w = r.pool(p).word.load(Acquire);
     let held_w = r.tenant_pool(p, t).held.load(Acquire);
     let extra_w = r.pool(p).extra.load(Acquire);
+    // A transfer's pool step is the victim's revocation: its word names us while the
+    // victim's slot is not published again (then `POOL_DONE` records it). Word first.
+    let victim = crate::layout::residency::victim(d.inputs[2]);
+    let revoked = victim.is_some_and(|(v, vg)| {
+        v < r.geometry().leases() && ops::resident::revoked_by(r, v, vg, l, generation)
+    });
     let s = lease.state.load(Acquire);
     if ls::generation(s) != generation || ls::state(s) != ls::ACQUIRING {
         return Ok(None);
     }
     let charges = s & ls::CHARGES_EXTRA != 0;
-    let pool_done = op_word::raw_tag(pool_w) == tag || s & ls::POOL_DONE != 0;
+    let pool_done = if victim.is_some() {
+        revoked || s & ls::POOL_DONE != 0
+    } else {
+        op_word::raw_tag(pool_w) == tag || s & ls::POOL_DONE != 0
+    };
     let held_done = op_word::raw_tag(held_w) == tag || s & ls::HELD_DONE != 0;
     let extra_done = charges && (op_word::raw_tag(extra_w) == tag || s & ls::EXTRA_DONE != 0);
     if !pool_done && !held_done && !extra_done {

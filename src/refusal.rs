@@ -37,6 +37,9 @@ pub enum Reason {
     /// Guaranteed pool: the tenant's guarantee is in use and no idle tenant can lend
     /// the rest.
     GuaranteeExhausted = 9,
+    /// `evict` pool: full, and no resident became evictable (all in a call, or none of
+    /// the tenant's own while it is over its share) within the pool's wait.
+    TooManyResidents = 10,
 }
 
 impl Reason {
@@ -56,7 +59,7 @@ impl Reason {
     /// Every reason, in code order.
     ///
     /// cbindgen:ignore
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::PoolFull,
         Reason::OverShare,
         Reason::TimedOut,
@@ -66,6 +69,7 @@ impl Reason {
         Reason::HoldExceedsReclaimHorizon,
         Reason::GuaranteeOnLoan,
         Reason::GuaranteeExhausted,
+        Reason::TooManyResidents,
     ];
 
     /// The reason with this code, if it is one.
@@ -88,6 +92,7 @@ impl Reason {
             Reason::HoldExceedsReclaimHorizon => "hold_exceeds_reclaim_horizon",
             Reason::GuaranteeOnLoan => "guarantee_on_loan",
             Reason::GuaranteeExhausted => "guarantee_exhausted",
+            Reason::TooManyResidents => "too_many_residents",
         }
     }
 }
@@ -132,6 +137,10 @@ impl Refused {
                 reason: POOL_FULL,
                 short,
             } => (Reason::PoolFull, short),
+            Verdict::Refuse {
+                reason: crate::residents::TOO_MANY_RESIDENTS,
+                short,
+            } => (Reason::TooManyResidents, short),
             Verdict::Refuse { short, .. } => (Reason::PoolFull, short),
             Verdict::Admit | Verdict::AdmitCharging => (Reason::PoolFull, 0),
         };
@@ -344,6 +353,24 @@ impl Refusal {
         };
         let turn = Turn(x);
         match x.reason {
+            Reason::TooManyResidents => {
+                let (standing, whose) = if x.held as f64 >= sh && x.held >= x.floor {
+                    ("at or past", "its own residents are")
+                } else {
+                    (
+                        "under",
+                        "every resident of the tenants at or past their shares is",
+                    )
+                };
+                write!(
+                    f,
+                    "tenant {tenant:?} asked for {} of pool {pool:?}, which evicts residents                      to make room and is full ({} of {} in use). It holds {}, {standing} its                      share of {sh:.1} ({company}), and {whose} in a call, so none could be                      put to sleep. Retry after {retry} ms: a resident that ends its call                      becomes evictable, and a release makes room.",
+                    plural(units, "unit"),
+                    x.in_use,
+                    x.capacity,
+                    x.held,
+                )
+            }
             Reason::OverShare => write!(
                 f,
                 "tenant {tenant:?} asked for {} of pool {pool:?} ({} of {} in use). \

@@ -10,7 +10,8 @@
 //! accessors check again and panic, like slice indexing, as a memory-safety backstop.
 
 use crate::layout::{
-    Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, TenantPoolRec, TenantRec,
+    Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, ResidentRec, TenantPoolRec,
+    TenantRec,
 };
 use crate::guaranteed::{GuaranteedConfig, Rules};
 use crate::sync::{AtomicU32, AtomicU64};
@@ -33,6 +34,8 @@ pub trait Region {
     fn g_head(&self, gp: usize) -> &AtomicU64;
     /// Block `b < 2 * geometry().procs` of guaranteed pool `gp`: its words.
     fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64];
+    /// Lease `l`'s resident record, if the region has residents (some pool evicts).
+    fn resident(&self, l: usize) -> Option<&ResidentRec>;
 }
 
 /// A guaranteed pool on the heap.
@@ -53,6 +56,7 @@ pub struct HeapRegion {
     logs: Vec<LogRec>,
     rates: Vec<RateRec>,
     guaranteed: Vec<HeapGPool>,
+    residents: Vec<ResidentRec>,
 }
 
 fn a32() -> AtomicU32 {
@@ -92,6 +96,7 @@ impl HeapRegion {
                     reserved32: a32(),
                     wake: a64(),
                     extra: a64(),
+                    evictions: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),
@@ -114,7 +119,10 @@ impl HeapRegion {
                     turn_at_us: a64(),
                     hint_ms_total: a64(),
                     early_returns: a64(),
-                    reserved: [a64(), a64(), a64(), a64(), a64()],
+                    too_many_residents: a64(),
+                    revoked: a64(),
+                    evictions: a64(),
+                    reserved: [a64(), a64()],
                 })
                 .collect(),
             procs: (0..procs)
@@ -166,7 +174,24 @@ impl HeapRegion {
                 })
                 .collect(),
             guaranteed: Vec::new(),
+            residents: Vec::new(),
         }
+    }
+
+    /// The same region with a resident record per lease (as a segment with an `evict`
+    /// pool has).
+    pub fn with_residents(mut self) -> Self {
+        self.geo = self.geo.with_residents(true);
+        self.residents = (0..self.geo.leases())
+            .map(|_| ResidentRec {
+                word: a64(),
+                last_call_ms: a64(),
+                wake: a32(),
+                calls: a32(),
+                reserved: std::array::from_fn(|_| a64()),
+            })
+            .collect();
+        self
     }
 
     /// The same region with these guaranteed pools (validated configs), initialised as
@@ -233,5 +258,8 @@ impl Region for HeapRegion {
     }
     fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64] {
         &self.guaranteed[gp].blocks[b]
+    }
+    fn resident(&self, l: usize) -> Option<&ResidentRec> {
+        self.residents.get(l)
     }
 }

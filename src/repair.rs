@@ -27,7 +27,7 @@
 //! process slot in a state no version writes is taken and emptied as a reaper would.
 
 use crate::error::{Error, Result};
-use crate::layout::{lease_state as ls, op_word, proc_state as ps};
+use crate::layout::{lease_state as ls, op_word, proc_state as ps, residency, resident_word};
 use crate::ops::{check_desc, read_desc};
 use crate::recovery::{Reaped, Reaper};
 use crate::region::Region;
@@ -65,7 +65,10 @@ fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
     let geo = *r.geometry();
     let backoff = Backoff::new();
     loop {
-        // SeqCst: as every reader of the pool word.
+        // SeqCst: as every reader of the pool word; `evictions` likewise (a transfer
+        // moves a unit from its victim's lease to its own without touching the pool
+        // word, and bumps it before it is HELD).
+        let evictions = r.pool(p).evictions.load(SeqCst);
         let pool_word = r.pool(p).word.load(SeqCst);
         // Acquire: pairs with the ops' AcqRel CASes.
         let held_words: Vec<u64> = (0..geo.tenants)
@@ -92,10 +95,17 @@ fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
                 busy = true;
                 break;
             }
-            total += d.units as u64;
+            // A revoked resident's pool unit is its revoker's; its tenant still holds
+            // it until the release.
+            if !(residency::is_resident(d.inputs[2]) && revoked(r, l, ls::generation(s))) {
+                total += d.units as u64;
+            }
             held[d.tenant as usize] += d.units as u64;
         }
-        if !busy && r.pool(p).word.load(SeqCst) == pool_word {
+        if !busy
+            && r.pool(p).word.load(SeqCst) == pool_word
+            && r.pool(p).evictions.load(SeqCst) == evictions
+        {
             return Ok(Sums {
                 pool_word,
                 held_words,
@@ -110,6 +120,15 @@ fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
         }
         backoff.snooze();
     }
+}
+
+/// Whether resident lease `l` of generation `g` is revoked (its record says so).
+fn revoked<R: Region>(r: &R, l: usize, g: u32) -> bool {
+    r.resident(l).is_some_and(|rec| {
+        // SeqCst: read between the two loads of `evictions` (see `sums`).
+        let w = rec.word.load(SeqCst);
+        resident_word::generation(w) == g && resident_word::state(w) == resident_word::REVOKED
+    })
 }
 
 /// What breaks the invariants of pool `p`, one line each (empty: none).

@@ -639,4 +639,12 @@ impl Region for Segment {
             std::slice::from_raw_parts(self.base.add(off) as *const crate::sync::AtomicU64, p.block_words)
         }
     }
+    #[inline]
+    fn resident(&self, l: usize) -> Option<&crate::layout::ResidentRec> {
+        if l >= self.geo.residents {
+            return None;
+        }
+        // SAFETY: `l < residents`: in the residents region (Invariant G).
+        Some(unsafe { self.rec(self.geo.residents_off + l * RECORD) })
+    }
 }

@@ -61,7 +61,25 @@ pub struct PoolSnap {
     /// Sums of the tenants' counters.
     pub grants: u64,
     pub refusals: u64,
+    /// The residents of an `evict` pool (`None` for a pool that refuses).
+    pub residents: Option<ResidentsSnap>,
     pub tenants: Vec<TenantSnap>,
+}
+
+/// An `evict` pool's residents.
+#[derive(Clone, Debug, Serialize)]
+pub struct ResidentsSnap {
+    /// Held, no call in progress: evictable.
+    pub idle: u32,
+    /// Held with a call in progress: never evicted.
+    pub in_call: u32,
+    /// Revoked, not yet released by their owners (their permits are already the
+    /// revokers'; each still counts in its tenant's `held` until released).
+    pub revoked: u32,
+    /// Revocations made in this pool, ever.
+    pub evictions: u64,
+    /// How long a blocking acquire waits for an evictable resident, ms.
+    pub evict_wait_ms: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -85,6 +103,10 @@ pub struct TenantSnap {
     /// grant here) had run out: clients back before their hint, or new ones arriving
     /// during a run of refusals (an upper bound on the first).
     pub early_returns: u64,
+    /// `evict` pools: this tenant's residents revoked, and the revocations its
+    /// acquires made.
+    pub revoked: u64,
+    pub evictions: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -99,6 +121,10 @@ pub struct LeaseSnap {
     pub tid: u32,
     pub granted_ms: u64,
     pub hold_ms: u64,
+    /// A resident's state (`"idle"`, `"in_call"`, `"revoked"`, ...) and its last call
+    /// (ms); `None` for a lease of a pool that does not evict.
+    pub resident: Option<&'static str>,
+    pub last_call_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -148,6 +174,20 @@ impl Snapshot {
             .and_then(|p| p.tenants.iter().find(|t| t.name == tenant))
             .map_or(0, |t| t.held)
     }
+}
+
+/// A resident lease's record state and last call, if lease `l` (state word `sw`) is a
+/// resident of the cycle its record describes.
+fn resident_of<R: Region>(r: &R, l: usize, sw: u32) -> Option<(&'static str, u64)> {
+    use crate::layout::{residency, resident_word as rw};
+    // Relaxed: a report (the state word, read with Acquire, published the field).
+    if !residency::is_resident(r.lease(l).inputs[2].load(Relaxed)) {
+        return None;
+    }
+    let rec = r.resident(l)?;
+    let w = rec.word.load(Acquire);
+    (rw::generation(w) == ls::generation(sw))
+        .then(|| (rw::name(rw::state(w)), rec.last_call_ms.load(Relaxed)))
 }
 
 pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
@@ -225,6 +265,10 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                             let c = tp.refusals[reason as usize - 1].load(Relaxed);
                             (reason.as_str().to_owned(), c)
                         })
+                        .chain(std::iter::once((
+                            Reason::TooManyResidents.as_str().to_owned(),
+                            tp.too_many_residents.load(Relaxed),
+                        )))
                         .filter(|(_, c)| *c > 0)
                         .collect();
                     Some(TenantSnap {
@@ -244,6 +288,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                             tp.hint_ms_total.load(Relaxed) as f64 / hints as f64
                         },
                         early_returns: tp.early_returns.load(Relaxed),
+                        revoked: tp.revoked.load(Relaxed),
+                        evictions: tp.evictions.load(Relaxed),
                     })
                 })
                 .collect();
@@ -266,6 +312,17 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                     .iter()
                     .flat_map(|t| t.refusals.iter().map(|(_, c)| *c))
                     .fold(0, u64::saturating_add),
+                residents: pc.evict.then(|| {
+                    let (idle, in_call, revoked) = crate::residents::counts(r, p);
+                    ResidentsSnap {
+                        idle,
+                        in_call,
+                        revoked,
+                        // Relaxed: a report.
+                        evictions: rec.evictions.load(Relaxed),
+                        evict_wait_ms: pc.evict_wait_ms,
+                    }
+                }),
                 tenants,
             }
         })
@@ -295,6 +352,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 tid: rec.tid.load(Relaxed),
                 granted_ms: rec.granted_ms.load(Relaxed),
                 hold_ms: rec.hold_ms.load(Relaxed),
+                resident: resident_of(r, l, sw).map(|(st, _)| st),
+                last_call_ms: resident_of(r, l, sw).map(|(_, at)| at),
             })
         })
         .collect();

@@ -183,3 +183,12 @@ pub(crate) fn store_over_rmw(word: &AtomicU32, val: u32) {
     #[cfg(not(loom))]
     word.store(val, Ordering::Release);
 }
+
+/// [`store_over_rmw`] for a 64-bit word, with the ordering `ord` (Release or SeqCst).
+#[inline]
+pub(crate) fn store_over_rmw64(word: &AtomicU64, val: u64, ord: Ordering) {
+    #[cfg(loom)]
+    word.swap(val, ord);
+    #[cfg(not(loom))]
+    word.store(val, ord);
+}

@@ -333,6 +333,12 @@ impl Table {
         self.engine.repair()
     }
 
+    /// This process's resident leases that were revoked and are not yet released (the
+    /// objects to put to sleep).
+    pub fn revoked_leases(&self) -> Vec<LeaseId> {
+        self.engine.revoked_leases()
+    }
+
     /// Like `try_acquire`, with a guard that owns a reference to the table, so it can
     /// be kept or moved without a lifetime (a binding's handle, a spawned task).
     pub fn try_acquire_owned(
@@ -419,6 +425,37 @@ impl<T: Borrow<Table>> LeaseGuard<T> {
     }
     pub fn release_at(mut self, now: u64) -> Result<()> {
         self.inner.release_at(&self.table.borrow().engine, now)
+    }
+    /// A resident (a lease of an `evict` pool): starts a call, during which it is never
+    /// revoked. `Err(Revoked)` once it was revoked: put the object to sleep and
+    /// release the lease.
+    pub fn begin_call(&self) -> Result<()> {
+        self.begin_call_at(clock::now_ms())
+    }
+    /// `begin_call` at an explicit `now` (ms).
+    pub fn begin_call_at(&self, now: u64) -> Result<()> {
+        self.table.borrow().engine.begin_call(self.inner.id, now)
+    }
+    /// Ends a call begun with `begin_call`; the resident is evictable again once its
+    /// last call ends.
+    pub fn end_call(&self) -> Result<()> {
+        self.end_call_at(clock::now_ms())
+    }
+    /// `end_call` at an explicit `now` (ms).
+    pub fn end_call_at(&self, now: u64) -> Result<()> {
+        self.table.borrow().engine.end_call(self.inner.id, now)
+    }
+    /// Whether this resident was revoked (its permit passed to another acquire).
+    pub fn is_revoked(&self) -> Result<bool> {
+        Ok(self.table.borrow().engine.resident_status(self.inner.id)?
+            == crate::residents::Status::Revoked)
+    }
+    /// Waits up to `timeout` for this resident to be revoked; `Ok(true)` once it is.
+    pub fn wait_revoked(&self, timeout: Duration) -> Result<bool> {
+        self.table
+            .borrow()
+            .engine
+            .wait_revoked(self.inner.id, timeout)
     }
     /// Detaches the guard: the lease stays held until `Table::release_id`.
     pub fn into_id(mut self) -> LeaseId {

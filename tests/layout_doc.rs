@@ -122,7 +122,7 @@ fn the_guaranteed_block_is_documented_as_the_code_lays_it_out() {
     // And the region it makes: heads and blocks, after the rates, 128-aligned.
     let cfg = Config {
         max_processes: 3,
-        ..Config::default()
+        ..Config::with_pools(vec![fairshm::PoolConfig::new("requests", 10)])
     }
     .guaranteed(
         fairshm::GuaranteedConfig::new("g", 10)
@@ -134,4 +134,10 @@ fn the_guaranteed_block_is_documented_as_the_code_lays_it_out() {
     let per_pool = HEAD_WORDS + 2 * 3 * words::block_words(2, 64, 130);
     assert_eq!(geo.guaranteed_off % 128, 0);
     assert_eq!(geo.total_size, geo.guaranteed_off + 8 * per_pool);
+    // An evict pool adds the residents region at the end: a record per lease.
+    let mut cfg = cfg;
+    cfg.pools[0].evict = true;
+    let geo2 = cfg.geometry();
+    assert_eq!(geo2.residents_off, geo.total_size.div_ceil(64) * 64);
+    assert_eq!(geo2.total_size, geo2.residents_off + 64 * geo2.leases());
 }

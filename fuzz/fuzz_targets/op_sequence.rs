@@ -160,6 +160,7 @@ impl World {
                 .pool(p)
                 .limits
                 .load(std::sync::atomic::Ordering::Relaxed),
+            evict: false,
         };
         let real = admission::try_acquire(&self.r, slot, 0, &a, None).expect("no error");
         let model = self.model.acquire(p, t, units, self.now);

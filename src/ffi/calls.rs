@@ -17,10 +17,10 @@ use crate::waiting::Cancel;
 pub struct fairshm_refusal {
     // 80 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
     /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`, 5 `rate_limited`,
-    /// 6 `work_debt` (`fairshm_code_name`).
+    /// 6 `work_debt`, 10 `too_many_residents` (`fairshm_code_name`).
     pub reason: u32,
-    /// The rule's reason for the last refusal (1, 2, 5 or 6): `reason` itself, or for
-    /// `timed_out` and `cancelled` what blocked the wait last.
+    /// The rule's reason for the last refusal (1, 2, 5, 6 or 10): `reason` itself, or
+    /// for `timed_out` and `cancelled` what blocked the wait last.
     pub rule: u32,
     /// Units asked for.
     pub units: u32,
@@ -40,7 +40,8 @@ pub struct fairshm_refusal {
     /// floor (`over_share`).
     pub short_units: u32,
     pub active_weight: u64,
-    /// How long a blocking acquire waited (`timed_out`, `cancelled`); else 0.
+    /// How long a blocking acquire waited (`timed_out`, `cancelled`, and
+    /// `too_many_residents` after its wait); else 0.
     pub waited_ms: u64,
     /// The handles asked with, so that `fairshm_explain` can name them.
     pub pool: u32,
@@ -401,11 +402,15 @@ fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
     let (p, tn) = handles(table, r.pool, r.tenant)?;
     let rule = match Reason::from_code(r.rule) {
         Some(
-            x @ (Reason::PoolFull | Reason::OverShare | Reason::RateLimited | Reason::WorkDebt),
+            x @ (Reason::PoolFull
+            | Reason::OverShare
+            | Reason::RateLimited
+            | Reason::WorkDebt
+            | Reason::TooManyResidents),
         ) => x,
         _ => {
             return Err(invalid(format!(
-                "refusal rule {} is not 1, 2, 5 or 6",
+                "refusal rule {} is not 1, 2, 5, 6 or 10",
                 r.rule
             )));
         }
@@ -413,7 +418,9 @@ fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
     let tenant = table.engine().tenant_name(tn).unwrap_or_else(|| "?".into());
     let mut refusal = Refusal::new(table.engine().pool_name(p), &tenant, r.facts(rule));
     refusal.reason = reason;
-    if matches!(reason, Reason::TimedOut | Reason::Cancelled) {
+    if matches!(reason, Reason::TimedOut | Reason::Cancelled)
+        || (reason == Reason::TooManyResidents && r.waited_ms > 0)
+    {
         refusal.waited_ms = Some(r.waited_ms.min(u32::MAX as u64) as u32);
     }
     Ok(refusal.explanation())

@@ -21,6 +21,7 @@
 mod calls;
 mod guaranteed;
 mod rates;
+mod residents;
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char};
@@ -33,6 +34,7 @@ use crate::table::Table;
 pub use calls::*;
 pub use guaranteed::*;
 pub use rates::*;
+pub use residents::*;
 
 /// An open table: the segment mapped into this process. Opaque.
 pub struct fairshm_table {
@@ -72,6 +74,10 @@ pub const FAIRSHM_E_READ_ONLY: i32 = -22;
 pub const FAIRSHM_E_TENANT_BUSY: i32 = -23;
 pub const FAIRSHM_E_BAD_FILE: i32 = -24;
 pub const FAIRSHM_E_POOL_LEASES_FULL: i32 = -25;
+/// A resident lease was revoked (an `evict` pool): put the object to sleep, release.
+pub const FAIRSHM_E_REVOKED: i32 = -26;
+/// A resident's call on a lease of a pool that does not evict, or an end without a begin.
+pub const FAIRSHM_E_NOT_RESIDENT: i32 = -27;
 
 /// `fairshm_open`'s `how`: open an existing segment.
 pub const FAIRSHM_OPEN: u32 = 0;
@@ -296,6 +302,10 @@ pub extern "C" fn fairshm_code_name(code: i32) -> *const c_char {
         4 => c"cancelled",
         5 => c"rate_limited",
         6 => c"work_debt",
+        7 => c"hold_exceeds_reclaim_horizon",
+        8 => c"guarantee_on_loan",
+        9 => c"guarantee_exhausted",
+        10 => c"too_many_residents",
         FAIRSHM_E_PANIC => c"panic",
         c if c < 0 => error_name(-c),
         _ => c"unknown",
@@ -304,7 +314,7 @@ pub extern "C" fn fairshm_code_name(code: i32) -> *const c_char {
 }
 
 fn error_name(code: i32) -> &'static CStr {
-    const NAMES: [&CStr; 25] = [
+    const NAMES: [&CStr; 27] = [
         c"invalid_name",
         c"invalid_config",
         c"not_found",
@@ -330,6 +340,8 @@ fn error_name(code: i32) -> &'static CStr {
         c"tenant_busy",
         c"bad_file",
         c"pool_leases_full",
+        c"revoked",
+        c"not_resident",
     ];
     usize::try_from(code - 1)
         .ok()

@@ -2,7 +2,7 @@
 //! (held, extra, pool), each a tagged CAS; back out if the pool word refuses.
 
 use super::release::finish_release_keeping;
-use super::{AcqOutcome, Desc, Word, claim_lease, crash_point, free_lease_from, publish_acquire, settle};
+use super::{AcqOutcome, Desc, Word, crash_point, free_lease_from, publish_acquire, settle, spare_or_claim};
 use crate::error::{Error, Result};
 use crate::layout::{lease_state as ls, op_word};
 use crate::policy::{Policy, Verdict};
@@ -92,22 +92,12 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
         let l = match lease {
             Some(l) => l,
             None => {
-                let (l, generation) = match spare.take().filter(|&(l, g)| {
-                    // Relaxed: our own spare, which only we (and a reaper of our dead
-                    // process, or our own deregistration) could have changed.
-                    let lpp = r.geometry().leases_per_proc;
-                    // In our slot's range (no division: this runs on every acquire).
-                    (slot * lpp..(slot + 1) * lpp).contains(&l)
-                        && r.lease(l).state.load(Relaxed) == ls::make(g, ls::CLAIMED)
-                }) {
-                    Some(spare) => spare,
-                    None => claim_lease(r, slot, hint)?,
-                };
+                let (l, generation) = spare_or_claim(r, slot, hint, spare.take())?;
                 claimed = Some(l);
                 crash_point("acquire.claimed")?;
                 d.generation = generation;
                 charging = charges;
-                publish_acquire(r, r.lease(l), &d, tid, now, hold_ms, charging);
+                publish_acquire(r, l, &d, tid, now, hold_ms, charging);
                 crash_point("acquire.published")?;
                 lease = Some(l);
                 l
@@ -156,6 +146,9 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
         // fails (see `sync::store_over_rmw` for how loom is told so).
         let held = ls::make(d.generation, ls::HELD) | if charging { ls::CHARGES_EXTRA } else { 0 };
         store_over_rmw(&r.lease(l).state, held);
+        if crate::layout::residency::is_resident(d.inputs[2]) {
+            super::resident::granted(r, l, d.generation);
+        }
         return Ok((lease, d, seen));
     }
 }
@@ -271,7 +264,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
 
 /// An acquire that added to the held (and extra) word and was then refused on the pool:
 /// it turns into a release whose pool part is already done, and runs that to `FREE`.
-fn back_out<R: Region>(r: &R, l: usize, d: &Desc, charging: bool) -> Result<()> {
+pub(super) fn back_out<R: Region>(r: &R, l: usize, d: &Desc, charging: bool) -> Result<()> {
     let lease = r.lease(l);
     let charges = if charging { ls::CHARGES_EXTRA } else { 0 };
     let releasing = ls::make(d.generation, ls::RELEASING | ls::POOL_DONE) | charges;

@@ -38,17 +38,40 @@ pub(crate) fn claim_lease<R: Region>(r: &R, slot: usize, hint: usize) -> Result<
     Err(Error::LeaseTableFull { max: n })
 }
 
+/// Takes spare lease `(index, generation)` of the calling thread if it is still
+/// `CLAIMED` in that generation and in slot `slot`'s range, else claims one.
+#[inline(always)]
+pub(crate) fn spare_or_claim<R: Region>(
+    r: &R,
+    slot: usize,
+    hint: usize,
+    spare: Option<(usize, u32)>,
+) -> Result<(usize, u32)> {
+    match spare.filter(|&(l, g)| {
+        let lpp = r.geometry().leases_per_proc;
+        // In our slot's range (no division: this runs on every acquire). Relaxed: our
+        // own spare, which only we (and a reaper of our dead process, or our own
+        // deregistration) could have changed.
+        (slot * lpp..(slot + 1) * lpp).contains(&l)
+            && r.lease(l).state.load(Relaxed) == ls::make(g, ls::CLAIMED)
+    }) {
+        Some(spare) => Ok(spare),
+        None => claim_lease(r, slot, hint),
+    }
+}
+
 /// Writes the descriptor of a claimed lease and publishes it as `ACQUIRING`. Grants the
 /// slot counted for another (pool, tenant) are added to that tenant's counter first.
 pub(crate) fn publish_acquire<R: Region>(
     r: &R,
-    lease: &LeaseRec,
+    l: usize,
     d: &Desc,
     tid: u32,
     now: u64,
     hold_ms: u64,
     charges_extra: bool,
 ) {
+    let lease = r.lease(l);
     debug_assert_eq!(
         lease.state.load(Relaxed),
         ls::make(d.generation, ls::CLAIMED),
@@ -69,6 +92,9 @@ pub(crate) fn publish_acquire<R: Region>(
     lease.granted_ms.store(now, Relaxed);
     lease.hold_ms.store(hold_ms, Relaxed);
     lease.tid.store(tid, Relaxed);
+    if crate::layout::residency::is_resident(d.inputs[2]) {
+        super::resident::init(r, l, d.generation, now);
+    }
     // Release: a settler or reaper that Acquire-loads ACQUIRING sees the fields (and
     // the recorded decision to charge the extra word).
     let charges = if charges_extra { ls::CHARGES_EXTRA } else { 0 };

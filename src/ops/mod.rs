@@ -65,14 +65,18 @@
 mod acquire;
 mod lease;
 mod release;
+pub(crate) mod resident;
 mod settle;
+mod transfer;
 
 #[cfg(test)]
 pub(crate) use acquire::acquire;
 pub(crate) use acquire::acquire_with_spare;
 pub(crate) use lease::{
-    check_desc, claim_lease, count_grant, free_lease, free_lease_from, publish_acquire, read_desc,
+    check_desc, count_grant, free_lease, free_lease_from, publish_acquire, read_desc,
+    spare_or_claim,
 };
+pub(crate) use transfer::{Transferred, transfer};
 pub(crate) use release::{finish_release, release, release_keeping};
 pub(crate) use settle::{Word, settle};
 
@@ -101,6 +105,14 @@ pub const CRASH_LABELS: &[&str] = &[
     "release.held_applied",
     "register.claimed",
     "register.live",
+];
+
+/// The labelled steps of the `evict` pools' ops: a transfer (the acquire that revokes
+/// a victim) and a resident's release.
+pub const RESIDENT_CRASH_LABELS: &[&str] = &[
+    "evict.held_applied",
+    "evict.revoked",
+    "release.closed",
 ];
 
 /// Labels a point between two atomic steps. The `crash-points` feature lets a test kill

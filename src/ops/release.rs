@@ -3,7 +3,7 @@
 
 use super::{Desc, Word, check_desc, crash_point, settle};
 use crate::error::{Error, Result};
-use crate::layout::{LeaseRec, lease_state as ls, op_word, pair};
+use crate::layout::{LeaseRec, lease_state as ls, op_word, pair, residency};
 use crate::region::Region;
 use crate::sync::{AtomicU64, Backoff, Ordering::*, fence, store_over_rmw};
 
@@ -98,7 +98,8 @@ pub(super) fn finish_release_keeping<R: Region>(
                 pool: pair::lo(pt),
                 tenant: pair::hi(pt),
                 units: lease.units.load(Relaxed),
-                inputs: [0; 3], // not needed to give units back
+                // Only the residency is needed to give units back (same line).
+                inputs: [0, 0, lease.inputs[2].load(Relaxed)],
             }
         }
     };
@@ -108,8 +109,17 @@ pub(super) fn finish_release_keeping<R: Region>(
     let tag = op_word::make_tag(l, true, generation);
     // Relaxed: our own lease's state, which we (its only driver) moved to RELEASING.
     let s0 = lease.state.load(Relaxed);
+    // A resident's record is closed first: after it, no revocation lands, and a
+    // revoked lease's unit in the pool word is its revoker's, not ours to give back.
+    let revoked = if residency::is_resident(d.inputs[2]) {
+        let revoked = super::resident::close(r, l, generation)?;
+        crash_point("release.closed")?;
+        revoked
+    } else {
+        false
+    };
     // A fresh release whose pool part is marked done (an acquire backing out) skips it.
-    if !(fresh && s0 & ls::POOL_DONE != 0) {
+    if !(fresh && s0 & ls::POOL_DONE != 0) && !revoked {
         take_back(r, l, &d, &r.pool(p).word, tag, Word::Pool, fresh)?;
     }
     crash_point("release.pool_applied")?;

@@ -62,7 +62,7 @@ pub fn prometheus(r: &Report) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
     let seg = r.segment.name.as_str();
-    let pool_metrics: [Metric<super::PoolRow>; 5] = [
+    let pool_metrics: [Metric<super::PoolRow>; 7] = [
         (
             "fairshm_pool_capacity",
             "gauge",
@@ -93,6 +93,18 @@ pub fn prometheus(r: &Report) -> String {
             "Blocked acquirers waiting on the pool.",
             |p| p.waiters as f64,
         ),
+        (
+            "fairshm_pool_residents_revoked",
+            "gauge",
+            "Evict pools: residents revoked and not yet released by their owners.",
+            |p| p.residents.as_ref().map_or(0.0, |x| x.revoked as f64),
+        ),
+        (
+            "fairshm_pool_evictions_total",
+            "counter",
+            "Evict pools: residents revoked to make room, ever.",
+            |p| p.residents.as_ref().map_or(0.0, |x| x.evictions as f64),
+        ),
     ];
     f.all(
         &pool_metrics,
@@ -100,7 +112,7 @@ pub fn prometheus(r: &Report) -> String {
             .iter()
             .map(|p| (vec![("segment", seg), ("pool", p.name.as_str())], p)),
     );
-    let tenant_metrics: [Metric<super::TenantRow>; 6] = [
+    let tenant_metrics: [Metric<super::TenantRow>; 7] = [
         (
             "fairshm_tenant_held",
             "gauge",
@@ -136,6 +148,12 @@ pub fn prometheus(r: &Report) -> String {
             "counter",
             "Refusals that came before an earlier retry-after had run out.",
             |t| t.early_returns as f64,
+        ),
+        (
+            "fairshm_tenant_revoked_total",
+            "counter",
+            "Evict pools: the tenant's residents revoked to make room.",
+            |t| t.revoked as f64,
         ),
     ];
     f.all(

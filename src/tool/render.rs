@@ -83,6 +83,20 @@ pub fn report_tables(r: &Report) -> String {
         ],
         &rows,
     ));
+    for p in r.pools.iter().filter(|p| p.residents.is_some()) {
+        let x = p.residents.as_ref().expect("filtered");
+        let _ = writeln!(
+            out,
+            "residents of {}: {} idle, {} in a call, {} revoked awaiting release, {} \
+             evictions; a spawn waits {} for an evictable one",
+            p.name,
+            x.idle,
+            x.in_call,
+            x.revoked,
+            x.evictions,
+            ms(x.evict_wait_ms as u64)
+        );
+    }
     for p in &r.pools {
         let _ = writeln!(out, "\nTENANTS of {}", p.name);
         let rows: Vec<Vec<String>> = p

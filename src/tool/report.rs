@@ -50,6 +50,8 @@ pub struct PoolRow {
     pub waiters: u32,
     pub grants: u64,
     pub refusals: u64,
+    /// An `evict` pool's residents (`null` for a pool that refuses).
+    pub residents: Option<crate::stats::ResidentsSnap>,
     /// Tenants that have used the pool, most held first.
     pub tenants: Vec<TenantRow>,
 }
@@ -64,10 +66,14 @@ pub struct TenantRow {
     /// Ms since its last activity in the pool (`null`: never).
     pub idle_ms: Option<u64>,
     pub grants: u64,
-    /// Refusals by reason: `pool_full`, `over_share`, `timed_out`, `cancelled`.
+    /// Refusals by reason: `pool_full`, `over_share`, `timed_out`, `cancelled`,
+    /// `too_many_residents`.
     pub refusals: std::collections::BTreeMap<String, u64>,
     pub mean_hint_ms: f64,
     pub early_returns: u64,
+    /// `evict` pools: its residents revoked, and the revocations it made.
+    pub revoked: u64,
+    pub evictions: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -221,6 +227,8 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
                     refusals: t.refusals.into_iter().collect(),
                     mean_hint_ms: t.mean_hint_ms,
                     early_returns: t.early_returns,
+                    revoked: t.revoked,
+                    evictions: t.evictions,
                 })
                 .collect();
             tenants.sort_by(|a, b| b.held.cmp(&a.held).then_with(|| a.name.cmp(&b.name)));
@@ -234,6 +242,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
                 waiters: p.waiters,
                 grants: p.grants,
                 refusals: p.refusals,
+                residents: p.residents,
                 tenants,
             }
         })

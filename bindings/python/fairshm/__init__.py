@@ -13,6 +13,7 @@ A table opened before ``fork`` (gunicorn ``preload_app``) works in every worker;
 worker that dies gives its permits back.
 """
 
+import contextlib
 import json
 import os
 import threading
@@ -63,7 +64,17 @@ class AlreadyReleased(Error):
     pass
 
 
-_ERRORS = {-2: InvalidConfig, -3: NotFound, -4: AlreadyExists, -12: UnknownPool, -19: AlreadyReleased}
+class Revoked(Error):
+    """A resident lease (of an ``evict`` pool) was revoked to make room: put the object
+    to sleep and release the lease."""
+
+
+class NotResident(Error):
+    """A call on a lease of a pool that does not evict, or an end without a begin."""
+
+
+_ERRORS = {-2: InvalidConfig, -3: NotFound, -4: AlreadyExists, -12: UnknownPool, -19: AlreadyReleased,
+           -26: Revoked, -27: NotResident}
 
 
 def _raise(code):
@@ -83,7 +94,7 @@ def _take_json(p, code):
 
 _REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled",
             5: "rate_limited", 6: "work_debt", 7: "hold_exceeds_reclaim_horizon",
-            8: "guarantee_on_loan", 9: "guarantee_exhausted"}
+            8: "guarantee_on_loan", 9: "guarantee_exhausted", 10: "too_many_residents"}
 
 
 class Refused(Exception):
@@ -185,6 +196,51 @@ class Lease:
         if rc:
             _raise(rc)
 
+    # Residents (a lease of an ``evict`` pool).
+    def begin_call(self, now_ms=0):
+        """Starts a call: while one is in progress the resident is never revoked.
+        Raises ``Revoked`` once it was: put the object to sleep and release."""
+        rc = lib.fairshm_begin_call(self.table._h, self.id, now_ms)
+        if rc:
+            _raise(rc)
+
+    def end_call(self, now_ms=0):
+        """Ends a call; once the last ends, the resident is evictable again."""
+        rc = lib.fairshm_end_call(self.table._h, self.id, now_ms)
+        if rc:
+            _raise(rc)
+
+    @contextlib.contextmanager
+    def call(self):
+        """``with lease.call():`` begins a call and ends it when the block exits."""
+        self.begin_call()
+        try:
+            yield self
+        finally:
+            self.end_call()
+
+    @property
+    def revoked(self):
+        """Whether this resident was revoked (its permit passed to another)."""
+        out = c_uint32()
+        rc = lib.fairshm_resident_status(self.table._h, self.id, byref(out))
+        if rc:
+            _raise(rc)
+        return out.value == 2
+
+    def wait_revoked(self, timeout):
+        """Waits up to ``timeout`` seconds for a revocation (woken at once by it);
+        returns whether it came. Releases the GIL; Ctrl-C interrupts it."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        out = c_uint32()
+        while True:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            rc = lib.fairshm_wait_revoked(self.table._h, self.id, min(left, WAIT_SLICE_MS), byref(out))
+            if rc:
+                _raise(rc)
+            if out.value or left <= WAIT_SLICE_MS:
+                return bool(out.value)
+
     def __enter__(self):
         return self
 
@@ -233,6 +289,7 @@ class Table:
         self.name = name
         self._pools = {}
         self._tenants = {}
+        self._evict_waits = {}
 
     @classmethod
     def create(cls, name, config=None, mode=0):
@@ -326,6 +383,11 @@ class Table:
         lease, refusal, lref, rref = _out.bufs
         c = cancel._p if cancel is not None else None
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        evict_wait = self._evict_wait(p)
+        if evict_wait:
+            # An evict pool waits at most its eviction wait for an evictable resident.
+            cap = time.monotonic() + evict_wait / 1000.0
+            deadline = cap if deadline is None else min(deadline, cap)
         while True:
             left = WAIT_SLICE_MS if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
             last = deadline is not None and left <= WAIT_SLICE_MS
@@ -338,6 +400,17 @@ class Table:
                     raise Refused(self, _copy(refusal), pool, tenant)
                 continue  # a slice ended: signal handlers ran (Ctrl-C raises here)
             _raise(rc)
+
+    def _evict_wait(self, p):
+        """Pool handle ``p``'s eviction wait in ms (0: the pool refuses), cached."""
+        w = self._evict_waits.get(p)
+        if w is None:
+            out = c_uint32()
+            rc = lib.fairshm_evict_wait_ms(self._h, p, byref(out))
+            if rc:
+                _raise(rc)
+            w = self._evict_waits[p] = out.value
+        return w
 
     def permit(self, pool, tenant, units=1, hold_ms=0, timeout=None):
         """A lease for a ``with`` block: ``try_acquire`` without ``timeout``, else

@@ -37,12 +37,18 @@ module Fairshm
   class InvalidConfig < Error; end
   class UnknownPool < Error; end
   class AlreadyReleased < Error; end
+  # A resident lease (of an evict pool) was revoked to make room: put the object to
+  # sleep and release the lease.
+  class Revoked < Error; end
+  # A call on a lease of a pool that does not evict, or an end without a begin.
+  class NotResident < Error; end
 
   ERRORS = { -2 => InvalidConfig, -3 => NotFound, -4 => AlreadyExists, -12 => UnknownPool,
-             -19 => AlreadyReleased }.freeze
+             -19 => AlreadyReleased, -26 => Revoked, -27 => NotResident }.freeze
   REASONS = { 1 => "pool_full", 2 => "over_share", 3 => "timed_out", 4 => "cancelled",
               5 => "rate_limited", 6 => "work_debt", 7 => "hold_exceeds_reclaim_horizon",
-              8 => "guarantee_on_loan", 9 => "guarantee_exhausted" }.freeze
+              8 => "guarantee_on_loan", 9 => "guarantee_exhausted",
+              10 => "too_many_residents" }.freeze
 
   def self.raise_code(code)
     raise ERRORS.fetch(code, Error).new(code, Native.last_error)
@@ -157,6 +163,53 @@ module Fairshm
       @table.release(@id)
       nil
     end
+
+    # Residents (a lease of an evict pool): starts a call, during which it is never
+    # revoked; raises Revoked once it was (put the object to sleep and release).
+    def begin_call(now_ms: 0)
+      rc = Native::BEGIN_CALL.call(@table.handle, @id, now_ms)
+      Fairshm.raise_code(rc) unless rc.zero?
+      nil
+    end
+
+    # Ends a call; once the last ends, the resident is evictable again.
+    def end_call(now_ms: 0)
+      rc = Native::END_CALL.call(@table.handle, @id, now_ms)
+      Fairshm.raise_code(rc) unless rc.zero?
+      nil
+    end
+
+    # Runs the block inside a call (begin_call, then end_call however it ends).
+    def call
+      begin_call
+      begin
+        yield self
+      ensure
+        end_call
+      end
+    end
+
+    # Whether this resident was revoked (its permit passed to another).
+    def revoked?
+      out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      rc = Native::RESIDENT_STATUS.call(@table.handle, @id, out)
+      Fairshm.raise_code(rc) unless rc.zero?
+      out[0, 4].unpack1("L") == 2
+    end
+
+    # Waits up to +timeout+ seconds for a revocation (woken at once by it); whether it
+    # came. Releases the GVL, in slices, so Thread#raise interrupts it.
+    def wait_revoked(timeout)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max
+      out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      loop do
+        left = [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
+        rc = Native::WAIT_REVOKED.call(@table.handle, @id, [left, WAIT_SLICE_MS].min, out)
+        Fairshm.raise_code(rc) unless rc.zero?
+        got = out[0, 4].unpack1("L") == 1
+        return got if got || left <= WAIT_SLICE_MS
+      end
+    end
   end
 
   # An open table (a mapped segment). Open it once per process, or once in the master
@@ -216,6 +269,17 @@ module Fairshm
       @pools[name] ||= resolve(Native::POOL, name)
     end
 
+    # Pool handle +p+'s eviction wait in ms (0: the pool refuses), cached.
+    def evict_wait_ms(p)
+      @evict_waits ||= {}
+      @evict_waits[p] ||= begin
+        out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+        rc = Native::EVICT_WAIT_MS.call(@handle, p, out)
+        Fairshm.raise_code(rc) unless rc.zero?
+        out[0, 4].unpack1("L")
+      end
+    end
+
     # The tenant's handle (claimed on first use, then cached).
     def tenant(name)
       @tenants[name] ||= resolve(Native::TENANT, name)
@@ -248,6 +312,12 @@ module Fairshm
       lease, refusal = Fairshm.buffers
       c = cancel ? cancel.ptr : nil
       deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max)
+      wait = evict_wait_ms(p)
+      if wait.positive?
+        # An evict pool waits at most its eviction wait for an evictable resident.
+        cap = Process.clock_gettime(Process::CLOCK_MONOTONIC) + wait / 1000.0
+        deadline = deadline ? [deadline, cap].min : cap
+      end
       loop do
         left = if deadline
                  [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max

@@ -1,0 +1,324 @@
+//! Residents (seed 000): an `evict` pool revokes the idlest resident instead of
+//! refusing: the over-share asker's own, else the furthest-over-share tenant's; never
+//! one in a call; nothing while there is room; a refusal only after a second with
+//! nothing evictable. The victim learns of it and releases.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Seg, fork_child, wait};
+use fairshm::{Config, Error, PoolConfig, Reason, Request, Table};
+
+fn residents(cap: u32) -> Config {
+    Config::with_pools(vec![PoolConfig::new("residents", cap).evicting()])
+}
+
+fn spawn<'t>(t: &'t Table, tenant: &str, now: u64) -> fairshm::Lease<'t> {
+    t.try_acquire_at(&Request::new("residents", tenant), now)
+        .unwrap()
+        .unwrap_or_else(|r| panic!("{tenant} at {now}: {r}"))
+}
+
+fn revoked(leases: &[fairshm::Lease<'_>]) -> Vec<bool> {
+    leases.iter().map(|l| l.is_revoked().unwrap()).collect()
+}
+
+#[test]
+fn an_over_share_asker_evicts_its_own_idlest() {
+    let seg = Seg::new("res-own");
+    let t = seg.create(&residents(4));
+    let a: Vec<_> = [10, 20, 30].iter().map(|&n| spawn(&t, "a", n)).collect();
+    let b = spawn(&t, "b", 35);
+    // Full: a holds 3, past its share of 2; its next spawn puts its own idlest to sleep.
+    let new = spawn(&t, "a", 40);
+    assert_eq!(revoked(&a), [true, false, false]);
+    assert!(!b.is_revoked().unwrap());
+    assert!(!new.is_revoked().unwrap());
+    let snap = t.snapshot_at(41);
+    let pool = snap.pool("residents").unwrap();
+    assert_eq!(pool.in_use, 4, "the pool never exceeds its capacity");
+    let res = pool.residents.as_ref().unwrap();
+    assert_eq!((res.idle, res.revoked, res.evictions), (4, 1, 1));
+    // The revoked resident still counts in its tenant's held until it is released.
+    assert_eq!(snap.held("residents", "a"), 4);
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+    let mut a = a.into_iter();
+    a.next().unwrap().release_at(42).unwrap();
+    let snap = t.snapshot_at(43);
+    assert_eq!(snap.pool("residents").unwrap().in_use, 4);
+    assert_eq!(snap.held("residents", "a"), 3);
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+}
+
+#[test]
+fn an_under_share_asker_evicts_the_idlest_of_the_furthest_over_share() {
+    let seg = Seg::new("res-furthest");
+    let t = seg.create(&residents(6));
+    let b_old = spawn(&t, "b", 5); // the idlest of all, but b is only at its share
+    let a: Vec<_> = [10, 20, 30, 40]
+        .iter()
+        .map(|&n| spawn(&t, "a", n))
+        .collect();
+    let b_new = spawn(&t, "b", 50);
+    // c is under its share (2 of 6 among three): a is 2 past its share, b at it.
+    let c = spawn(&t, "c", 60);
+    assert_eq!(revoked(&a), [true, false, false, false]);
+    assert!(!b_old.is_revoked().unwrap() && !b_new.is_revoked().unwrap());
+    assert!(!c.is_revoked().unwrap());
+    let snap = t.snapshot_at(61);
+    assert_eq!(snap.pool("residents").unwrap().in_use, 6);
+    let tenant = |n: &str| {
+        snap.pool("residents")
+            .unwrap()
+            .tenants
+            .iter()
+            .find(|x| x.name == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!((tenant("a").revoked, tenant("c").evictions), (1, 1));
+    assert_eq!((tenant("b").revoked, tenant("a").evictions), (0, 0));
+}
+
+#[test]
+fn a_resident_in_a_call_is_never_the_victim() {
+    let seg = Seg::new("res-call");
+    let t = seg.create(&residents(3));
+    let a: Vec<_> = [10, 20].iter().map(|&n| spawn(&t, "a", n)).collect();
+    let b = spawn(&t, "b", 25);
+    a[0].begin_call_at(26).unwrap(); // the idlest, busy now (and so no longer idlest)
+    a[1].begin_call_at(27).unwrap();
+    a[1].end_call_at(28).unwrap();
+    // a (past its share) evicts its own idlest that is not in a call: a[1].
+    let _n = spawn(&t, "a", 30);
+    assert_eq!(revoked(&a), [false, true]);
+    // All of a's idle ones gone or busy, a asks again: nothing of its own to evict.
+    let r = t
+        .try_acquire_at(&Request::new("residents", "a"), 31)
+        .unwrap();
+    let _n2 = match r {
+        Ok(l) => {
+            // Its fresh one (granted at 30) was idle: that one went to sleep.
+            assert!(_n.is_revoked().unwrap());
+            l
+        }
+        Err(e) => panic!("{e}"),
+    };
+    _n2.begin_call_at(32).unwrap();
+    let r = t
+        .try_acquire_at(&Request::new("residents", "a"), 33)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::TooManyResidents, "{r}");
+    assert!(r.to_string().contains("in a call"), "{r}");
+    assert!(!b.is_revoked().unwrap(), "a past its share never takes b's");
+    // Calls nest: two begins need two ends before the resident is evictable.
+    a[0].begin_call_at(34).unwrap();
+    a[0].end_call_at(35).unwrap();
+    let r = t
+        .try_acquire_at(&Request::new("residents", "a"), 36)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::TooManyResidents);
+    a[0].end_call_at(37).unwrap();
+    let _n3 = spawn(&t, "a", 38);
+    assert!(a[0].is_revoked().unwrap());
+    // An end without a begin is an error that names it.
+    match a[1].end_call_at(39) {
+        Err(Error::NotResident { why, .. }) => assert!(why.contains("end_call"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nothing_is_evicted_while_the_pool_has_room() {
+    let seg = Seg::new("res-room");
+    let t = seg.create(&residents(4));
+    let a: Vec<_> = [10, 20].iter().map(|&n| spawn(&t, "a", n)).collect();
+    let b = spawn(&t, "b", 30);
+    let c = spawn(&t, "c", 40);
+    assert_eq!(revoked(&a), [false, false]);
+    assert!(!b.is_revoked().unwrap() && !c.is_revoked().unwrap());
+    let snap = t.snapshot_at(41);
+    let pool = snap.pool("residents").unwrap();
+    assert_eq!(pool.in_use, 4);
+    assert_eq!(pool.residents.as_ref().unwrap().evictions, 0);
+}
+
+#[test]
+fn a_pool_that_does_not_evict_refuses_and_has_no_calls() {
+    let seg = Seg::new("res-plain");
+    let t = seg.create(&Config::with_pools(vec![
+        PoolConfig::new("requests", 1),
+        PoolConfig::new("residents", 1).evicting(),
+    ]));
+    let l = t
+        .try_acquire_at(&Request::new("requests", "a"), 10)
+        .unwrap()
+        .unwrap();
+    let r = t
+        .try_acquire_at(&Request::new("requests", "b"), 11)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::PoolFull);
+    assert!(matches!(l.begin_call(), Err(Error::NotResident { .. })));
+    assert!(t.snapshot().pool("requests").unwrap().residents.is_none());
+}
+
+#[test]
+fn a_full_pool_of_busy_residents_refuses_after_one_second() {
+    let seg = Seg::new("res-second");
+    let t = seg.create(&residents(2));
+    let a: Vec<_> = (0..2).map(|i| spawn(&t, "a", 10 + i)).collect();
+    for l in &a {
+        l.begin_call().unwrap();
+    }
+    let start = Instant::now();
+    let r = t
+        .acquire(&Request::new("residents", "b"), Duration::from_secs(5))
+        .unwrap()
+        .unwrap_err();
+    let waited = start.elapsed();
+    assert_eq!(r.reason, Reason::TooManyResidents, "{r}");
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_millis(1800),
+        "waited {waited:?}, not one second"
+    );
+    assert!(r.waited_ms.is_some_and(|w| w >= 1000), "{r:?}");
+    assert_eq!(revoked(&a), [false, false]);
+}
+
+#[test]
+fn a_resident_that_ends_its_call_within_the_second_is_evicted() {
+    let seg = Seg::new("res-ends");
+    let t = seg.create(&residents(2));
+    let a: Vec<_> = (0..2).map(|i| spawn(&t, "a", 10 + i)).collect();
+    for l in &a {
+        l.begin_call().unwrap();
+    }
+    std::thread::scope(|s| {
+        let ender = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            a[1].end_call().unwrap();
+        });
+        let start = Instant::now();
+        let got = t
+            .acquire(&Request::new("residents", "b"), Duration::from_secs(5))
+            .unwrap();
+        let waited = start.elapsed();
+        ender.join().unwrap();
+        let lease = got.unwrap_or_else(|r| panic!("{r}"));
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_millis(1000),
+            "waited {waited:?}"
+        );
+        assert_eq!(revoked(&a), [false, true]);
+        drop(lease);
+    });
+}
+
+#[test]
+fn the_victim_learns_of_it_and_releases() {
+    let seg = Seg::new("res-victim");
+    let t = seg.create(&residents(1));
+    let a = spawn(&t, "a", 10);
+    assert!(!a.wait_revoked(Duration::from_millis(20)).unwrap());
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let start = Instant::now();
+            let woke = a.wait_revoked(Duration::from_secs(10)).unwrap();
+            (woke, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let b = spawn(&t, "b", 20);
+        let (woke, after) = waiter.join().unwrap();
+        assert!(woke, "woken by the revocation");
+        assert!(after < Duration::from_secs(5), "{after:?}");
+        assert!(matches!(a.begin_call(), Err(Error::Revoked { .. })));
+        assert_eq!(t.revoked_leases(), vec![a.id()]);
+        assert_eq!(t.snapshot().pool("residents").unwrap().in_use, 1);
+        drop(b);
+    });
+    let id = a.id();
+    a.release().unwrap();
+    // Its permit went to b, which released it: the pool is empty and exact.
+    let snap = t.snapshot();
+    assert_eq!(snap.pool("residents").unwrap().in_use, 0);
+    assert_eq!(snap.held("residents", "a"), 0);
+    assert!(t.revoked_leases().is_empty());
+    assert!(matches!(
+        t.release_id(id),
+        Err(Error::AlreadyReleased { .. })
+    ));
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+}
+
+/// Forked workers of several tenants spawn, call, and release revoked residents as fast
+/// as they can, while the parent samples the pool: never over its capacity, and exact
+/// once they are done.
+#[test]
+fn concurrent_spawns_never_exceed_capacity() {
+    const CAP: u32 = 6;
+    const WORKERS: usize = 4;
+    let seg = Seg::new("res-fork");
+    let t = seg.create(&residents(CAP));
+    let mut kids = common::Children(Vec::new());
+    for w in 0..WORKERS {
+        let name = seg.name.clone();
+        kids.0.push(fork_child(move || {
+            let t = Table::open(&name).unwrap();
+            let tenant = format!("t{}", w % 3);
+            let mut mine: Vec<fairshm::Lease<'_>> = Vec::new();
+            let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ w as u64;
+            let end = Instant::now() + Duration::from_millis(1500);
+            while Instant::now() < end {
+                // Put revoked objects to sleep.
+                let (gone, kept): (Vec<_>, Vec<_>) =
+                    mine.drain(..).partition(|l| l.is_revoked().unwrap());
+                for l in gone {
+                    l.release().unwrap();
+                }
+                mine = kept;
+                match common::xorshift(&mut x) % 4 {
+                    0 | 1 => {
+                        if let Ok(Ok(l)) = t.try_acquire(&Request::new("residents", &tenant)) {
+                            mine.push(l);
+                        }
+                    }
+                    2 if !mine.is_empty() => {
+                        let i = common::xorshift(&mut x) as usize % mine.len();
+                        if mine[i].begin_call().is_ok() {
+                            mine[i].end_call().unwrap();
+                        }
+                    }
+                    _ if mine.len() > 3 => {
+                        mine.swap_remove(0).release().unwrap();
+                    }
+                    _ => {}
+                }
+            }
+            drop(mine);
+            0
+        }));
+    }
+    let mut max_seen = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1600) {
+        let p = t.snapshot();
+        let in_use = p.pool("residents").unwrap().in_use;
+        assert!(in_use <= CAP, "in_use {in_use} over capacity {CAP}");
+        max_seen = max_seen.max(in_use);
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    let codes: Vec<i32> = kids.0.drain(..).map(wait).collect();
+    assert!(codes.iter().all(|&c| c == 0), "workers exited {codes:?}");
+    assert_eq!(max_seen, CAP, "the workers kept the pool full");
+    let snap = t.snapshot();
+    let pool = snap.pool("residents").unwrap();
+    assert_eq!(pool.in_use, 0, "{:?}", snap.leases);
+    assert!(
+        pool.residents.as_ref().unwrap().evictions > 0,
+        "the drill evicted nothing"
+    );
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+}
