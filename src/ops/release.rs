@@ -118,8 +118,10 @@ pub(super) fn finish_release_keeping<R: Region>(
     } else {
         false
     };
-    // A fresh release whose pool part is marked done (an acquire backing out) skips it.
-    if !(fresh && s0 & ls::POOL_DONE != 0) && !revoked {
+    // A fresh release whose pool part is marked done (an acquire backing out) skips it,
+    // as does a revoked resident's.
+    let pool_skipped = revoked || (fresh && s0 & ls::POOL_DONE != 0);
+    if !pool_skipped {
         take_back(r, l, &d, &r.pool(p).word, tag, Word::Pool, fresh)?;
     }
     crash_point("release.pool_applied")?;

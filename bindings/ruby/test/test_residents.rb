@@ -41,7 +41,7 @@ class TestResidents < Minitest::Test
     r = assert_raises(Fairshm::Refused) { @table.acquire("residents", "b", timeout: 5) }
     waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
     assert_equal "too_many_residents", r.reason
-    assert waited >= 0.2 && waited < 2.0, "waited #{waited}"
+    assert waited >= 0.19 && waited < 2.0, "waited #{waited}" # counted in whole ms
     refute busy.any?(&:revoked?)
     busy[0].call { assert_raises(Fairshm::Refused) { @table.try_acquire("residents", "b") } }
   end
