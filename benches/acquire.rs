@@ -54,6 +54,24 @@ fn pairs(c: &mut Criterion) {
         g.bench_function("fairshm_engine_request_rate", |b| b.iter(pair));
         e.set_rates(acme, 0, 0).unwrap();
     }
+    // A resident's pair, in an `evict` pool with room (no eviction): its record's two
+    // stores (pending at publish, idle at grant) and the release's close (one CAS).
+    let res_seg = common::Seg::new("bench-residents");
+    let res_table = res_seg.create(&Config::with_pools(vec![
+        PoolConfig::new("residents", 64).evicting(),
+    ]));
+    {
+        let e = res_table.engine();
+        let (pool, acme) = (e.pool("residents").unwrap(), e.tenant("acme").unwrap());
+        g.bench_function("fairshm_engine_resident", |b| {
+            b.iter(|| {
+                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
+                    panic!("refused")
+                };
+                e.release(id, 1000).unwrap();
+            })
+        });
+    }
     // 1,024 other tenants active in a pool with room for them all (2,048 permits, each
     // holds one): the decision's cost must not grow with them.
     let busy_seg = common::Seg::new("bench-busy");

@@ -293,7 +293,11 @@ pub fn try_acquire<R: Region>(
         pool: a.pool as u32,
         tenant: a.tenant as u32,
         outcome: 0,
-        policy: decisions::POLICY_FAIR_SHARE,
+        policy: if a.evict {
+            decisions::POLICY_FAIR_SHARE_EVICT
+        } else {
+            decisions::POLICY_FAIR_SHARE
+        },
         units: a.units,
         in_use: 0,
         held: 0,

@@ -25,8 +25,11 @@ use crate::sync::Ordering::*;
 use crate::sync::fence;
 use serde::Serialize;
 
-/// Policy code of seed 000's fair share (the only policy so far).
+/// Policy code of seed 000's fair share.
 pub const POLICY_FAIR_SHARE: u32 = 0;
+/// Fair share in an `evict` pool: where the rule refuses, the acquire evicts a resident
+/// (granted) or finds none (`too_many_residents`), which the log's inputs cannot tell.
+pub const POLICY_FAIR_SHARE_EVICT: u32 = 1;
 
 /// One decision, as logged and read back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,13 +219,23 @@ pub fn read_all<R: Region>(r: &R) -> (Vec<Logged>, usize) {
 /// The outcome the library's rule gives a logged decision's inputs: 0 granted, else
 /// the reason code. `None` for a policy this version does not know.
 pub fn redecide(e: &Entry) -> Option<u32> {
-    if e.policy != POLICY_FAIR_SHARE {
-        return None;
-    }
-    Some(match fair_share::decide(&e.frozen(), e.in_use, e.held, e.units) {
+    let rule = match fair_share::decide(&e.frozen(), e.in_use, e.held, e.units) {
         Verdict::Admit | Verdict::AdmitCharging => 0,
         Verdict::Refuse { reason, .. } => reason,
-    })
+    };
+    match e.policy {
+        POLICY_FAIR_SHARE => Some(rule),
+        // The rule's refusal turned into an eviction or `too_many_residents`: both
+        // agree with it; a refusal for the rule's own reason would not.
+        POLICY_FAIR_SHARE_EVICT
+            if rule != 0
+                && matches!(e.outcome, 0 | crate::residents::TOO_MANY_RESIDENTS) =>
+        {
+            Some(e.outcome)
+        }
+        POLICY_FAIR_SHARE_EVICT => Some(rule),
+        _ => None,
+    }
 }
 
 /// The name of an outcome code.

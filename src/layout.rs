@@ -230,7 +230,8 @@ pub struct LogRec {
     /// implicit-`now` calls).
     pub at_ms: AtomicU64,
     /// Pool index (bits 0-15), outcome (16-23: 0 granted, else a `Reason` code),
-    /// policy (24-31: 0 fair share) | tenant index (high half).
+    /// policy (24-31: 0 fair share, 1 fair share in an `evict` pool) | tenant index (high
+    /// half).
     pub what: AtomicU64,
     /// Units asked for | the pool's units in use the rule saw (high half).
     pub units_in_use: AtomicU64,

@@ -322,3 +322,44 @@ fn concurrent_spawns_never_exceed_capacity() {
     );
     assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
 }
+
+#[test]
+fn the_decision_log_replays_evictions_and_too_many_residents() {
+    let seg = Seg::new("res-log");
+    let t = seg.create(&residents(2));
+    t.engine().set_decision_log(true);
+    let a: Vec<_> = (0..2).map(|i| spawn(&t, "a", 10 + i)).collect();
+    let b = spawn(&t, "b", 20); // the rule refuses pool_full; b evicts a[0]
+    b.begin_call_at(21).unwrap();
+    a[1].begin_call_at(22).unwrap();
+    let r = t
+        .try_acquire_at(&Request::new("residents", "c"), 23)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::TooManyResidents);
+    assert!(a[0].is_revoked().unwrap());
+    let (log, skipped) = fairshm::decisions::read_all(t.region());
+    assert_eq!(skipped, 0);
+    let outcomes: Vec<u32> = log.iter().map(|l| l.entry.outcome).collect();
+    assert_eq!(outcomes, [0, 0, 0, 10]);
+    assert!(
+        log.iter()
+            .all(|l| l.entry.policy == fairshm::decisions::POLICY_FAIR_SHARE_EVICT)
+    );
+    assert!(
+        fairshm::decisions::replay(&log).is_empty(),
+        "{:?}",
+        fairshm::decisions::replay(&log)
+    );
+    // A refusal logged for the rule's own reason replays too; an outcome the rule could
+    // not have led to does not.
+    let mut bad = log.clone();
+    bad[3].entry.outcome = 1;
+    assert_eq!(
+        fairshm::decisions::replay(&bad).len(),
+        0,
+        "pool_full is the rule's own answer"
+    );
+    bad[2].entry.outcome = 2;
+    assert_eq!(fairshm::decisions::replay(&bad).len(), 1);
+}

@@ -866,3 +866,65 @@ fn inspect_shows_a_guaranteed_pools_loans_demand_and_overruns() {
         "{human}"
     );
 }
+
+#[test]
+fn inspect_and_metrics_show_an_evict_pools_residents() {
+    let seg = Seg::new("tool-residents");
+    let t = seg.create(&Config::with_pools(vec![
+        PoolConfig::new("residents", 1).window_ms(60_000).evicting(),
+    ]));
+    let a = t
+        .try_acquire_at(&Request::new("residents", "a"), 10)
+        .unwrap()
+        .unwrap();
+    let b = t
+        .try_acquire_at(&Request::new("residents", "b"), 20)
+        .unwrap()
+        .unwrap();
+    assert!(a.is_revoked().unwrap());
+    let v = json(&shmtool(&["inspect", "--json", &seg.name]));
+    assert_schema(&v);
+    let r = &v["pools"][0]["residents"];
+    assert_eq!(
+        (
+            r["idle"].as_u64(),
+            r["revoked"].as_u64(),
+            r["evictions"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1))
+    );
+    assert_eq!(r["evict_wait_ms"].as_u64(), Some(1000));
+    let tenant = |n: &str| {
+        v["pools"][0]["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        (
+            tenant("a")["revoked"].as_u64(),
+            tenant("b")["evictions"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    let human = stdout(&shmtool(&["inspect", &seg.name]));
+    assert!(
+        human.contains("residents of residents: 1 idle, 0 in a call, 1 revoked"),
+        "{human}"
+    );
+    let m = check_prometheus(&stdout(&shmtool(&["metrics", &seg.name])));
+    let pool = [("segment", seg.name.as_str()), ("pool", "residents")];
+    assert_eq!(sample(&m, "fairshm_pool_evictions_total", &pool), 1.0);
+    assert_eq!(sample(&m, "fairshm_pool_residents_revoked", &pool), 1.0);
+    let a_labels = [
+        ("segment", seg.name.as_str()),
+        ("pool", "residents"),
+        ("tenant", "a"),
+    ];
+    assert_eq!(sample(&m, "fairshm_tenant_revoked_total", &a_labels), 1.0);
+    a.release().unwrap();
+    drop(b);
+}
