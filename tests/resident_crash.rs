@@ -174,3 +174,45 @@ fn a_victim_killed_while_releasing_its_revoked_resident_loses_nothing() {
     }
     assert_eq!(crashed.len(), 4, "crashed at {crashed:?}");
 }
+
+/// The victim's process is killed with its residents idle; before anyone reaps it, an
+/// acquire evicts one of them (a dead owner's resident is as evictable as any); the
+/// reap then gives back the rest and the revoked one's held unit only.
+#[test]
+fn a_dead_owners_resident_is_evicted_then_reaped_exactly() {
+    let seg = Seg::new("rcrash-dead");
+    let t = seg.create(&residents());
+    let name = seg.name.clone();
+    let child = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let mine: Vec<_> = (0..2)
+            .map(|i| {
+                t.try_acquire_at(&Request::new("residents", "victim"), 5 + i)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(30));
+        drop(mine);
+        0
+    });
+    let mut kids = common::Children(vec![child]);
+    common::wait_until(
+        Some(child),
+        "the victim's residents",
+        Duration::from_millis(1),
+        || t.snapshot().pool("residents").unwrap().in_use == CAP,
+    );
+    // Stop it first, so that no anchor of ours reaps it before the eviction.
+    nix::sys::signal::kill(child, nix::sys::signal::SIGSTOP).unwrap();
+    let l = t
+        .try_acquire_at(&Request::new("residents", "parent"), 10)
+        .unwrap()
+        .expect("an evicting spawn");
+    assert_eq!(t.snapshot().pool("residents").unwrap().in_use, CAP);
+    let code = kids.kill_all()[0];
+    assert_eq!(code, 128 + 9);
+    reaped(&t, code, "dead owner");
+    assert!(!l.is_revoked().unwrap());
+    assert_exact(&t, vec![l], "a dead owner's resident evicted, then reaped");
+}
