@@ -197,6 +197,7 @@ enum PoolStep {
 /// the first decision read, with the tenant holding `held`). If the word moved,
 /// decides again.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)] // the acquire's hot path (see `publish_acquire`)
 fn apply_pool_acquire<R: Region, P: Policy>(
     r: &R,
     policy: &P,

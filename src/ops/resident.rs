@@ -30,6 +30,8 @@ fn record<R: Region>(r: &R, l: usize) -> Result<&ResidentRec> {
 /// Writes lease `l`'s record for the acquire of generation `generation` being published
 /// (the lease is `CLAIMED`: its owner's alone). The revoker a previous cycle's word
 /// names is settled first.
+#[cold]
+#[inline(never)]
 pub(crate) fn init<R: Region>(r: &R, l: usize, generation: u32, now: u64) {
     let Some(rec) = r.resident(l) else {
         debug_assert!(false, "a resident lease {l} without a record");
@@ -47,6 +49,8 @@ pub(crate) fn init<R: Region>(r: &R, l: usize, generation: u32, now: u64) {
 }
 
 /// After lease `l` of `generation` is `HELD`: its resident becomes evictable.
+#[cold]
+#[inline(never)]
 pub(crate) fn granted<R: Region>(r: &R, l: usize, generation: u32) {
     if let Some(rec) = r.resident(l) {
         // SeqCst: the ender's half of the waiter handshake (see `residents::end_call`):
@@ -60,6 +64,8 @@ pub(crate) fn granted<R: Region>(r: &R, l: usize, generation: u32) {
 /// can land after it. Returns whether the lease was revoked (its pool unit is then the
 /// revoker's, and the release must not give it back). Idempotent: the release's driver
 /// may close again after a crash.
+#[cold]
+#[inline(never)]
 pub(crate) fn close<R: Region>(r: &R, l: usize, generation: u32) -> Result<bool> {
     let rec = record(r, l)?;
     loop {
