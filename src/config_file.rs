@@ -213,6 +213,42 @@ mod tests {
     }
 
     #[test]
+    fn an_evict_pool_reads_and_round_trips() {
+        let c = Config::from_toml(
+            r#"
+            [[pools]]
+            name = "residents"
+            capacity = 8
+            evict = true
+            evict_wait_ms = 250
+            [[pools]]
+            name = "requests"
+            capacity = 8
+            "#,
+        )
+        .unwrap();
+        assert!(c.pools[0].evict && !c.pools[1].evict);
+        assert_eq!(c.pools[0].evict_wait_ms, 250);
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+        assert!(
+            c.geometry().residents > 0,
+            "an evict pool has resident records"
+        );
+        let zero = Config::from_toml(
+            "[[pools]]\nname = \"r\"\ncapacity = 1\nevict = true\nevict_wait_ms = 0\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(zero.contains("evict_wait_ms"), "{zero}");
+        // A pool that refuses keeps no eviction wait: it reads back as the default.
+        let mut plain = Config::with_pools(vec![crate::PoolConfig::new("p", 1)]);
+        plain.pools[0].evict_wait_ms = 7;
+        let back = Config::decode(&plain.encode()).unwrap();
+        assert_eq!(back.diff(&plain), None);
+        assert_eq!(plain.geometry().residents, 0);
+    }
+
+    #[test]
     fn errors_name_what_is_wrong() {
         let e = |s: &str| Config::from_toml(s).unwrap_err().to_string();
         assert!(
