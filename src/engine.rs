@@ -591,23 +591,8 @@ impl Engine {
     /// `AlreadyReleased` and changes nothing. Returns the pool it was released in.
     pub fn release(&self, id: LeaseId, now: u64) -> Result<PoolId> {
         self.writable("releasing")?;
-        let l = id.index as usize;
+        let l = self.own_lease(id)?;
         let geo = self.seg.geometry();
-        if l >= geo.leases() {
-            return Err(Error::InvalidRequest(format!(
-                "lease {id} is beyond the lease table"
-            )));
-        }
-        let lpp = geo.leases_per_proc;
-        // Ours if it lies in our slot's range (no division: this runs on every release).
-        let mine = self
-            .registered(crate::selfid::pid() as u64)
-            .is_some_and(|s| (s * lpp..(s + 1) * lpp).contains(&l));
-        if !mine {
-            return Err(Error::NotOwner {
-                lease: id.to_string(),
-            });
-        }
         // Keep the slot as this thread's spare if the thread has none of this engine's: a
         // spare of another engine is given back first (a thread that switches tables).
         // (Tiny closures: each access stays a plain thread-local load or store.)
@@ -644,7 +629,9 @@ impl Engine {
         Ok(PoolId(d.pool))
     }
 
-    /// Lease `id`'s index, checked to lie in this process's lease range.
+    /// Lease `id`'s index, checked to lie in this process's lease range (no division:
+    /// this runs on every release).
+    #[inline(always)]
     fn own_lease(&self, id: LeaseId) -> Result<usize> {
         let l = id.index as usize;
         let geo = self.seg.geometry();

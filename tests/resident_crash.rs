@@ -57,6 +57,18 @@ fn assert_exact(t: &Table, mine: Vec<fairshm::Lease<'_>>, what: &str) {
     drop(kept);
 }
 
+/// Two residents of `tenant`, granted at 5 and 6 ms (the first is the idler): the
+/// pool full.
+fn two_residents<'t>(t: &'t Table, tenant: &str) -> Vec<fairshm::Lease<'t>> {
+    (0..2)
+        .map(|i| {
+            t.try_acquire_at(&Request::new("residents", tenant), 5 + i)
+                .unwrap()
+                .unwrap()
+        })
+        .collect()
+}
+
 fn reaped(t: &Table, code: i32, what: &str) {
     assert!(code == 0 || code == 128 + 9, "{what}: child exited {code}");
     t.reap_dead().unwrap();
@@ -80,13 +92,7 @@ fn a_process_killed_while_evicting_loses_nothing() {
     for &label in labels.chain(["release.closed"].iter()) {
         let seg = Seg::new("rcrash-evict");
         let t = seg.create(&residents());
-        let mine: Vec<_> = (0..2)
-            .map(|i| {
-                t.try_acquire_at(&Request::new("residents", "parent"), 5 + i)
-                    .unwrap()
-                    .unwrap()
-            })
-            .collect();
+        let mine = two_residents(&t, "parent");
         let name = seg.name.clone();
         let child = fork_child(move || {
             fairshm::crash::arm(label, 0);
@@ -137,13 +143,7 @@ fn a_victim_killed_while_releasing_its_revoked_resident_loses_nothing() {
         let name = seg.name.clone();
         let child = fork_child(move || {
             let t = Table::open(&name).unwrap();
-            let mine: Vec<_> = (0..2)
-                .map(|i| {
-                    t.try_acquire_at(&Request::new("residents", "victim"), 5 + i)
-                        .unwrap()
-                        .unwrap()
-                })
-                .collect();
+            let mine = two_residents(&t, "victim");
             if !mine[0].wait_revoked(Duration::from_secs(20)).unwrap() {
                 return 3;
             }
@@ -185,13 +185,7 @@ fn a_dead_owners_resident_is_evicted_then_reaped_exactly() {
     let name = seg.name.clone();
     let child = fork_child(move || {
         let t = Table::open(&name).unwrap();
-        let mine: Vec<_> = (0..2)
-            .map(|i| {
-                t.try_acquire_at(&Request::new("residents", "victim"), 5 + i)
-                    .unwrap()
-                    .unwrap()
-            })
-            .collect();
+        let mine = two_residents(&t, "victim");
         std::thread::sleep(Duration::from_secs(30));
         drop(mine);
         0

@@ -154,8 +154,9 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
 }
 
 /// Adds `d.units` to op word `word` with the acquire's `tag` (an effect that needs no
-/// decision of its own: the pool CAS validates the decision that made it).
-fn add_to<R: Region>(r: &R, l: usize, d: &Desc, word: &AtomicU64, tag: u64, which: Word) -> Result<()> {
+/// decision of its own: the pool CAS validates the decision that made it; a transfer's
+/// held step, whose pool step is the revocation).
+pub(super) fn add_to<R: Region>(r: &R, l: usize, d: &Desc, word: &AtomicU64, tag: u64, which: Word) -> Result<()> {
     let backoff = Backoff::new();
     loop {
         let v = word.load(Acquire);

@@ -15,12 +15,12 @@
 //! A reaper of an interrupted transfer judges its pool step done by the victim's word
 //! naming it, or by `POOL_DONE` once the word is gone (`resident::settle_revoker`).
 
-use super::acquire::back_out;
-use super::{Desc, Word, crash_point, publish_acquire, settle, spare_or_claim};
-use crate::error::{Error, Result};
+use super::acquire::{add_to, back_out};
+use super::{Desc, Word, crash_point, publish_acquire, spare_or_claim};
+use crate::error::Result;
 use crate::layout::{lease_state as ls, op_word, residency};
 use crate::region::Region;
-use crate::sync::{Backoff, Ordering::*, store_over_rmw};
+use crate::sync::{Ordering::*, store_over_rmw};
 
 /// What a transfer came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub(crate) fn transfer<R: Region>(
     spare: Option<(usize, u32)>,
 ) -> Result<(usize, Desc, Transferred)> {
     debug_assert!(victim.0 < r.geometry().leases());
-    let (p, t) = (d.pool as usize, d.tenant as usize);
+    let p = d.pool as usize;
     let (l, generation) = spare_or_claim(r, slot, hint, spare)?;
     crash_point("acquire.claimed")?;
     d.generation = generation;
@@ -57,28 +57,8 @@ pub(crate) fn transfer<R: Region>(
     publish_acquire(r, l, &d, tid, now, hold_ms, false);
     crash_point("acquire.published")?;
     let tag = op_word::make_tag(l, false, generation);
-    let tp = r.tenant_pool(p, t);
-    let backoff = Backoff::new();
-    loop {
-        let tw = tp.held.load(Acquire);
-        let h = op_word::count(tw);
-        let Some(nh) = h.checked_add(d.units).filter(|&n| n <= op_word::MAX_COUNT) else {
-            return Err(Error::Corrupt(format!(
-                "pool {p} tenant {t}: held {h} + {} overflows",
-                d.units
-            )));
-        };
-        settle(r, op_word::raw_tag(tw), p, Word::Held(d.tenant), l)?;
-        // AcqRel: as the held CAS of an acquire (see `acquire`).
-        if tp
-            .held
-            .compare_exchange(tw, op_word::make(nh, tag), AcqRel, Relaxed)
-            .is_ok()
-        {
-            break;
-        }
-        backoff.snooze();
-    }
+    let held = &r.tenant_pool(d.pool as usize, d.tenant as usize).held;
+    add_to(r, l, &d, held, tag, Word::Held(d.tenant))?;
     crash_point("evict.held_applied")?;
     if !super::resident::revoke(r, victim.0, victim.1, l, generation) {
         back_out(r, l, &d, false)?;
