@@ -342,18 +342,19 @@ pub fn try_acquire<R: Region>(
                 // An `evict` pool does not refuse while a resident can be put to sleep.
                 let spare = spare.filter(|_| claimed.is_none());
                 let over = code == fair_share::OVER_SHARE;
-                let (granted, any) = evict_for(r, slot, hint, a, d, &frozen, over, spare)?;
-                if let Some((l, d)) = granted {
-                    (logged.in_use, logged.held) = (in_use, held);
-                    if a.log {
-                        decisions::record(r, slot, &logged);
+                let tried = match evict_for(r, slot, hint, a, d, &frozen, over, spare)? {
+                    Err(tried) => tried,
+                    Ok((l, d)) => {
+                        (logged.in_use, logged.held) = (in_use, held);
+                        if a.log {
+                            decisions::record(r, slot, &logged);
+                        }
+                        ops::count_grant(r, r.lease(l));
+                        return Ok(Admitted::Granted { lease: l, desc: d });
                     }
-                    ops::count_grant(r, r.lease(l));
-                    return Ok(Admitted::Granted { lease: l, desc: d });
-                }
-                if any {
-                    claimed = claimed.or(Some(usize::MAX));
-                }
+                };
+                // A lease claimed (and freed) by a lost transfer spent the spare too.
+                claimed = claimed.or(tried);
                 code = crate::residents::TOO_MANY_RESIDENTS;
                 if let Verdict::Refuse { reason, .. } = &mut verdict {
                     *reason = code;
@@ -405,8 +406,8 @@ pub fn try_acquire<R: Region>(
 const EVICT_TRIES: usize = 8;
 
 /// An `evict` pool's acquire that the rule refused: revokes a victim and takes its
-/// permit (see `residents`). Returns the grant, if any, and whether a lease was
-/// claimed on the way (the thread's spare is then spent).
+/// permit (see `residents`). Returns the grant, or else the last lease claimed on the
+/// way (the thread's spare is then spent).
 #[cold]
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
@@ -419,8 +420,8 @@ fn evict_for<R: Region>(
     f: &Frozen,
     over: bool,
     mut spare: Option<(usize, u32)>,
-) -> Result<(Option<(usize, Desc)>, bool)> {
-    let mut any = false;
+) -> Result<std::result::Result<(usize, Desc), Option<usize>>> {
+    let mut tried = None;
     for _ in 0..EVICT_TRIES {
         let Some(v) = crate::residents::choose(r, a.pool, a.tenant, a.units, over, f) else {
             break;
@@ -436,15 +437,15 @@ fn evict_for<R: Region>(
             a.hold_ms,
             spare.take(),
         )?;
-        any = true;
+        tried = Some(l);
         if out == ops::Transferred::Granted {
             // Relaxed: statistics.
             r.tenant_pool(a.pool, a.tenant).evictions.fetch_add(1, Relaxed);
             r.tenant_pool(a.pool, v.tenant).revoked.fetch_add(1, Relaxed);
-            return Ok((Some((l, d)), true));
+            return Ok(Ok((l, d)));
         }
     }
-    Ok((None, any))
+    Ok(Err(tried))
 }
 
 /// Releases lease `l` of generation `generation` at `now`, with the owner's copy of

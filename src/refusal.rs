@@ -364,7 +364,11 @@ impl Refusal {
                 };
                 write!(
                     f,
-                    "tenant {tenant:?} asked for {} of pool {pool:?}, which evicts residents                      to make room and is full ({} of {} in use). It holds {}, {standing} its                      share of {sh:.1} ({company}), and {whose} in a call, so none could be                      put to sleep. Retry after {retry} ms: a resident that ends its call                      becomes evictable, and a release makes room.",
+                    "tenant {tenant:?} asked for {} of pool {pool:?}, which evicts residents \
+                     to make room and is full ({} of {} in use). It holds {}, {standing} its \
+                     share of {sh:.1} ({company}), and {whose} in a call, so none could be \
+                     put to sleep. Retry after {retry} ms: a resident that ends its call \
+                     becomes evictable, and a release makes room.",
                     plural(units, "unit"),
                     x.in_use,
                     x.capacity,

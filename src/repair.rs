@@ -97,7 +97,11 @@ fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
             }
             // A revoked resident's pool unit is its revoker's; its tenant still holds
             // it until the release.
-            if !(residency::is_resident(d.inputs[2]) && revoked(r, l, ls::generation(s))) {
+            // SeqCst: the record is read between the two loads of `evictions`.
+            let revoked = residency::is_resident(d.inputs[2])
+                && crate::residents::held_resident(r, l, SeqCst)
+                    .is_some_and(|(_, st, g)| st == resident_word::REVOKED && g == ls::generation(s));
+            if !revoked {
                 total += d.units as u64;
             }
             held[d.tenant as usize] += d.units as u64;
@@ -120,15 +124,6 @@ fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
         }
         backoff.snooze();
     }
-}
-
-/// Whether resident lease `l` of generation `g` is revoked (its record says so).
-fn revoked<R: Region>(r: &R, l: usize, g: u32) -> bool {
-    r.resident(l).is_some_and(|rec| {
-        // SeqCst: read between the two loads of `evictions` (see `sums`).
-        let w = rec.word.load(SeqCst);
-        resident_word::generation(w) == g && resident_word::state(w) == resident_word::REVOKED
-    })
 }
 
 /// What breaks the invariants of pool `p`, one line each (empty: none).

@@ -20,7 +20,7 @@ use crate::layout::{ResidentRec, lease_state as ls, pair, residency, resident_wo
 use crate::ops::read_desc;
 use crate::policy::fair_share::{Frozen, under_share};
 use crate::region::Region;
-use crate::sync::Ordering::*;
+use crate::sync::Ordering::{self, *};
 
 /// The record of lease `l` of generation `generation`, checked to be a resident of
 /// this cycle, with its pool.
@@ -152,22 +152,13 @@ pub fn choose<R: Region>(r: &R, p: usize, t: usize, units: u32, over: bool, f: &
     let geo = r.geometry();
     // The idlest evictable resident of each tenant: (last call, lease, generation).
     let mut best: Vec<(usize, u64, usize, u32)> = Vec::new();
-    for l in 0..geo.residents.min(geo.leases()) {
-        let rec = r.resident(l)?;
+    for l in 0..geo.residents {
         // SeqCst: the waiter's half of the handshake with `end_call` (module `waiting`:
         // the announcement comes before this look).
-        let w = rec.word.load(SeqCst);
-        if rw::state(w) != rw::IDLE {
+        let Some((rec, rw::IDLE, g)) = held_resident(r, l, SeqCst) else {
             continue;
-        }
-        let g = rw::generation(w);
-        let lease = r.lease(l);
-        // Acquire: publishes the descriptor (seqlock).
-        let s = lease.state.load(Acquire);
-        if ls::state(s) != ls::HELD || ls::generation(s) != g {
-            continue;
-        }
-        let Some(d) = read_desc(lease, g) else { continue };
+        };
+        let Some(d) = read_desc(r.lease(l), g) else { continue };
         if d.pool as usize != p || d.units != units || (d.tenant as usize) >= geo.tenants {
             continue;
         }
@@ -222,20 +213,30 @@ pub fn choose<R: Region>(r: &R, p: usize, t: usize, units: u32, over: bool, f: &
     pick.map(|(_, _, v)| v)
 }
 
+/// Lease `l`'s resident record, the resident's state and the generation, when the
+/// resident is idle, in a call or revoked and its lease is `HELD` in the cycle the
+/// record describes (else `None`, and the lease state is not read). The word is loaded
+/// with `ord` (the victim scan's SeqCst, for the waiter handshake), then the lease state
+/// with Acquire (it publishes the descriptor: the seqlock of `ops`).
+pub(crate) fn held_resident<R: Region>(r: &R, l: usize, ord: Ordering) -> Option<(&ResidentRec, u32, u32)> {
+    let rec = r.resident(l)?;
+    let w = rec.word.load(ord);
+    let (st, g) = (rw::state(w), rw::generation(w));
+    if !matches!(st, rw::IDLE | rw::IN_CALL | rw::REVOKED) {
+        return None;
+    }
+    let s = r.lease(l).state.load(Acquire);
+    (ls::state(s) == ls::HELD && ls::generation(s) == g).then_some((rec, st, g))
+}
+
 /// The revoked, not yet released, resident leases of process slot `slot`:
 /// `(lease index, generation)`.
 pub fn revoked_of_slot<R: Region>(r: &R, slot: usize) -> Vec<(usize, u32)> {
     let lpp = r.geometry().leases_per_proc;
     (slot * lpp..(slot + 1) * lpp)
-        .filter_map(|l| {
-            let rec = r.resident(l)?;
-            // Acquire: as in `status`.
-            let w = rec.word.load(Acquire);
-            let s = r.lease(l).state.load(Acquire);
-            (rw::state(w) == rw::REVOKED
-                && ls::state(s) == ls::HELD
-                && ls::generation(s) == rw::generation(w))
-            .then_some((l, rw::generation(w)))
+        .filter_map(|l| match held_resident(r, l, Acquire) {
+            Some((_, rw::REVOKED, g)) => Some((l, g)),
+            _ => None,
         })
         .collect()
 }
@@ -245,18 +246,10 @@ pub fn revoked_of_slot<R: Region>(r: &R, slot: usize) -> Vec<(usize, u32)> {
 pub fn counts<R: Region>(r: &R, p: usize) -> (u32, u32, u32) {
     let mut out = (0, 0, 0);
     for l in 0..r.geometry().residents {
-        let Some(rec) = r.resident(l) else { break };
         // Acquire / Relaxed: a report of words each true at some instant.
-        let w = rec.word.load(Acquire);
-        let st = rw::state(w);
-        if !matches!(st, rw::IDLE | rw::IN_CALL | rw::REVOKED) {
+        let Some((_, st, _)) = held_resident(r, l, Acquire) else {
             continue;
-        }
-        let s = r.lease(l).state.load(Acquire);
-        if ls::state(s) != ls::HELD || ls::generation(s) != rw::generation(w) {
-            continue;
-        }
-        // Relaxed: a report.
+        };
         if pair::lo(r.lease(l).pool_tenant.load(Relaxed)) as usize != p {
             continue;
         }

@@ -154,6 +154,8 @@ fn a_victim_killed_while_releasing_its_revoked_resident_loses_nothing() {
             drop(mine);
             0
         });
+        // Killed and reaped if the test fails before it exits (it would wait 20 s).
+        let mut kids = common::Children(vec![child]);
         common::wait_until(
             Some(child),
             "the victim's residents",
@@ -165,6 +167,7 @@ fn a_victim_killed_while_releasing_its_revoked_resident_loses_nothing() {
             .unwrap()
             .expect("an evicting spawn");
         let code = wait(child);
+        kids.0.clear(); // reaped
         reaped(&t, code, label);
         if code == 137 {
             crashed.push(label);

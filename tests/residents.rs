@@ -111,6 +111,10 @@ fn a_resident_in_a_call_is_never_the_victim() {
         .unwrap_err();
     assert_eq!(r.reason, Reason::TooManyResidents, "{r}");
     assert!(r.to_string().contains("in a call"), "{r}");
+    assert!(
+        !r.to_string().contains("  "),
+        "one space between words: {r}"
+    );
     assert!(!b.is_revoked().unwrap(), "a past its share never takes b's");
     // Calls nest: two begins need two ends before the resident is evictable.
     a[0].begin_call_at(34).unwrap();

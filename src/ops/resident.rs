@@ -53,9 +53,11 @@ pub(crate) fn init<R: Region>(r: &R, l: usize, generation: u32, now: u64) {
 #[inline(never)]
 pub(crate) fn granted<R: Region>(r: &R, l: usize, generation: u32) {
     if let Some(rec) = r.resident(l) {
-        // SeqCst: the ender's half of the waiter handshake (see `residents::end_call`):
-        // a waiter that announced itself sees this resident, or is woken. A plain
-        // store: PENDING is revoked by nobody, so no RMW races it but failing CASes.
+        // SeqCst, as `residents::end_call`'s CAS, the other write that makes a resident
+        // idle: the victim scan reads these words with SeqCst. No wake follows a grant
+        // (it took a free unit or a victim's); a waiter finds this resident at its next
+        // try. A plain store: PENDING is revoked by nobody, so no RMW races it but
+        // failing CASes.
         store_over_rmw64(&rec.word, rw::make(generation, rw::IDLE, 0), SeqCst);
     }
 }

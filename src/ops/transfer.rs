@@ -57,7 +57,7 @@ pub(crate) fn transfer<R: Region>(
     publish_acquire(r, l, &d, tid, now, hold_ms, false);
     crash_point("acquire.published")?;
     let tag = op_word::make_tag(l, false, generation);
-    let held = &r.tenant_pool(d.pool as usize, d.tenant as usize).held;
+    let held = &r.tenant_pool(p, d.tenant as usize).held;
     add_to(r, l, &d, held, tag, Word::Held(d.tenant))?;
     crash_point("evict.held_applied")?;
     if !super::resident::revoke(r, victim.0, victim.1, l, generation) {
