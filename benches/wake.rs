@@ -13,8 +13,8 @@
 //! polls until its permit is free again; fairshm's permit comes back through the anchor
 //! of a live process (the bench's own); the baseline is again `SEM_UNDO`.
 //!
-//! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000;
-//! FAIRSHM_DEATH_ROUNDS, default 100).
+//! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000, in
+//! FAIRSHM_WAKE_BLOCKS interleaved blocks, default 10; FAIRSHM_DEATH_ROUNDS, default 100).
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -48,10 +48,6 @@ fn asleep(pid: u64) -> bool {
     fairshm::liveness::proc_info(pid as u32).is_some_and(|i| i.state == b'S')
 }
 
-fn report(what: &str, lat: &[AtomicU64], n: usize) -> (f64, f64) {
-    report_ns(what, lat[2..=n].iter().map(|a| a.load(SeqCst)).collect())
-}
-
 fn report_ns(what: &str, mut v: Vec<u64>) -> (f64, f64) {
     v.sort_unstable();
     let p = |q: f64| v[((v.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
@@ -64,20 +60,76 @@ fn report_ns(what: &str, mut v: Vec<u64>) -> (f64, f64) {
     (p(0.5), p(0.99))
 }
 
+/// The three handoffs the bench compares.
+#[derive(Clone, Copy)]
+enum Mech {
+    Fairshm,
+    Semop,
+    Bare,
+}
+
 fn main() {
     let n = env_or("FAIRSHM_WAKE_ROUNDS", 2000).clamp(10, MAX_ROUNDS);
-    println!("wake latency: release -> blocked waiter in another process granted, {n} handoffs");
+    // Interleaved blocks, in a rotating order: a host whose speed drifts during the run
+    // (these are shared machines) then shifts all three alike instead of whichever ran
+    // last.
+    let blocks = env_or("FAIRSHM_WAKE_BLOCKS", 10).clamp(1, 100);
+    let per = (n / blocks).max(10);
+    println!(
+        "wake latency: release -> blocked waiter in another process granted, \
+         {} handoffs each, in {blocks} interleaved blocks",
+        per * blocks
+    );
 
     let seg = Seg::new("bench-wake");
     let (name, t) = (seg.name.clone(), seg.create(&one_pool(1)));
-    let lat = shared_words(n + 4);
+    let sem = Sem::new(1);
+    let token = &shared_words(1)[0];
+    let lat = shared_words(per + 4);
+    let mut got: [Vec<u64>; 3] = Default::default();
+    let order = [Mech::Fairshm, Mech::Semop, Mech::Bare];
+    for blk in 0..blocks {
+        for i in 0..3 {
+            let mech = order[(blk + i) % 3];
+            for w in lat {
+                w.store(0, SeqCst);
+            }
+            match mech {
+                Mech::Fairshm => fairshm_handoffs(&name, lat, per),
+                Mech::Semop => semop_handoffs(&sem, lat, per),
+                Mech::Bare => bare_futex_handoffs(token, lat, per),
+            }
+            got[mech as usize].extend(lat[2..=per].iter().map(|a| a.load(SeqCst)));
+        }
+    }
+    let [f, s, b] = got;
+    let (f50, f99) = report_ns("fairshm futex", f);
+    let (s50, s99) = report_ns("SysV semop + SEM_UNDO", s);
+    let (b50, b99) = report_ns("bare shared futex", b);
+    println!(
+        "ratio fairshm / semop: p50 {:.2}, p99 {:.2}",
+        f50 / s50,
+        f99 / s99
+    );
+    println!(
+        "ratio bare futex / semop: p50 {:.2}, p99 {:.2} (the mechanism's own cost)",
+        b50 / s50,
+        b99 / s99
+    );
+    drop((t, seg, sem));
+    death_wake();
+    death_return();
+}
+
+/// `per` handoffs of the only permit of pool `requests` of the table `name`.
+fn fairshm_handoffs(name: &str, lat: &[AtomicU64], per: usize) {
     two_players(|me| {
-        let t = Table::open(&name).unwrap();
+        let t = Table::open(name).unwrap();
         let req = Request::new("requests", ["a", "b"][me]);
         let held = std::cell::RefCell::new(None);
         handoff_rounds(
             lat,
-            n,
+            per,
             me,
             || {
                 let lease = t.acquire(&req, Duration::from_secs(10)).unwrap().unwrap();
@@ -87,36 +139,20 @@ fn main() {
             || held.borrow_mut().take().unwrap().release().unwrap(),
         );
     });
-    let (f50, f99) = report("fairshm futex", lat, n);
-    drop((t, seg));
+}
 
-    let sem = Sem::new(1);
-    let lat = shared_words(n + 4);
+/// `per` handoffs of the semaphore `sem` (value 1), as Semian takes it.
+fn semop_handoffs(sem: &Sem, lat: &[AtomicU64], per: usize) {
     two_players(|me| {
         handoff_rounds(
             lat,
-            n,
+            per,
             me,
             || sem.op(-1),
             || sem.get(libc::GETNCNT) > 0,
             || sem.op(1),
         );
     });
-    let (s50, s99) = report("SysV semop + SEM_UNDO", lat, n);
-    drop(sem);
-    println!(
-        "ratio fairshm / semop: p50 {:.2}, p99 {:.2}",
-        f50 / s50,
-        f99 / s99
-    );
-    let (b50, b99) = bare_futex_handoffs(n);
-    println!(
-        "ratio bare futex / semop: p50 {:.2}, p99 {:.2} (the mechanism's own cost)",
-        b50 / s50,
-        b99 / s99
-    );
-    death_wake();
-    death_return();
 }
 
 /// A private SysV set of one semaphore, used as Semian uses it (`SEM_UNDO`); removed
@@ -242,10 +278,8 @@ fn death_return() {
 /// The floor under fairshm's wake: the same handoff with nothing but a process-shared
 /// futex word in shared memory (no rule, no lease, no recovery). `word[0]` is the
 /// token: 1 while free, 0 while held; a waiter sleeps while it is 0.
-fn bare_futex_handoffs(n: usize) -> (f64, f64) {
-    let word = &shared_words(1)[0];
+fn bare_futex_handoffs(word: &AtomicU64, lat: &[AtomicU64], n: usize) {
     word.store(1, SeqCst);
-    let lat = shared_words(n + 4);
     let wait_word = |expect: u32| {
         // SAFETY: the low half of an aligned u64 of a shared mapping that outlives the
         // call; FUTEX_WAIT without FUTEX_PRIVATE_FLAG (shared between processes).
@@ -288,7 +322,6 @@ fn bare_futex_handoffs(n: usize) -> (f64, f64) {
             },
         );
     });
-    report("bare shared futex", lat, n)
 }
 
 /// One player's half of the handoff rounds. `lat` is [release stamp, latency of round
