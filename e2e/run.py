@@ -25,13 +25,13 @@ number of permits; then each target, PASS or not. With --check it exits
 non-zero when an enforced one is missed:
   - polite and polite-f1: the heavy tenant gets 429s; the light tenant's p99 ratio is
     at most 2.5, and under its ratio with eager clients and without a limiter (a guard
-    that the hints work; the target is 1.5), under gunicorn and Puma 4x1 (under Puma
-    4x4 it is reported only: see `report`);
+    that the hints work; the target is 1.5), under gunicorn, Puma 4x1 and Puma 2x2
+    (under Puma 4x4 it is reported only: see `report`);
   - heavy alone: the pool's in-use reaches its capacity; nothing is held at the end.
 Reported, not enforced (see the README): the light p99 ratio <= 1.5 (polite); the heavy tenant keeps >= 90% of the throughput its share allows, and its p99
 within 2x of the ideal queueing delay (connections x hold / permits).
 
-    python e2e/run.py [--servers gunicorn,puma-4x1,puma-4x4] [--seconds 10] [--check]
+    python e2e/run.py [--servers gunicorn,puma-4x1,puma-2x2,puma-4x4] [--seconds 10] [--check]
 """
 
 import argparse
@@ -57,6 +57,7 @@ SERVERS = {
     # name: (workers, threads per worker)
     "gunicorn": (4, 1),
     "puma-4x1": (4, 1),
+    "puma-2x2": (2, 2),
     "puma-4x4": (4, 4),
 }
 
@@ -260,13 +261,14 @@ def report(kind, pool, seconds, results, leftover):
     checks.append(("light p99 with heavy present / alone = %.2f (target <= 1.5)" % light_ratio,
                    light_ratio <= 1.5, False))
     eager_ratio = results["eager"]["light"]["p99_ms"] / solo
-    # Enforced under gunicorn and Puma 4x1. Under Puma 4x4 it is reported only: on some
-    # hosts of the CI class (2026-12-01) the light tenant there is admitted by fairshm at
+    # Enforced under gunicorn, Puma 4x1 and Puma 2x2. Under Puma 4x4 it is reported
+    # only: on some hosts of the CI class (2026-12-01) the light tenant there is admitted by fairshm at
     # its first attempt every time and still waits ~14 ms at p50 in Puma's own accept
     # queue behind the heavy tenant's connections, with or without a limiter (the code
     # before the guaranteed policy, 7028390, gives polite 4.65x vs 3.75x with no limiter
     # on such a host; other hosts gave 1.41x to 1.56x). The guard would then judge the
     # server's queueing, which the pool cannot reach: issues 9 and 14 stay open on it.
+    # (On such a host the two cores are ~90% busy in the polite phase: see the README.)
     f1 = results["polite-f1"]
     f1_ratio = f1["light"]["p99_ms"] / solo
     for phase, ratio in (("polite", light_ratio), ("polite-f1", f1_ratio)):
@@ -301,7 +303,7 @@ def report(kind, pool, seconds, results, leftover):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", default="gunicorn,puma-4x1,puma-4x4")
+    ap.add_argument("--servers", default="gunicorn,puma-4x1,puma-2x2,puma-4x4")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--loadgen", default=str(ROOT / "target" / "release" / "examples" / "loadgen"))
