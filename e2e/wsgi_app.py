@@ -1,6 +1,10 @@
 """The end-to-end WSGI app: 5 ms of work per request (E2E_WORK_MS), behind fairshm's
 middleware when FAIRSHM_E2E_SEGMENT names a segment. The table is opened at import,
-so with gunicorn's --preload it is opened once in the master, before fork."""
+so with gunicorn's --preload it is opened once in the master, before fork.
+
+Outermost, every response (200 or 429) says when its request reached the app:
+`X-Entered-Ns`, CLOCK_MONOTONIC in ns, which the load client (same host, same clock)
+subtracts from when it sent the attempt: the time it waited in the server's queue."""
 
 import os
 import time
@@ -27,3 +31,18 @@ if _segment:
     app = FairshmMiddleware(
         base, table, "requests", lambda environ: environ.get("HTTP_X_TENANT"), hold_ms=WORK_MS
     )
+
+
+def stamped(inner):
+    def app(environ, start_response):
+        entered = str(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+
+        def stamp(status, headers, exc_info=None):
+            return start_response(status, headers + [("X-Entered-Ns", entered)], exc_info)
+
+        return inner(environ, stamp)
+
+    return app
+
+
+app = stamped(app)

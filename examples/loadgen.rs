@@ -10,8 +10,10 @@
 //!
 //!   loadgen ADDR SECONDS TENANT:CONNECTIONS:MODE...
 //!
-//! Prints one JSON object per tenant on stdout: attempts, 200s, 429s, errors, and the
-//! latency percentiles in ms.
+//! Prints one JSON object per tenant on stdout: attempts, 200s, 429s, errors, the
+//! latency percentiles in ms, and the percentiles of the server queue: per attempt, from
+//! its send to when the app says it reached it (`X-Entered-Ns`, CLOCK_MONOTONIC: the
+//! servers run on this host), so what a request waited before any middleware ran.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -29,9 +31,30 @@ struct Tally {
     latencies_us: Vec<u64>,
     /// Attempts each served request took.
     tries: Vec<u32>,
+    /// Each answered attempt's wait in the server's queue, µs.
+    queued_us: Vec<u64>,
 }
 
-fn attempt(addr: &str, tenant: &str) -> std::io::Result<(u16, Option<u64>)> {
+/// One attempt's answer: the status, the hint (ms) of a 429, and when the app says the
+/// request reached it (CLOCK_MONOTONIC ns).
+struct Answer {
+    status: u16,
+    hint_ms: Option<u64>,
+    entered_ns: Option<u64>,
+}
+
+/// CLOCK_MONOTONIC in ns: the clock the apps stamp `X-Entered-Ns` with.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn attempt(addr: &str, tenant: &str) -> std::io::Result<Answer> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     s.set_nodelay(true)?;
@@ -48,7 +71,7 @@ fn attempt(addr: &str, tenant: &str) -> std::io::Result<(u16, Option<u64>)> {
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| std::io::Error::other("no status line"))?;
-    let (mut ms, mut secs) = (None, None);
+    let (mut ms, mut secs, mut entered_ns) = (None, None, None);
     for l in lines.take_while(|l| !l.is_empty()) {
         if let Some((k, v)) = l.split_once(':') {
             let v = v.trim().parse::<u64>().ok();
@@ -56,10 +79,16 @@ fn attempt(addr: &str, tenant: &str) -> std::io::Result<(u16, Option<u64>)> {
                 ms = v;
             } else if k.eq_ignore_ascii_case("retry-after") {
                 secs = v;
+            } else if k.eq_ignore_ascii_case("x-entered-ns") {
+                entered_ns = v;
             }
         }
     }
-    Ok((status, ms.or(secs.map(|s| s * 1000))))
+    Ok(Answer {
+        status,
+        hint_ms: ms.or(secs.map(|s| s * 1000)),
+        entered_ns,
+    })
 }
 
 fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>) -> Tally {
@@ -73,7 +102,16 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
                 return t;
             }
             t.attempts += 1;
-            match attempt(&addr, &tenant) {
+            let sent = monotonic_ns();
+            let answer = attempt(&addr, &tenant);
+            if let Ok(Answer {
+                entered_ns: Some(e),
+                ..
+            }) = answer
+            {
+                t.queued_us.push(e.saturating_sub(sent) / 1000);
+            }
+            match answer.map(|a| (a.status, a.hint_ms)) {
                 Ok((200, _)) => {
                     t.ok += 1;
                     t.latencies_us.push(start.elapsed().as_micros() as u64);
@@ -148,7 +186,9 @@ fn main() {
             all.hint_ms_total += t.hint_ms_total;
             all.latencies_us.extend(t.latencies_us);
             all.tries.extend(t.tries);
+            all.queued_us.extend(t.queued_us);
         }
+        all.queued_us.sort_unstable();
         all.latencies_us.sort_unstable();
         all.tries.sort_unstable();
         let first_try = all.tries.iter().filter(|&&n| n == 1).count();
@@ -162,7 +202,8 @@ fn main() {
             "{{\"tenant\":\"{name}\",\"connections\":{n},\"mode\":\"{mode}\",\"seconds\":{secs},\
              \"attempts\":{},\"ok\":{},\"refused\":{},\"errors\":{},\"mean_hint_ms\":{:.1},\
              \"p50_ms\":{:.2},\"p90_ms\":{:.2},\"p99_ms\":{:.2},\"max_ms\":{:.2},\
-             \"served_first_try\":{first_try},\"tries_p99\":{tries_p99}}}",
+             \"served_first_try\":{first_try},\"tries_p99\":{tries_p99},\
+             \"stamped\":{},\"queue_p50_ms\":{:.2},\"queue_p99_ms\":{:.2}}}",
             all.attempts,
             all.ok,
             all.refused,
@@ -172,6 +213,9 @@ fn main() {
             pct(l, 0.90),
             pct(l, 0.99),
             pct(l, 1.0),
+            all.queued_us.len(),
+            pct(&all.queued_us, 0.50),
+            pct(&all.queued_us, 0.99),
         );
     }
 }
