@@ -251,9 +251,10 @@ impl std::fmt::Display for Turn<'_> {
             ),
             q => write!(
                 f,
-                "{} of this tenant's are queued ahead; {whose} make room about every \
+                "{} of this tenant's {} queued ahead; {whose} make room about every \
                  {every:.1} ms, so its turn is expected in {} ms",
                 plural(q, "refused request"),
+                if q == 1 { "is" } else { "are" },
                 x.retry_after_ms
             ),
         }

@@ -172,3 +172,40 @@ fn statistics_count_hints_and_early_returns() {
     refused(e, p, heavy, 1_041);
     assert_eq!(tenant(1_041).early_returns, 2, "not early after a grant");
 }
+
+/// The backlog in the explanation agrees in number: none, one, several.
+#[test]
+fn the_backlog_is_told_in_the_right_number() {
+    let base = Refused {
+        reason: Reason::OverShare,
+        retry_after_ms: 5,
+        units: 1,
+        in_use: 4,
+        held: 2,
+        capacity: 4,
+        floor: 1,
+        weight: 1,
+        active_weight: 2,
+        short: 1,
+        queued: 0,
+        interval_us: 2_500,
+    };
+    let text = |queued| {
+        fairshm::Refusal::new("requests", "heavy", Refused { queued, ..base }).explanation()
+    };
+    assert!(
+        text(0).contains("No request of this tenant's is queued ahead"),
+        "{}",
+        text(0)
+    );
+    let one = text(1);
+    assert!(
+        one.contains("1 refused request of this tenant's is queued ahead"),
+        "{one}"
+    );
+    let two = text(2);
+    assert!(
+        two.contains("2 refused requests of this tenant's are queued ahead"),
+        "{two}"
+    );
+}
