@@ -15,7 +15,7 @@
 //! contends only for the pool's word). Each cell is the median of 5 runs of the
 //! aggregate wall time per pair: (last process done - start) / pairs of all processes.
 //!
-//! Run: `cargo bench --bench contended` (FAIRSHM_PAIRS per process, default 100000;
+//! Run: `cargo bench --features internals --bench contended` (FAIRSHM_PAIRS per process, default 100000;
 //! FAIRSHM_RUNS, default 5).
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -86,7 +86,7 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
                     Mech::Fairshm => fairshm(t.as_ref().unwrap(), pairs),
                     Mech::ByName => by_name(t.as_ref().unwrap(), pairs),
                 }
-                w[2 + i].store(now_ns(), SeqCst);
+                w[2 + i].store(fairshm::clock::now_ns(), SeqCst);
                 0
             })
         })
@@ -94,7 +94,7 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
     while w[1].load(SeqCst) < procs as u64 {
         std::thread::sleep(Duration::from_micros(100));
     }
-    let start = now_ns();
+    let start = fairshm::clock::now_ns();
     w[0].store(1, SeqCst);
     for k in kids {
         assert_eq!(wait(k), 0, "a {} worker failed", mech.name());
@@ -172,17 +172,6 @@ fn by_name(t: &Table, pairs: u64) {
         };
         lease.release_at(now).expect("release");
     }
-}
-
-/// CLOCK_MONOTONIC in ns: one clock for every process.
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -337,6 +337,9 @@ def main():
     ap.add_argument("--loadgen", default=str(ROOT / "target" / "release" / "examples" / "loadgen"))
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
+    if not Path(a.loadgen).is_file():
+        sys.exit("no load client at %s: cargo build --release --features internals --example loadgen"
+                 % a.loadgen)
     log_dir = Path(os.environ.get("E2E_LOG_DIR", "/tmp/fairshm-e2e"))
     log_dir.mkdir(parents=True, exist_ok=True)
     ok_all = True

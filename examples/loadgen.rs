@@ -10,6 +10,8 @@
 //!
 //!   loadgen ADDR SECONDS TENANT:CONNECTIONS:MODE...
 //!
+//! Built with `cargo build --release --features internals --example loadgen`.
+//!
 //! Prints one JSON object per tenant on stdout: attempts, 200s, 429s, errors, the
 //! latency percentiles in ms, and the percentiles of the server queue: per attempt, from
 //! its send to when the app says it reached it (`X-Entered-Ns`, CLOCK_MONOTONIC: the
@@ -41,17 +43,6 @@ struct Answer {
     status: u16,
     hint_ms: Option<u64>,
     entered_ns: Option<u64>,
-}
-
-/// CLOCK_MONOTONIC in ns: the clock the apps stamp `X-Entered-Ns` with.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn attempt(addr: &str, tenant: &str) -> std::io::Result<Answer> {
@@ -102,7 +93,8 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
                 return t;
             }
             t.attempts += 1;
-            let sent = monotonic_ns();
+            // The library's clock: CLOCK_MONOTONIC, the one the apps stamp with.
+            let sent = fairshm::clock::now_ns();
             let answer = attempt(&addr, &tenant);
             if let Ok(Answer {
                 entered_ns: Some(e),
