@@ -73,10 +73,6 @@ def free_port():
     return port
 
 
-# The library's default floor_percent (config::DEFAULT_FLOOR_PERCENT), for the report.
-DEFAULT_FLOOR_PERCENT = 5
-
-
 def pool_of(kind):
     """The pool of server `kind`: its concurrency."""
     workers, threads = SERVERS[kind]
@@ -86,11 +82,6 @@ def pool_of(kind):
 def light_floor_percent(pool):
     """The floor_percent that gives a pool of `pool` a floor of LIGHT permits."""
     return -(-LIGHT * 100 // pool)
-
-
-def floor_of(pool, percent):
-    """The library's floor (config::floor_of): percent of the pool, at least 1."""
-    return max(1, pool * percent // 100)
 
 
 class Server:
@@ -185,11 +176,11 @@ def load(loadgen, addr, seconds, specs):
     return {d["tenant"]: d for d in map(json.loads, out.stdout.split("\n")[:-1])}
 
 
-def in_use(segment):
-    """What the segment's pool has in use, read as an observer."""
+def pool_stats(segment):
+    """The segment's pool as an observer reads it (its `in_use`, its `floor`, ...)."""
     stats = fairshm.Table.observer(segment)
     try:
-        return stats.stats()["pools"][0]["in_use"]
+        return stats.stats()["pools"][0]
     finally:
         stats.close()
 
@@ -227,14 +218,17 @@ def run_server(kind, seconds, loadgen, log_dir):
         sampler.start()
         results["heavy"] = load(loadgen, srv.addr, seconds, ["heavy:%d:polite" % HEAVY])
         results["heavy"]["heavy"]["max_in_use"] = sampler.finish()
-        leftover = in_use(segment)
+        end = pool_stats(segment)
+        leftover, floors = end["in_use"], {"polite": end["floor"]}
     finally:
         srv.stop()
         drop_segment(segment)
     srv = Server(kind, segment, log_dir, None, "-f1")
     try:
         results["polite-f1"] = polite_phase(loadgen, srv.addr, seconds, segment)
-        leftover += in_use(segment)
+        end = pool_stats(segment)
+        leftover += end["in_use"]
+        floors["polite-f1"] = end["floor"]
     finally:
         srv.stop()
         drop_segment(segment)
@@ -246,14 +240,14 @@ def run_server(kind, seconds, loadgen, log_dir):
                                   ["heavy:%d:eager" % HEAVY, "light:%d:eager" % LIGHT])
     finally:
         srv.stop()
-    return pool, results, leftover
+    return pool, results, leftover, floors
 
 
-def report(kind, pool, seconds, results, leftover):
-    floor = floor_of(pool, light_floor_percent(pool))
+def report(kind, pool, seconds, results, leftover, floors):
+    floor = floors["polite"]
     solo = results["solo"]["light"]["p99_ms"]
     print("\n== %s: pool %d (floor %d; polite-f1: %d), %d heavy + %d light connections, %d ms work, "
-          "%g s per phase" % (kind, pool, floor, floor_of(pool, DEFAULT_FLOOR_PERCENT), HEAVY, LIGHT, WORK_MS, seconds))
+          "%g s per phase" % (kind, pool, floor, floors["polite-f1"], HEAVY, LIGHT, WORK_MS, seconds))
     print("%-13s %-6s %8s %7s %7s %9s %8s %8s %9s %8s %6s %13s %10s" % (
         "phase", "tenant", "requests", "200s", "429s", "200/s", "p50 ms", "p99 ms", "hint ms",
         "1st try", "tries", "queue p50/99", "light p99"))
@@ -345,9 +339,9 @@ def main():
     ok_all = True
     everything = {}
     for kind in a.servers.split(","):
-        pool, results, leftover = run_server(kind, a.seconds, a.loadgen, log_dir)
-        ok, checks = report(kind, pool, a.seconds, results, leftover)
-        everything[kind] = {"pool": pool, "results": results,
+        pool, results, leftover, floors = run_server(kind, a.seconds, a.loadgen, log_dir)
+        ok, checks = report(kind, pool, a.seconds, results, leftover, floors)
+        everything[kind] = {"pool": pool, "floors": floors, "results": results,
                             "checks": [[t, ok, enforced] for t, ok, enforced in checks]}
         ok_all &= ok
     if a.json:
