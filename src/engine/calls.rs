@@ -1,0 +1,132 @@
+//! The engine's calls beside acquire and release: a tenant's rates, and the calls of a
+//! resident lease (an `evict` pool's) while its object is in use.
+
+use super::{Engine, LeaseId, Outcome, TenantId};
+use crate::error::{Error, Result};
+use crate::refusal::Refused;
+use crate::region::Region;
+
+impl Engine {
+    /// Sets `tenant`'s rates: requests per second and work units per second, 0 for
+    /// unbounded. Applies at once to every process's next acquire.
+    pub fn set_rates(
+        &self,
+        tenant: TenantId,
+        requests_per_s: u32,
+        work_units_per_s: u32,
+    ) -> Result<()> {
+        self.writable("setting rates")?;
+        self.check_tenant_handle(tenant)?;
+        crate::rates::set(&self.seg, tenant.index(), requests_per_s, work_units_per_s);
+        Ok(())
+    }
+
+    /// `tenant`'s rates: (requests per second, work units per second); 0 is unbounded.
+    pub fn rates(&self, tenant: TenantId) -> Result<(u32, u32)> {
+        self.check_tenant_handle(tenant)?;
+        Ok(crate::rates::limits(&self.seg, tenant.index()))
+    }
+
+    /// Charges `units` of work done by `tenant` at `now` (ms) to its work rate. Returns
+    /// the ms until it is out of the debt this leaves (0: none).
+    pub fn charge(&self, tenant: TenantId, units: u64, now: u64) -> Result<u64> {
+        self.writable("charging work")?;
+        self.check_tenant_handle(tenant)?;
+        Ok(crate::rates::charge(
+            &self.seg,
+            tenant.index(),
+            units,
+            now.max(1),
+        ))
+    }
+
+    pub(super) fn check_tenant_handle(&self, tenant: TenantId) -> Result<()> {
+        if tenant.index() >= self.seg.geometry().tenants {
+            return Err(Error::InvalidRequest(format!(
+                "tenant handle {} is not of this table",
+                tenant.index()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The refusal of an acquire that `tenant`'s rates refused (`l`).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn rate_refusal(
+        &self,
+        tenant: TenantId,
+        units: u32,
+        l: &crate::rates::Limited,
+    ) -> Outcome {
+        Outcome::Refused(Refused::by_rate(units, tenant.weight.max(1), l))
+    }
+
+    /// Starts a call on resident lease `id` (a lease of an `evict` pool) at `now` (ms):
+    /// while a call is in progress the resident is never revoked. Calls may nest; each
+    /// needs its [`Engine::end_call`]. `Err(Revoked)` if the lease was revoked to make
+    /// room: put the object to sleep and release the lease.
+    pub fn begin_call(&self, id: LeaseId, now: u64) -> Result<()> {
+        self.writable("beginning a call")?;
+        let l = self.own_lease(id)?;
+        crate::residents::begin_call(&self.seg, l, id.generation, now.max(1), &id.to_string())
+    }
+
+    /// Ends a call on resident lease `id` at `now` (ms). When its last call ends the
+    /// resident is evictable again, and an acquire waiting for one is woken.
+    pub fn end_call(&self, id: LeaseId, now: u64) -> Result<()> {
+        self.writable("ending a call")?;
+        let l = self.own_lease(id)?;
+        let (p, idle) =
+            crate::residents::end_call(&self.seg, l, id.generation, now.max(1), &id.to_string())?;
+        if idle && (p as usize) < self.seg.geometry().pools {
+            // A resident became evictable: a waiter may now evict it.
+            crate::waiting::released(self.seg.pool(p as usize), 1);
+        }
+        Ok(())
+    }
+
+    /// Whether resident lease `id` is idle, in a call, or revoked.
+    pub fn resident_status(&self, id: LeaseId) -> Result<crate::residents::Status> {
+        let l = self.own_lease(id)?;
+        crate::residents::status(&self.seg, l, id.generation, &id.to_string())
+    }
+
+    /// Waits up to `timeout` for resident lease `id` to be revoked; returns whether it
+    /// is. Wakes at once on a revocation (a futex the revoker wakes).
+    pub fn wait_revoked(&self, id: LeaseId, timeout: std::time::Duration) -> Result<bool> {
+        let l = self.own_lease(id)?;
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let Some((word, seq)) = crate::residents::wake_word(&self.seg, l) else {
+                return Err(Error::NotResident {
+                    lease: id.to_string(),
+                    why: "the segment has no evict pool",
+                });
+            };
+            let st = crate::residents::status(&self.seg, l, id.generation, &id.to_string())?;
+            if st == crate::residents::Status::Revoked {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            let w = [crate::waiting::Watch { word, val: seq }];
+            crate::waiting::sleep_on(&w, until);
+        }
+    }
+
+    /// This process's resident leases that were revoked and are not yet released.
+    pub fn revoked_leases(&self) -> Vec<LeaseId> {
+        let Some(slot) = self.registered(crate::selfid::pid() as u64) else {
+            return Vec::new();
+        };
+        crate::residents::revoked_of_slot(&self.seg, slot)
+            .into_iter()
+            .map(|(l, g)| LeaseId {
+                index: l as u32,
+                generation: g,
+            })
+            .collect()
+    }
+}
