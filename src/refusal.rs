@@ -243,20 +243,37 @@ impl std::fmt::Display for Turn<'_> {
             "the pool's releases"
         };
         match x.queued {
-            0 => write!(
-                f,
-                "No request of this tenant's is queued ahead; {whose} make room about every \
-                 {every:.1} ms, so its turn is expected in {} ms",
-                x.retry_after_ms
-            ),
+            0 => write!(f, "No request of this tenant's is queued ahead")?,
             q => write!(
                 f,
-                "{} of this tenant's {} queued ahead; {whose} make room about every \
-                 {every:.1} ms, so its turn is expected in {} ms",
+                "{} of this tenant's {} queued ahead",
                 plural(q, "refused request"),
                 if q == 1 { "is" } else { "are" },
+            )?,
+        }
+        // The turn itself: one interval per request ahead and one for this one (the
+        // hint adds a jitter of under a quarter interval to it).
+        let turn_ms = ((x.queued as u64 + 1) * x.interval_us as u64).div_ceil(1000);
+        write!(
+            f,
+            "; {whose} make room about every {every:.1} ms, so its turn is expected in "
+        )?;
+        if x.retry_after_ms >= turn_ms {
+            write!(f, "{} ms", x.retry_after_ms)
+        } else if x.retry_after_ms >= crate::retry::MAX_HINT_MS {
+            write!(
+                f,
+                "{turn_ms} ms, past the longest hint given ({} ms)",
+                crate::retry::MAX_HINT_MS
+            )
+        } else {
+            // Shortened to the next change of the active set (see `admission`).
+            write!(
+                f,
+                "{turn_ms} ms, but another tenant's window may end in {} ms, and its share \
+                 grows if that tenant has left",
                 x.retry_after_ms
-            ),
+            )
         }
     }
 }

@@ -209,3 +209,75 @@ fn the_backlog_is_told_in_the_right_number() {
         "{two}"
     );
 }
+
+/// Alone in the active set, a tenant past its share is told its whole backlog: no
+/// departure can raise its share, so its hint is not shortened to the next change of
+/// the set (the window, 1 s), however deep the backlog.
+#[test]
+fn a_lone_tenant_is_told_its_whole_backlog() {
+    let seg = Seg::new("retry-alone");
+    let t = seg.create(&one_pool(4));
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    for _ in 0..4 {
+        grant(e, p, heavy, 1_000);
+    }
+    // No release observed and no hold declared: the default 10 ms over 4 held units,
+    // one permit every 2.5 ms; refusal k is told (k + 1) x 2.5 ms and a jitter.
+    let mut last = None;
+    for k in 0..600u64 {
+        let r = refused(e, p, heavy, 1_010);
+        assert_eq!(
+            (r.reason, r.queued, r.interval_us),
+            (Reason::OverShare, k as u32, 2_500)
+        );
+        let turn = ((k + 1) * 2_500).div_ceil(1000);
+        assert!(
+            (turn..=turn + 1).contains(&r.retry_after_ms),
+            "refusal {k}: hint {} ms, turn {turn} ms",
+            r.retry_after_ms
+        );
+        last = Some(r);
+    }
+    let r = last.unwrap();
+    assert!(
+        r.retry_after_ms > 1_000,
+        "past the window: {}",
+        r.retry_after_ms
+    );
+    let text = fairshm::Refusal::new("requests", "heavy", r).explanation();
+    assert!(
+        text.contains(&format!("its turn is expected in {} ms", r.retry_after_ms)),
+        "{text}"
+    );
+}
+
+/// With another tenant active, a deep backlog's hint is shortened to the next change
+/// of the active set, and the explanation says so beside the turn it expected.
+#[test]
+fn a_hint_shortened_by_the_active_set_says_why() {
+    let seg = Seg::new("retry-set");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    // One of heavy's permits every 2 ms (see `setup`); light last asked at 1_010.
+    let mut last = None;
+    for _ in 0..600 {
+        last = Some(refused(e, p, heavy, 1_020));
+    }
+    let r = last.unwrap();
+    assert_eq!(r.queued, 599);
+    assert!(
+        r.retry_after_ms <= 1_010 + 1_000 - 1_020,
+        "light may leave at 2010: hint {} ms",
+        r.retry_after_ms
+    );
+    let text = fairshm::Refusal::new("requests", "heavy", r).explanation();
+    assert!(
+        text.contains(&format!(
+            "its turn is expected in 1200 ms, but another tenant's window may end in {} ms",
+            r.retry_after_ms
+        )),
+        "{text}"
+    );
+}
