@@ -6,7 +6,7 @@
 //! expected, naming the first difference.
 
 use crate::error::{Error, Result};
-use crate::guaranteed::{FairnessUnit, GuaranteedConfig};
+use crate::guaranteed::GuaranteedConfig;
 use crate::layout::{Geometry, MAX_LEASES, MAX_NAME};
 
 mod encoding;

@@ -251,13 +251,13 @@ impl std::fmt::Display for Turn<'_> {
                 if q == 1 { "is" } else { "are" },
             )?,
         }
-        // The turn itself: one interval per request ahead and one for this one (the
-        // hint adds a jitter of under a quarter interval to it).
-        let turn_ms = ((x.queued as u64 + 1) * x.interval_us as u64).div_ceil(1000);
+        let turn_ms = crate::retry::turn_ms(x.queued, x.interval_us as u64);
         write!(
             f,
             "; {whose} make room about every {every:.1} ms, so its turn is expected in "
         )?;
+        // A hint shorter than its turn was cut: at the longest hint, or (see
+        // `admission`) at the next change of the active set.
         if x.retry_after_ms >= turn_ms {
             write!(f, "{} ms", x.retry_after_ms)
         } else if x.retry_after_ms >= crate::retry::MAX_HINT_MS {
@@ -267,7 +267,6 @@ impl std::fmt::Display for Turn<'_> {
                 crate::retry::MAX_HINT_MS
             )
         } else {
-            // Shortened to the next change of the active set (see `admission`).
             write!(
                 f,
                 "{turn_ms} ms, but another tenant's window may end in {} ms, and its share \

@@ -76,6 +76,14 @@ pub fn next_turn(turn_at_us: u64, now_ms: u64, interval_us: u64) -> Turn {
     }
 }
 
+/// When the turn of a refusal with `queued` turns ahead of it is due at the earliest,
+/// in ms rounded up: one interval per turn ahead and one for its own. A hint of
+/// [`next_turn`] is never shorter (it adds its jitter to the turn); one that is was cut
+/// afterwards (at [`MAX_HINT_MS`], or by the caller).
+pub fn turn_ms(queued: u32, interval_us: u64) -> u64 {
+    (queued as u64 + 1).saturating_mul(interval_us).div_ceil(1000)
+}
+
 /// A hash of a turn (SplitMix64's finaliser): the jitter's source.
 fn spread(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -120,6 +128,24 @@ mod tests {
                 (base.div_ceil(1000)..=(base + 625).div_ceil(1000)).contains(h),
                 "hint {k}: {h}"
             );
+        }
+    }
+
+    #[test]
+    fn a_hint_is_never_shorter_than_its_turn_unless_capped() {
+        for i in [1, 999, 2_500, 40_000] {
+            let mut clock = 0;
+            for _ in 0..2_000 {
+                let t = next_turn(clock, 1_000, i);
+                clock = t.turn_at_us;
+                let turn = turn_ms(t.queued, i);
+                assert!(
+                    t.hint_ms >= turn || t.hint_ms == MAX_HINT_MS,
+                    "interval {i} µs, {} queued: hint {} ms, turn {turn} ms",
+                    t.queued,
+                    t.hint_ms
+                );
+            }
         }
     }
 

@@ -1,7 +1,10 @@
 //! The config block's bytes: how a [`Config`] is written into the segment at creation
 //! and read back (copied out, checksummed, then decoded, never trusted in place).
 
-use super::*;
+use super::{Config, DEFAULT_EVICT_WAIT_MS, MAX_POOLS, MAX_TENANTS, PerWorker, PoolConfig};
+use crate::error::{Error, Result};
+use crate::guaranteed::{FairnessUnit, GuaranteedConfig};
+use crate::layout::MAX_NAME;
 
 pub(super) const HEAD_LEN: usize = 32;
 pub(super) const POOL_LEN: usize = MAX_NAME + 24;

@@ -1,7 +1,15 @@
 //! Opening an existing segment: waiting for its creator, then validating every field
 //! the opener will trust (see `segment`).
 
-use super::*;
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::{Duration, Instant};
+
+use super::{Segment, check_file, check_name, io, path_of};
+use crate::config::{Config, fnv1a};
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, HEADER, LAYOUT_VERSION, MAGIC, READY};
+use crate::sync::Ordering::*;
 
 impl Segment {
     /// Opens an existing segment, validating it; with `expected`, its config must be

@@ -2,7 +2,9 @@
 //! lenders (the largest available first, each slice attributed), and refused with the
 //! leases that block it when neither fits.
 
-use super::*;
+use super::{Blocking, Effect, GRefused, Grant, LeaseEntry, Rules, Slice, State, refusal_index};
+use crate::error::{Error, Result};
+use crate::refusal::Reason;
 
 impl State {
     pub(super) fn acquire(
