@@ -1,0 +1,186 @@
+//! `shmtool log`, `log --follow` and `replay` against segments built here: each decision
+//! shown with its inputs, and the replay agreeing with it.
+#[path = "common/cli.rs"]
+mod cli;
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cli::{code, config, json, read_lines, shmtool, stdout};
+use common::{Children, Seg, fork_child, wait, wait_until};
+use fairshm::{Reason, Request, Table};
+use serde_json::Value;
+
+/// Holds `acme`'s lease count at 3 in a child, then lets `globex` in from another,
+/// then refuses `acme` over its share: the script of the log test.
+#[test]
+fn the_log_shows_each_decision_with_its_inputs_and_replay_agrees() {
+    let seg = Seg::new("tool-log");
+    let t = seg.create(&config());
+    let name = seg.name.clone();
+    let a = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        let req = Request::new("requests", "acme");
+        let held: Vec<_> = (0..3)
+            .map(|_| t.try_acquire(&req).expect("acquire").expect("granted"))
+            .collect();
+        // Wait for globex's refusal and exit (its lease released), then ask again.
+        let deadline = Instant::now() + common::DEADLINE;
+        loop {
+            let s = t.snapshot();
+            let g = s
+                .pool("requests")
+                .unwrap()
+                .tenants
+                .iter()
+                .find(|x| x.name == "globex")
+                .cloned();
+            if g.is_some_and(|g| g.held == 0 && !g.refusals.is_empty()) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return 3;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(3));
+        let refused = t.try_acquire(&req).expect("acquire").expect_err("refused");
+        drop(held);
+        if refused.reason == Reason::OverShare {
+            0
+        } else {
+            4
+        }
+    });
+    let mut kids = Children(vec![a]);
+    wait_until(
+        Some(a),
+        "acme's three grants",
+        Duration::from_millis(2),
+        || t.snapshot().held("requests", "acme") == 3,
+    );
+    // Decisions are logged in ms: 3 ms apart, no two processes' share one.
+    std::thread::sleep(Duration::from_millis(3));
+    let name = seg.name.clone();
+    let b = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        let req = Request::new("requests", "globex");
+        let lease = t.try_acquire(&req).expect("acquire").expect("granted");
+        let refused = t.try_acquire(&req).expect("acquire").expect_err("refused");
+        drop(lease);
+        if refused.reason == Reason::PoolFull {
+            0
+        } else {
+            5
+        }
+    });
+    assert_eq!(wait(b), 0, "globex: a grant, then pool_full");
+    assert_eq!(wait(a), 0, "acme: three grants, then over_share");
+    kids.0.clear();
+
+    let o = shmtool(&["log", &seg.name, "--json"]);
+    assert_eq!(code(&o), 0);
+    let got: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    // (tenant, outcome, in_use, held, active weight, pid) of each decision, in order.
+    let want = [
+        ("acme", "granted", 0, 0, 1, a),
+        ("acme", "granted", 1, 1, 1, a),
+        ("acme", "granted", 2, 2, 1, a),
+        ("globex", "granted", 3, 0, 2, b),
+        ("globex", "pool_full", 4, 1, 2, b),
+        ("acme", "over_share", 3, 3, 2, a),
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (g, (tenant, outcome, in_use, held, active, pid)) in got.iter().zip(want) {
+        assert_eq!(g["tenant"], tenant, "{g}");
+        assert_eq!(g["outcome"], outcome, "{g}");
+        assert_eq!(g["in_use"], in_use, "{g}");
+        assert_eq!(g["held"], held, "{g}");
+        assert_eq!(g["active_weight"], active, "{g}");
+        assert_eq!(g["pid"], pid.as_raw(), "{g}");
+        assert_eq!(
+            (g["capacity"].as_u64(), g["floor"].as_u64()),
+            (Some(4), Some(1))
+        );
+        assert_eq!(
+            g["replayed"], outcome,
+            "the rule re-decides it the same: {g}"
+        );
+        let refused = outcome != "granted";
+        assert_eq!(g["retry_after_ms"].as_u64().unwrap() > 0, refused, "{g}");
+    }
+    // Wall-clock times, within this test's run.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for g in &got {
+        let at = g["unix_ms"].as_u64().unwrap();
+        assert!(at <= now + 5 && at + 60_000 > now, "{g}");
+    }
+    let all = stdout(&shmtool(&["log", &seg.name]));
+    assert_eq!(all.lines().count(), 7, "a header and six decisions: {all}");
+    assert!(all.starts_with("time(utc)"), "{all}");
+    let human = stdout(&shmtool(&["log", &seg.name, "--tenant", "globex"]));
+    let lines: Vec<&str> = human.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "a header and globex's two decisions: {human}"
+    );
+    assert!(
+        lines[2].contains("pool_full") && lines[2].contains("4/4"),
+        "{human}"
+    );
+    let over = stdout(&shmtool(&["log", &seg.name, "--tenant", "acme"]));
+    let last = over.lines().last().unwrap();
+    // acme's last: over its share of 2.00, 3 of 4 in use, floor 1, weight 1 of 2.
+    for part in ["over_share", "3/4", "2.00", "1/2"] {
+        assert!(last.contains(part), "{part:?} in {last}");
+    }
+
+    let r = shmtool(&["replay", &seg.name]);
+    assert_eq!(code(&r), 0);
+    assert!(stdout(&r).contains("6 decisions replayed, 0 differ"));
+    let r = json(&shmtool(&["replay", &seg.name, "--json"]));
+    assert_eq!(r["decisions"], 6);
+    assert_eq!(r["differences"].as_array().unwrap().len(), 0);
+    drop(t);
+}
+
+#[test]
+fn follow_prints_decisions_as_they_come() {
+    let seg = Seg::new("tool-follow");
+    let t = seg.create(&config());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+        .args(["log", &seg.name, "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let name = seg.name.clone();
+    let w = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        for _ in 0..3 {
+            drop(
+                t.try_acquire(&Request::new("requests", "acme"))
+                    .expect("acquire"),
+            );
+        }
+        0
+    });
+    assert_eq!(wait(w), 0);
+    let lines = read_lines(out, 3);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["outcome"], "granted");
+    }
+    drop(t);
+}

@@ -1,0 +1,183 @@
+//! `shmtool metrics` (Prometheus text, printed and served) and `shmtool top` (once, for
+//! some iterations, and on a terminal) against segments built here.
+#[path = "common/cli.rs"]
+mod cli;
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cli::{check_prometheus, code, config, holder, read_lines, sample, shmtool, stdout};
+use common::{Children, Seg, fork_child, wait, wait_until};
+use fairshm::{Request, Table};
+
+#[test]
+fn metrics_are_prometheus_text_printed_and_served() {
+    let seg = Seg::new("tool-metrics");
+    let t = seg.create(&config());
+    let mut kids = Children(vec![holder(&seg.name, "acme \"quoted\"", 3)]);
+    wait_until(
+        Some(kids.0[0]),
+        "the grant",
+        Duration::from_millis(2),
+        || t.snapshot().held("requests", "acme \"quoted\"") == 3,
+    );
+    let name = seg.name.clone();
+    let w = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        let r = t
+            .try_acquire(&Request::new("requests", "globex").units(2))
+            .expect("acquire");
+        if r.is_err() { 0 } else { 1 }
+    });
+    assert_eq!(wait(w), 0, "globex is refused: 3 of 4 in use");
+    let o = shmtool(&["metrics", &seg.name]);
+    assert_eq!(code(&o), 0);
+    let s = check_prometheus(&stdout(&o));
+    let pool = [("pool", "requests"), ("segment", seg.name.as_str())];
+    assert_eq!(sample(&s, "fairshm_pool_capacity", &pool), 4.0);
+    assert_eq!(sample(&s, "fairshm_pool_in_use", &pool), 3.0);
+    // (prometheus-parse does not unescape label values: the escaped line is checked
+    // as text, and by `valid_sample`.)
+    assert!(
+        stdout(&o).contains(r#",tenant="acme \"quoted\""} 3"#),
+        "escaped label"
+    );
+    assert_eq!(
+        sample(
+            &s,
+            "fairshm_tenant_refusals_total",
+            &[("tenant", "globex"), ("reason", "pool_full")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&s, "fairshm_processes", &[("liveness", "alive")]),
+        1.0
+    );
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+        .args(["metrics", &seg.name, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = read_lines(server.stdout.take().unwrap(), 1);
+    let addr = first
+        .first()
+        .and_then(|l| l.strip_prefix("listening on http://"))
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .map(str::to_owned);
+    let scrape = addr.as_ref().map(|a| get(a, "/metrics"));
+    let missing = addr.as_ref().map(|a| get(a, "/nothing"));
+    let _ = server.kill();
+    let _ = server.wait();
+    let (status, body) = scrape.expect("the server printed its address");
+    assert!(status.contains("200"), "{status}");
+    let s = check_prometheus(&body);
+    assert_eq!(sample(&s, "fairshm_pool_in_use", &pool), 3.0);
+    assert!(missing.unwrap().0.contains("404"));
+    kids.kill_all();
+    drop(t);
+}
+
+/// An HTTP/1.0 GET: (status line, body).
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(common::DEADLINE)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").expect("a response");
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn top_shows_what_is_held_and_quits_after_its_iterations() {
+    let seg = Seg::new("tool-top");
+    let t = seg.create(&config());
+    let mut kids = Children(vec![
+        holder(&seg.name, "acme", 1),
+        holder(&seg.name, "globex", 2),
+    ]);
+    wait_until(None, "the grants", Duration::from_millis(2), || {
+        let s = t.snapshot();
+        s.held("requests", "acme") == 1 && s.held("requests", "globex") == 2
+    });
+    let o = shmtool(&["top", &seg.name, "--once"]);
+    assert_eq!(code(&o), 0);
+    let text = stdout(&o);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("requests")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows[0].contains("globex") && rows[1].contains("acme"),
+        "most held first: {text}"
+    );
+    assert!(text.contains("2 alive"), "{text}");
+    let o = shmtool(&["top", &seg.name, "--iterations", "3", "--interval-ms", "10"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(stdout(&o).matches("(q or Ctrl-C quits)").count(), 3);
+    kids.kill_all();
+    drop(t);
+}
+
+/// A pseudo-terminal: (master, slave) descriptors.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on descriptors this function owns; `ptsname` returns a
+    // pointer to a static buffer, copied out at once (the test harness is
+    // single-threaded).
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(m)).to_owned();
+        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        assert!(s >= 0, "open the pty's slave");
+        (
+            std::os::fd::OwnedFd::from_raw_fd(m),
+            std::os::fd::OwnedFd::from_raw_fd(s),
+        )
+    }
+}
+
+#[test]
+fn top_on_a_terminal_quits_on_q_and_on_ctrl_c() {
+    let seg = Seg::new("tool-tty");
+    let t = seg.create(&config());
+    for key in [b'q', 3u8] {
+        let (master, slave) = pty();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+            .args(["top", &seg.name, "--interval-ms", "50"])
+            .stdin(Stdio::from(slave))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "top runs until told to quit"
+        );
+        let mut m = std::fs::File::from(master);
+        m.write_all(&[key]).unwrap();
+        let deadline = Instant::now() + common::DEADLINE;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let status = status.unwrap_or_else(|| panic!("top did not quit on key {key}"));
+        assert_eq!(status.code(), Some(0), "key {key}");
+    }
+    drop(t);
+}
