@@ -293,26 +293,6 @@ int32_t fairshm_acquire(const fairshm_table *t,
 // `t` is null or an open table.
 int32_t fairshm_release(const fairshm_table *t, uint64_t lease);
 
-// Writes the explanation of a refusal (what was asked, what blocked it, what to do)
-// into `buf` (`len` bytes, NUL-terminated, cut if too short; `buf` may be null when
-// `len` is 0). Returns the explanation's full length in bytes, without the NUL, or a
-// negative error code.
-//
-// # Safety
-// `t` is null or an open table; `refusal` null or readable; `buf` null or writable
-// for `len` bytes.
-int64_t fairshm_explain(const fairshm_table *t,
-                        const fairshm_refusal *refusal,
-                        char *buf,
-                        size_t len);
-
-// `share(t)` of the tenant when the rule refused it, from the refusal's own numbers
-// (the rule's formula, so bindings need not copy it); 0 for a null refusal.
-//
-// # Safety
-// `refusal` is null or readable.
-double fairshm_share(const fairshm_refusal *refusal);
-
 // The table's statistics (the whole snapshot) as JSON, in a string the caller frees
 // with `fairshm_string_free`; null on error (`fairshm_last_error`).
 //
@@ -332,6 +312,22 @@ int32_t fairshm_reap_dead(const fairshm_table *t);
 // # Safety
 // `t` is null or an open table.
 int32_t fairshm_set_sweep_ms(const fairshm_table *t, uint64_t ms);
+
+// Does nothing, with `fairshm_try_acquire`'s signature: the benchmarks' baseline
+// for what a call through a binding's FFI costs. Writes 0 to `*lease` if not null.
+//
+// # Safety
+// `lease` is null or writable.
+int32_t fairshm_nop_acquire(const fairshm_table *_t,
+                            uint32_t _pool,
+                            uint32_t _tenant,
+                            uint32_t _units,
+                            uint64_t _hold_ms,
+                            uint64_t *lease,
+                            fairshm_refusal *_refusal);
+
+// Does nothing, with `fairshm_release`'s signature (the benchmarks' baseline).
+int32_t fairshm_nop_release(const fairshm_table *_t, uint64_t _lease);
 
 // A new cancel token (never null), freed by `fairshm_cancel_free`.
 fairshm_cancel *fairshm_cancel_new(void);
@@ -354,22 +350,6 @@ void fairshm_cancel_reset(const fairshm_cancel *c);
 // # Safety
 // `c` is null or a token from `fairshm_cancel_new`, freed once.
 void fairshm_cancel_free(fairshm_cancel *c);
-
-// Does nothing, with `fairshm_try_acquire`'s signature: the benchmarks' baseline
-// for what a call through a binding's FFI costs. Writes 0 to `*lease` if not null.
-//
-// # Safety
-// `lease` is null or writable.
-int32_t fairshm_nop_acquire(const fairshm_table *_t,
-                            uint32_t _pool,
-                            uint32_t _tenant,
-                            uint32_t _units,
-                            uint64_t _hold_ms,
-                            uint64_t *lease,
-                            fairshm_refusal *_refusal);
-
-// Does nothing, with `fairshm_release`'s signature (the benchmarks' baseline).
-int32_t fairshm_nop_release(const fairshm_table *_t, uint64_t _lease);
 
 // Resolves guaranteed pool `name` into `*pool`.
 //
@@ -457,6 +437,26 @@ int32_t fairshm_rates(const fairshm_table *t,
                       uint32_t tenant,
                       uint32_t *requests_per_s,
                       uint32_t *work_units_per_s);
+
+// Writes the explanation of a refusal (what was asked, what blocked it, what to do)
+// into `buf` (`len` bytes, NUL-terminated, cut if too short; `buf` may be null when
+// `len` is 0). Returns the explanation's full length in bytes, without the NUL, or a
+// negative error code.
+//
+// # Safety
+// `t` is null or an open table; `refusal` null or readable; `buf` null or writable
+// for `len` bytes.
+int64_t fairshm_explain(const fairshm_table *t,
+                        const fairshm_refusal *refusal,
+                        char *buf,
+                        size_t len);
+
+// `share(t)` of the tenant when the rule refused it, from the refusal's own numbers
+// (the rule's formula, so bindings need not copy it); 0 for a null refusal.
+//
+// # Safety
+// `refusal` is null or readable.
+double fairshm_share(const fairshm_refusal *refusal);
 
 // Starts a call on resident `lease` at `now_ms` (0: the library's clock): while any
 // call is in progress it is never revoked. Calls nest. `FAIRSHM_E_REVOKED` once it

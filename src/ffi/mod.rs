@@ -19,8 +19,10 @@
 #![allow(non_camel_case_types)]
 
 mod calls;
+mod cancel;
 mod guaranteed;
 mod rates;
+mod refusal;
 mod residents;
 
 use std::cell::RefCell;
@@ -32,8 +34,10 @@ use crate::error::Error;
 use crate::table::Table;
 
 pub use calls::*;
+pub use cancel::*;
 pub use guaranteed::*;
 pub use rates::*;
+pub use refusal::*;
 pub use residents::*;
 
 /// An open table: the segment mapped into this process. Opaque.
