@@ -14,7 +14,8 @@
 //! of a live process (the bench's own); the baseline is again `SEM_UNDO`.
 //!
 //! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000, in
-//! FAIRSHM_WAKE_BLOCKS interleaved blocks, default 10; FAIRSHM_DEATH_ROUNDS, default 100).
+//! FAIRSHM_WAKE_BLOCKS interleaved blocks, default 10; FAIRSHM_DEATH_ROUNDS, default 100;
+//! the two players of a handoff are pinned to two CPUs unless FAIRSHM_WAKE_PIN=0).
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -28,11 +29,47 @@ use fairshm::{Request, Table};
 
 const MAX_ROUNDS: usize = 100_000;
 
-/// Runs `player(0)` and `player(1)` in two forked processes and waits for both.
+/// The two CPUs the players are pinned to (the first two this process may run on), or
+/// none: fewer than two, or `FAIRSHM_WAKE_PIN=0`. Pinned, every round is a wake across
+/// CPUs for all three mechanisms; unpinned, the scheduler places each block's players
+/// anew, and a block whose players share a CPU wakes differently from one whose do not.
+fn player_cpus() -> Option<[usize; 2]> {
+    if env_or("FAIRSHM_WAKE_PIN", 1) == 0 {
+        return None;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
+    // its size into it.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (rc == 0).then_some(set)?
+    };
+    // SAFETY: CPU_ISSET reads the set, for CPU numbers within CPU_SETSIZE.
+    let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    Some([cpus.next()?, cpus.next()?])
+}
+
+/// Pins this process to CPU `cpu`.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one CPU (below CPU_SETSIZE) set; this process only.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "pinning a player to CPU {cpu}");
+}
+
+/// Runs `player(0)` and `player(1)` in two forked processes (on two CPUs of their own,
+/// see `player_cpus`) and waits for both.
 fn two_players(player: impl Fn(usize) + Copy) {
+    let cpus = player_cpus();
     let kids: Vec<_> = (0..2)
         .map(|me| {
             fork_child(move || {
+                if let Some(c) = cpus {
+                    pin(c[me]);
+                }
                 player(me);
                 0
             })
@@ -75,9 +112,13 @@ fn main() {
     // last.
     let blocks = env_or("FAIRSHM_WAKE_BLOCKS", 10).clamp(1, 100);
     let per = (n / blocks).max(10);
+    let placed = match player_cpus() {
+        Some([a, b]) => format!("players pinned to CPUs {a} and {b}"),
+        None => "players unpinned".to_owned(),
+    };
     println!(
         "wake latency: release -> blocked waiter in another process granted, \
-         {} handoffs each, in {blocks} interleaved blocks",
+         {} handoffs each, in {blocks} interleaved blocks, {placed}",
         per * blocks
     );
 
