@@ -14,8 +14,9 @@
 //! of a live process (the bench's own); the baseline is again `SEM_UNDO`.
 //!
 //! Run: `cargo bench --bench wake` (FAIRSHM_WAKE_ROUNDS, default 2000, in
-//! FAIRSHM_WAKE_BLOCKS interleaved blocks, default 10; FAIRSHM_DEATH_ROUNDS, default 100;
-//! the two players of a handoff are pinned to two CPUs unless FAIRSHM_WAKE_PIN=0).
+//! FAIRSHM_WAKE_BLOCKS interleaved blocks, default one per 200 handoffs, 10 to 100;
+//! FAIRSHM_DEATH_ROUNDS, default 100; the two players of a handoff are pinned to two
+//! CPUs unless FAIRSHM_WAKE_PIN=0).
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
@@ -109,8 +110,9 @@ fn main() {
     let n = env_or("FAIRSHM_WAKE_ROUNDS", 2000).clamp(10, MAX_ROUNDS);
     // Interleaved blocks, in a rotating order: a host whose speed drifts during the run
     // (these are shared machines) then shifts all three alike instead of whichever ran
-    // last.
-    let blocks = env_or("FAIRSHM_WAKE_BLOCKS", 10).clamp(1, 100);
+    // last. Blocks of about 200 handoffs by default (10 to 100 of them): the finer the
+    // interleaving, the less a burst of the host's other load lands on one mechanism.
+    let blocks = env_or("FAIRSHM_WAKE_BLOCKS", (n / 200).clamp(10, 100)).clamp(1, 100);
     let per = (n / blocks).max(10);
     let placed = match player_cpus() {
         Some([a, b]) => format!("players pinned to CPUs {a} and {b}"),
