@@ -134,31 +134,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
     let mut out = std::io::stdout().lock();
     match cmd {
         Cmd::List { json: true } => json(&tool::list()?)?,
-        Cmd::List { json: false } => {
-            for l in tool::list()? {
-                match (&l.header, &l.unreadable) {
-                    (Some(h), None) => writeln!(
-                        out,
-                        "{}  {} bytes  v{}  created {} UTC by pid {}  processes: {} live, {} dying, {} dead",
-                        l.name,
-                        l.size,
-                        h.layout_version,
-                        tool::clock(h.created_unix_ms),
-                        h.creator_pid,
-                        l.live,
-                        l.dying,
-                        l.dead
-                    )?,
-                    (_, why) => writeln!(
-                        out,
-                        "{}  {} bytes  unreadable: {}",
-                        l.name,
-                        l.size,
-                        why.as_deref().unwrap_or("?")
-                    )?,
-                }
-            }
-        }
+        Cmd::List { json: false } => write!(out, "{}", tool::list_text(&tool::list()?))?,
         Cmd::Inspect { name, json: j } => {
             let r = tool::report(&Table::open_observer(&name)?)?;
             if j {
@@ -174,27 +150,15 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             interval_ms,
         } => {
             let n = if once { Some(1) } else { iterations };
-            tool::top(
-                &Table::open_observer(&name)?,
-                n,
-                Duration::from_millis(interval_ms),
-                &mut out,
-            )?
+            let every = Duration::from_millis(interval_ms);
+            tool::top(&Table::open_observer(&name)?, n, every, &mut out)?
         }
         Cmd::Reap { name, json: j } => {
             let freed = Table::open(&name)?.reap_dead()?;
             if j {
                 json(&freed)?
-            } else if freed.is_empty() {
-                writeln!(out, "no dead process held anything")?
             } else {
-                for r in &freed {
-                    writeln!(
-                        out,
-                        "pid {} (slot {}): {} leases released, {} in flight finished, units returned per pool {:?}",
-                        r.pid, r.slot, r.leases_released, r.in_flight, r.units_returned
-                    )?
-                }
+                write!(out, "{}", tool::reaped_text(&freed))?
             }
         }
         Cmd::Clean {
@@ -214,24 +178,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         },
         Cmd::Clean {
             name: None, prefix, ..
-        } => {
-            for l in tool::list()? {
-                if l.unreadable.is_some()
-                    || prefix
-                        .as_ref()
-                        .is_some_and(|p| !l.name.starts_with(p.as_str()))
-                {
-                    continue;
-                }
-                match tool::clean(&l.name, false) {
-                    Ok(tool::Clean::Removed) => writeln!(out, "removed {}", l.name)?,
-                    Ok(tool::Clean::InUse { pids }) => {
-                        writeln!(out, "kept {}: used by {pids:?}", l.name)?
-                    }
-                    Err(e) => writeln!(out, "kept {}: {e}", l.name)?,
-                }
-            }
-        }
+        } => write!(out, "{}", tool::clean_stale(prefix.as_deref())?)?,
         Cmd::Metrics { name, listen: None } => {
             let t = Table::open_observer(&name)?;
             write!(out, "{}", tool::prometheus(&tool::report(&t)?))?
@@ -239,7 +186,10 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         Cmd::Metrics {
             name,
             listen: Some(addr),
-        } => serve(&name, &addr)?,
+        } => tool::serve_metrics(&Table::open_observer(&name)?, &addr, |bound| {
+            println!("listening on http://{bound}/metrics");
+            let _ = std::io::stdout().flush();
+        })?,
         Cmd::Check { name } => {
             let bad = tool::check(&Table::open_observer(&name)?)?;
             if bad.is_empty() {
@@ -258,49 +208,8 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             follow,
             json: j,
         } => {
-            let t = Table::open_observer(&name)?;
-            let keep = |d: &tool::Decision| {
-                tenant.as_ref().is_none_or(|x| *x == d.tenant)
-                    && pool.as_ref().is_none_or(|x| *x == d.pool)
-            };
-            let mut seen = std::collections::HashMap::<usize, u64>::new();
-            let mut first = true;
-            loop {
-                let mut v = tool::decisions(&t)?;
-                v.decisions.retain(|d| {
-                    let new = seen.get(&d.slot).is_none_or(|&s| d.seq > s);
-                    new && keep(d)
-                });
-                for d in &v.decisions {
-                    let s = seen.entry(d.slot).or_insert(d.seq);
-                    *s = (*s).max(d.seq);
-                }
-                if j {
-                    for d in &v.decisions {
-                        writeln!(
-                            out,
-                            "{}",
-                            serde_json::to_string(d)
-                                .map_err(|e| Fail(Exit::Failed, e.to_string()))?
-                        )?;
-                    }
-                } else {
-                    let table = tool::log_table(&v);
-                    // The header once; then only new rows.
-                    let body = if first {
-                        &table[..]
-                    } else {
-                        table.split_once('\n').map_or("", |x| x.1)
-                    };
-                    write!(out, "{body}")?;
-                }
-                out.flush()?;
-                first = false;
-                if !follow {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
+            let filter = tool::LogFilter { tenant, pool };
+            tool::write_log(&Table::open_observer(&name)?, &filter, follow, j, &mut out)?
         }
         Cmd::Rates {
             name,
@@ -317,38 +226,14 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
                 t.set_rates(&tenant, r, w)?;
                 (r, w)
             };
-            let show = |v: u32| {
-                if v == 0 {
-                    "unbounded".to_owned()
-                } else {
-                    format!("{v}/s")
-                }
-            };
-            writeln!(
-                out,
-                "{tenant}: requests {}, work units {}",
-                show(r),
-                show(w)
-            )?;
+            write!(out, "{}", tool::rates_text(&tenant, r, w))?
         }
         Cmd::Replay { name, json: j } => {
-            let t = Table::open_observer(&name)?;
-            let (n, diff) = tool::replay(&t)?;
+            let (n, diff) = tool::replay(&Table::open_observer(&name)?)?;
             if j {
                 json(&serde_json::json!({ "decisions": n, "differences": diff }))?;
             } else {
-                for d in &diff {
-                    writeln!(
-                        out,
-                        "slot {} decision {}: logged {}, the rule now gives {}",
-                        d.slot,
-                        d.seq,
-                        d.logged,
-                        d.replayed
-                            .unwrap_or("nothing (a policy this version does not know)")
-                    )?;
-                }
-                writeln!(out, "{n} decisions replayed, {} differ", diff.len())?;
+                write!(out, "{}", tool::replay_text(n, &diff))?
             }
             if !diff.is_empty() {
                 return Ok(Exit::Found);
@@ -356,35 +241,6 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         }
     }
     Ok(Exit::Ok)
-}
-
-/// Serves `/metrics` of segment `name` at `addr` until killed.
-fn serve(name: &str, addr: &str) -> Result<(), Fail> {
-    let t = Table::open_observer(name)?;
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| Fail(Exit::Failed, format!("listening on {addr}: {e}")))?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .map_or_else(|| addr.to_owned(), |a| a.to_string());
-    println!("listening on http://{bound}/metrics");
-    std::io::stdout().flush()?;
-    for req in server.incoming_requests() {
-        let resp = if req.url() == "/metrics" {
-            match tool::report(&t) {
-                Ok(r) => tiny_http::Response::from_string(tool::prometheus(&r)).with_header(
-                    "Content-Type: text/plain; version=0.0.4"
-                        .parse::<tiny_http::Header>()
-                        .expect("a valid header"),
-                ),
-                Err(e) => tiny_http::Response::from_string(e.to_string()).with_status_code(500),
-            }
-        } else {
-            tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
-        };
-        let _ = req.respond(resp);
-    }
-    Ok(())
 }
 
 /// A segment named by its path under /dev/shm is named by its file name.

@@ -1,12 +1,14 @@
 //! What `shmtool` does, as library functions: list the segments under `/dev/shm`,
 //! report one (`inspect`, `top`, `metrics`), clean them, and read the decision log.
-//! The binary (`src/bin/shmtool.rs`) parses arguments, calls these, prints and exits.
+//! The binary (`src/bin/shmtool.rs`) parses arguments, calls these and maps an error to
+//! its exit code; the text each command prints is made here too (`render`, `commands`).
 //!
-//! Everything here but [`clean`] and the binary's `reap` reads only: segments are opened
-//! as observers (read-only mappings, no registration), so inspecting changes nothing,
+//! Everything here but [`clean`] and [`clean_stale`] (and the binary's `reap`, and
+//! `rates` given a rate) reads only: segments are opened as observers (read-only mappings, no registration), so inspecting changes nothing,
 //! and root can inspect any user's segment.
 
 mod check;
+mod commands;
 mod list;
 mod metrics;
 mod render;
@@ -15,6 +17,12 @@ mod top;
 
 pub use crate::decisions::Mismatch;
 pub use check::check;
+#[cfg(feature = "cli")]
+pub use commands::serve_metrics;
+pub use commands::{
+    FOLLOW_EVERY, LogFilter, clean_stale, list_text, rates_text, reaped_text, replay_text,
+    write_log,
+};
 pub use list::{Clean, HeaderInfo, Listed, clean, list, list_dir, mapped_by, read_header};
 pub use metrics::prometheus;
 pub use render::{clock, log_table, report_tables, top_view};

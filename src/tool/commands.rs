@@ -1,0 +1,242 @@
+//! The text of `shmtool`'s commands that are not reports of one segment (those are in
+//! `render`): the listing, what a reap freed, a stale clean, a tenant's rates, a
+//! replay's differences, the decision log followed, and `/metrics` served. The binary
+//! only parses its arguments, calls these and maps an error to its exit code.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::time::Duration;
+
+use super::list::{Clean, Listed, clean, list};
+use super::render::{clock, log_table};
+use super::report::{Decision, decisions};
+use crate::decisions::Mismatch;
+use crate::error::{Error, Result};
+use crate::recovery::Reaped;
+use crate::table::Table;
+
+/// `list`'s lines: a segment with its header facts and process counts, any other file
+/// with why it is unreadable.
+pub fn list_text(listed: &[Listed]) -> String {
+    let mut out = String::new();
+    for l in listed {
+        let _ = match (&l.header, &l.unreadable) {
+            (Some(h), None) => writeln!(
+                out,
+                "{}  {} bytes  v{}  created {} UTC by pid {}  processes: {} live, {} dying, {} dead",
+                l.name,
+                l.size,
+                h.layout_version,
+                clock(h.created_unix_ms),
+                h.creator_pid,
+                l.live,
+                l.dying,
+                l.dead
+            ),
+            (_, why) => writeln!(
+                out,
+                "{}  {} bytes  unreadable: {}",
+                l.name,
+                l.size,
+                why.as_deref().unwrap_or("?")
+            ),
+        };
+    }
+    out
+}
+
+/// `reap`'s lines: per dead process, what was released and returned.
+pub fn reaped_text(freed: &[Reaped]) -> String {
+    if freed.is_empty() {
+        return "no dead process held anything\n".to_owned();
+    }
+    let mut out = String::new();
+    for r in freed {
+        let _ = writeln!(
+            out,
+            "pid {} (slot {}): {} leases released, {} in flight finished, units returned per pool {:?}",
+            r.pid, r.slot, r.leases_released, r.in_flight, r.units_returned
+        );
+    }
+    out
+}
+
+/// `clean --stale`: removes every readable segment under /dev/shm (whose name starts
+/// with `prefix`, if given) that no live process uses, and says for each what it did.
+/// Files that are not readable segments are never touched.
+pub fn clean_stale(prefix: Option<&str>) -> Result<String> {
+    let mut out = String::new();
+    for l in list()? {
+        if l.unreadable.is_some() || prefix.is_some_and(|p| !l.name.starts_with(p)) {
+            continue;
+        }
+        let _ = match clean(&l.name, false) {
+            Ok(Clean::Removed) => writeln!(out, "removed {}", l.name),
+            Ok(Clean::InUse { pids }) => writeln!(out, "kept {}: used by {pids:?}", l.name),
+            Err(e) => writeln!(out, "kept {}: {e}", l.name),
+        };
+    }
+    Ok(out)
+}
+
+/// `rates`' line: a tenant's two rates (0 shown as unbounded).
+pub fn rates_text(tenant: &str, requests: u32, work: u32) -> String {
+    let show = |v: u32| {
+        if v == 0 {
+            "unbounded".to_owned()
+        } else {
+            format!("{v}/s")
+        }
+    };
+    format!(
+        "{tenant}: requests {}, work units {}\n",
+        show(requests),
+        show(work)
+    )
+}
+
+/// `replay`'s lines: each decision that re-decides differently, then the count.
+pub fn replay_text(decided: usize, diff: &[Mismatch]) -> String {
+    let mut out = String::new();
+    for d in diff {
+        let _ = writeln!(
+            out,
+            "slot {} decision {}: logged {}, the rule now gives {}",
+            d.slot,
+            d.seq,
+            d.logged,
+            d.replayed
+                .unwrap_or("nothing (a policy this version does not know)")
+        );
+    }
+    let _ = writeln!(out, "{decided} decisions replayed, {} differ", diff.len());
+    out
+}
+
+/// Which decisions `log` shows: those of this tenant and this pool, where given.
+#[derive(Clone, Debug, Default)]
+pub struct LogFilter {
+    pub tenant: Option<String>,
+    pub pool: Option<String>,
+}
+
+impl LogFilter {
+    fn keeps(&self, d: &Decision) -> bool {
+        self.tenant.as_ref().is_none_or(|x| *x == d.tenant)
+            && self.pool.as_ref().is_none_or(|x| *x == d.pool)
+    }
+}
+
+/// How often `log --follow` looks for new decisions.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// `log`: writes the decisions of table `t` that `filter` keeps to `out` (a table with
+/// its header, or one JSON object per line), and with `follow` keeps writing those
+/// logged since, every [`FOLLOW_EVERY`], until writing fails (a closed pipe ends it as
+/// an `Error::Io` whose source is `BrokenPipe`).
+pub fn write_log(
+    t: &Table,
+    filter: &LogFilter,
+    follow: bool,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let io = |source: std::io::Error| Error::Io {
+        name: t.name().to_owned(),
+        op: "writing its decision log",
+        source,
+    };
+    // The last sequence number shown per process slot.
+    let mut seen = HashMap::<usize, u64>::new();
+    let mut first = true;
+    loop {
+        let mut v = decisions(t)?;
+        v.decisions.retain(|d| {
+            let new = seen.get(&d.slot).is_none_or(|&s| d.seq > s);
+            new && filter.keeps(d)
+        });
+        for d in &v.decisions {
+            let s = seen.entry(d.slot).or_insert(d.seq);
+            *s = (*s).max(d.seq);
+        }
+        if json {
+            for d in &v.decisions {
+                let line = serde_json::to_string(d).map_err(|e| io(e.into()))?;
+                writeln!(out, "{line}").map_err(io)?;
+            }
+        } else {
+            let table = log_table(&v);
+            // The header once; then only new rows.
+            let body = if first {
+                &table[..]
+            } else {
+                table.split_once('\n').map_or("", |x| x.1)
+            };
+            out.write_all(body.as_bytes()).map_err(io)?;
+        }
+        out.flush().map_err(io)?;
+        first = false;
+        if !follow {
+            return Ok(());
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+    }
+}
+
+/// `metrics --listen`: serves the Prometheus text of table `t` at
+/// `http://ADDR/metrics` until the process is killed; `listening` is told the address
+/// bound (port 0 picks one) before the first request is taken.
+#[cfg(feature = "cli")]
+pub fn serve_metrics(t: &Table, addr: &str, listening: impl FnOnce(&str)) -> Result<()> {
+    let server = tiny_http::Server::http(addr).map_err(|e| Error::Io {
+        name: t.name().to_owned(),
+        op: "listening for /metrics",
+        source: std::io::Error::other(format!("{addr}: {e}")),
+    })?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .map_or_else(|| addr.to_owned(), |a| a.to_string());
+    listening(&bound);
+    for req in server.incoming_requests() {
+        let resp = if req.url() == "/metrics" {
+            match super::report(t) {
+                Ok(r) => tiny_http::Response::from_string(super::prometheus(&r)).with_header(
+                    "Content-Type: text/plain; version=0.0.4"
+                        .parse::<tiny_http::Header>()
+                        .expect("a valid header"),
+                ),
+                Err(e) => tiny_http::Response::from_string(e.to_string()).with_status_code(500),
+            }
+        } else {
+            tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
+        };
+        // A client that went away before its answer is its own loss, not the server's.
+        let _ = req.respond(resp);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_show_zero_as_unbounded() {
+        assert_eq!(
+            rates_text("acme", 0, 25),
+            "acme: requests unbounded, work units 25/s\n"
+        );
+    }
+
+    #[test]
+    fn a_reap_that_freed_nothing_says_so() {
+        assert_eq!(reaped_text(&[]), "no dead process held anything\n");
+    }
+
+    #[test]
+    fn a_clean_replay_counts_its_decisions() {
+        assert_eq!(replay_text(7, &[]), "7 decisions replayed, 0 differ\n");
+    }
+}
