@@ -9,19 +9,19 @@ use std::sync::Mutex;
 use crate::admission::{self, Admitted, Attempt};
 use crate::anchor;
 use crate::clock;
-use crate::config::{Config, check_name_bytes};
+use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::layout::{LeaseRec, pair, tenant_state};
+use crate::layout::{LeaseRec, pair};
 use crate::liveness;
 use crate::recovery::{self, Reaped};
 use crate::refusal::Refused;
 use crate::region::Region;
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64, Ordering::*};
-use crate::tenants;
 
 mod calls;
 mod ids;
+mod names;
 mod spare;
 mod upkeep;
 
@@ -114,97 +114,6 @@ impl Engine {
     }
     pub fn size(&self) -> usize {
         self.seg.size()
-    }
-
-    /// Resolves a pool's name.
-    pub fn pool(&self, name: &str) -> Result<PoolId> {
-        let pools = &self.config().pools;
-        pools
-            .iter()
-            .position(|p| p.name == name)
-            .map(|p| PoolId(p as u32))
-            .ok_or_else(|| Error::UnknownPool {
-                pool: name.to_owned(),
-                known: pools
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-    }
-
-    /// The name of a pool handle.
-    pub fn pool_name(&self, pool: PoolId) -> &str {
-        self.config()
-            .pools
-            .get(pool.index())
-            .map_or("?", |p| p.name.as_str())
-    }
-
-    /// Resolves a tenant's name, claiming a directory slot on its first use (which
-    /// registers this process, the slot's writer).
-    pub fn tenant(&self, name: &str) -> Result<TenantId> {
-        check_tenant(name)?;
-        if let Some(t) = self.find_tenant(name) {
-            return Ok(t);
-        }
-        self.writable("claiming a tenant name")?;
-        let slot = self.process_slot()?;
-        // The configured weight is looked up only when the name claims a slot.
-        let weight = || self.config().weight_of(name.as_bytes());
-        let t = tenants::find_or_claim(&self.seg, name.as_bytes(), &weight, slot, &|s| {
-            liveness::slot_dead(&self.seg, s, &liveness::is_dead)
-        })?;
-        Ok(self.tenant_at(t))
-    }
-
-    /// A tenant's handle if the name has a slot already; claims nothing.
-    pub fn find_tenant(&self, name: &str) -> Option<TenantId> {
-        check_tenant(name).ok()?;
-        tenants::find(&self.seg, name.as_bytes()).map(|t| self.tenant_at(t))
-    }
-
-    /// A tenant's handle from its directory index (`TenantId::index`), for bindings
-    /// that pass handles as integers: the slot must be a claimed name; its weight is
-    /// read from the directory, never taken from the caller.
-    pub fn tenant_by_index(&self, index: u32) -> Result<TenantId> {
-        let t = index as usize;
-        if t >= self.seg.geometry().tenants {
-            return Err(Error::InvalidRequest(format!(
-                "tenant handle {index} is beyond this table's {} tenant slots",
-                self.seg.geometry().tenants
-            )));
-        }
-        // Acquire: pairs with the claimer's READY, which publishes the weight.
-        let s = self.seg.tenant(t).state.load(Acquire);
-        if tenant_state::status(s) != tenant_state::READY {
-            return Err(Error::InvalidRequest(format!(
-                "tenant handle {index} names no claimed tenant"
-            )));
-        }
-        Ok(self.tenant_at(t))
-    }
-
-    fn tenant_at(&self, t: usize) -> TenantId {
-        // Relaxed: written before the slot's READY, which the lookup acquired.
-        let weight = self.seg.tenant(t).weight.load(Relaxed).max(1);
-        TenantId {
-            index: t as u32,
-            weight,
-        }
-    }
-
-    /// The name of a tenant handle, read from the directory.
-    pub fn tenant_name(&self, tenant: TenantId) -> Option<String> {
-        let t = tenant.index();
-        if t >= self.seg.geometry().tenants {
-            return None;
-        }
-        let rec = self.seg.tenant(t);
-        // Acquire: pairs with the claimer's READY, which publishes the name.
-        let s = rec.state.load(Acquire);
-        (tenant_state::status(s) == tenant_state::READY)
-            .then(|| String::from_utf8_lossy(&tenants::read_name(rec, s)).into_owned())
     }
 
     /// Registers this process as a worker now (it would be on its first acquire), so
@@ -508,13 +417,6 @@ impl Engine {
         crate::peers::announce(&self.seg, &[out]);
         e
     }
-}
-
-fn check_tenant(name: &str) -> Result<()> {
-    check_name_bytes(name.as_bytes()).map_err(|why| Error::InvalidTenant {
-        name: name.to_owned(),
-        why,
-    })
 }
 
 impl Drop for Engine {

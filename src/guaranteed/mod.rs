@@ -120,6 +120,8 @@ fn amount(unit: FairnessUnit, n: u64) -> String {
 }
 
 impl GRefusal {
+    // Its one caller, `api`, is not built for the loom models.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn new(rules: &Rules, facts: GRefused, seq: u64, call: Call) -> GRefusal {
         GRefusal {
             pool: rules.name.clone(),

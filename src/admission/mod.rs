@@ -7,7 +7,7 @@
 //! on the protocol deciding on a validated snapshot (`ops`).
 
 use crate::error::Result;
-use crate::layout::{TenantPoolRec, held_word, tenant_state};
+use crate::layout::TenantPoolRec;
 use crate::decisions;
 use crate::ops::{self, AcqOutcome, Desc};
 use crate::policy::Verdict;
@@ -16,129 +16,8 @@ use crate::region::Region;
 use crate::retry;
 use crate::sync::Ordering::*;
 
-/// Whether a tenant whose last activity was `last` is still in the window at `now`.
-#[inline]
-pub fn recent(last: u64, now: u64, window: u64) -> bool {
-    last != 0 && last.saturating_add(window) > now
-}
-
-/// Counts `(tenants, weight)` active in pool `p` at `now` by scanning the directory.
-pub fn scan_active<R: Region>(r: &R, p: usize, now: u64, window: u64) -> (usize, u64) {
-    let s = scan(r, p, now, window);
-    (s.tenants, s.weight)
-}
-
-/// What a scan of the directory finds for one pool at `now`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scan {
-    pub tenants: usize,
-    pub weight: u64,
-    /// The earliest instant the window of a counted tenant that holds nothing ends,
-    /// capped at `now + window` (a holder that releases later counts a window from
-    /// then): no departure can change the set before it.
-    pub next_change: u64,
-}
-
-/// Scans the directory for the tenants active in pool `p` at `now`.
-pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
-    let mut out = Scan {
-        tenants: 0,
-        weight: 0,
-        next_change: now.saturating_add(window),
-    };
-    for t in 0..r.geometry().tenants {
-        let rec = r.tenant(t);
-        // Acquire: READY publishes the name's weight (read below). The rest is Relaxed:
-        // the active weight is a priority input (module docs), never the bound.
-        if tenant_state::status(rec.state.load(Acquire)) != tenant_state::READY {
-            continue;
-        }
-        let tp = r.tenant_pool(p, t);
-        let held = held_word::held(tp.held.load(Relaxed));
-        let last = tp.last_active_ms.load(Relaxed);
-        let counted = held > 0 || recent(last, now, window);
-        if counted {
-            out.tenants += 1;
-            out.weight += rec.weight.load(Relaxed) as u64;
-            if held == 0 {
-                out.next_change = out.next_change.min(last.saturating_add(window));
-            }
-        }
-    }
-    out
-}
-
-/// Marks tenant `t` active in pool `p` (asking counts, granted or not) and returns the
-/// active weight to decide with (which includes `t`) and the instant the active set can
-/// next lose a tenant.
-///
-/// The pool keeps a running sum. A tenant that turns active adds its weight at once
-/// (the `fetch_max` that moves its stamp out of the window decides who adds). A
-/// departure is applied by a scan, which runs at the first decision at or after the
-/// earliest instant a counted tenant's window can end (`rescan_at_ms`); the scan
-/// replaces the sum and schedules the next one. So for a sequence of calls (a replay)
-/// the set is exact at every decision: a departed tenant stops counting at the instant
-/// its window ends, and a returning one counts once. Under concurrency a decision may
-/// use a sum a scan is replacing: a priority input, never the capacity bound.
-#[inline(always)] // one caller, on the hot path: see `try_acquire`
-pub fn touch<R: Region>(
-    r: &R,
-    p: usize,
-    t: usize,
-    weight: u32,
-    now: u64,
-    window: u64,
-) -> (u64, u64) {
-    let pool = r.pool(p);
-    let tp = r.tenant_pool(p, t);
-    // Relaxed throughout: see the module docs (a priority input, not the bound). The
-    // stamp is written only when it moves (ms resolution), and then by `fetch_max`,
-    // whose result says which of two racing arrivals adds the weight.
-    let seen = tp.last_active_ms.load(Relaxed);
-    let prev = if seen < now {
-        tp.last_active_ms.fetch_max(now, Relaxed)
-    } else {
-        seen
-    };
-    if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, now, window) {
-        pool.active_weight.fetch_add(weight as u64, Relaxed);
-    }
-    let mut at = pool.rescan_at_ms.load(Relaxed);
-    if now >= at {
-        at = rescan(r, p, at, now, window);
-    }
-    (pool.active_weight.load(Relaxed).max(weight as u64), at)
-}
-
-/// Recomputes pool `p`'s active weight at `now` if this caller wins the rescan that was
-/// due at `due`; returns when the next one is due.
-#[cold]
-fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
-    let pool = r.pool(p);
-    // Claim the rescan: whoever moves `rescan_at_ms` from `due` does it. The claim
-    // sets it a window ahead, so a scanner that dies here delays departures by at most
-    // one window.
-    if pool
-        .rescan_at_ms
-        .compare_exchange(due, now.saturating_add(window), Relaxed, Relaxed)
-        .is_err()
-    {
-        return now; // another process is scanning; its sum lands in a moment
-    }
-    let before = pool.active_weight.load(Relaxed);
-    let s = scan(r, p, now, window);
-    let next = if pool
-        .active_weight
-        .compare_exchange(before, s.weight, Relaxed, Relaxed)
-        .is_ok()
-    {
-        s.next_change
-    } else {
-        now // an arrival raced the scan: count again at the next decision
-    };
-    pool.rescan_at_ms.store(next, Relaxed);
-    next
-}
+mod active;
+pub use active::{recent, scan_active, touch};
 
 /// Folds one observed hold time into tenant `t`'s moving average in pool `p` (weight
 /// 1/8). The line is the tenant's own, which its release just wrote.
