@@ -97,6 +97,26 @@ _REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled",
             8: "guarantee_on_loan", 9: "guarantee_exhausted", 10: "too_many_residents"}
 
 
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _out_of_range(name, value, hi):
+    """ctypes would wrap a negative or too large integer silently (-1 units would ask
+    for 4294967295): refused here, naming the argument."""
+    return ValueError("%s must be an integer from 0 to %d, not %r" % (name, hi, value))
+
+
+def _check(name, value, hi):
+    if not 0 <= value <= hi:
+        raise _out_of_range(name, value, hi)
+
+
+def _check_request(units, hold_ms):
+    _check("units", units, _U32)
+    _check("hold_ms", hold_ms, _U64)
+
+
 class Refused(Exception):
     """An acquire not granted. ``reason`` is ``pool_full``, ``over_share``,
     ``timed_out``, ``cancelled``, ``rate_limited`` or ``work_debt``; ``retry_after_ms`` when to come back; the numbers
@@ -138,13 +158,29 @@ class Refused(Exception):
 
     @property
     def explanation(self):
+        """The library's explanation, made when first asked for. A refusal that
+        outlives its table (closed since) is explained from its numbers alone."""
+        text = self.__dict__.get("_explanation")
+        if text is None:
+            text = self.__dict__["_explanation"] = self._explain()
+        return text
+
+    def _explain(self):
+        h = getattr(self._table, "_h", None)
+        if not h:
+            f = self._facts
+            return ("tenant %r asked for %d unit(s) of pool %r: %s (in use %d of %d, the "
+                    "tenant holds %d); retry after %d ms. The table was closed before this "
+                    "refusal was explained, so only its numbers are known."
+                    % (self.tenant, f.units, self.pool, self.reason, f.in_use, f.capacity,
+                       f.held, self.retry_after_ms))
         buf = create_string_buffer(512)
-        n = lib.fairshm_explain(self._table._h, byref(self._facts), buf, 512)
+        n = lib.fairshm_explain(h, byref(self._facts), buf, 512)
         if n < 0:
             _raise(n)
         if n >= 512:
             buf = create_string_buffer(n + 1)
-            lib.fairshm_explain(self._table._h, byref(self._facts), buf, n + 1)
+            lib.fairshm_explain(h, byref(self._facts), buf, n + 1)
         return buf.value.decode()
 
     def as_dict(self):
@@ -200,12 +236,14 @@ class Lease:
     def begin_call(self, now_ms=0):
         """Starts a call: while one is in progress the resident is never revoked.
         Raises ``Revoked`` once it was: put the object to sleep and release."""
+        _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_begin_call(self.table._h, self.id, now_ms)
         if rc:
             _raise(rc)
 
     def end_call(self, now_ms=0):
         """Ends a call; once the last ends, the resident is evictable again."""
+        _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_end_call(self.table._h, self.id, now_ms)
         if rc:
             _raise(rc)
@@ -361,7 +399,10 @@ class Table:
         return rc
 
     def try_acquire(self, pool, tenant, units=1, hold_ms=0):
-        """A lease, or ``Refused`` at once."""
+        """A lease, or ``Refused`` at once. ``units`` and ``hold_ms`` are integers from 0
+        (``ValueError`` otherwise: ctypes would wrap them)."""
+        if not (0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
+            _check_request(units, hold_ms)
         try:
             p = self._pools[pool]
             t = self._tenants[tenant]
@@ -379,6 +420,7 @@ class Table:
         """A lease, waiting up to ``timeout`` seconds (None: for ever) for room;
         ``Refused`` (``timed_out`` or ``cancelled``) if none came. The GIL is released
         while waiting, and Ctrl-C (``KeyboardInterrupt``) interrupts the wait."""
+        _check_request(units, hold_ms)
         p, t = self.pool(pool), self.tenant(tenant)
         lease, refusal, lref, rref = _out.bufs
         c = cancel._p if cancel is not None else None
@@ -437,12 +479,15 @@ class Table:
         return rc
 
     def set_sweep_ms(self, ms):
+        _check("ms", ms, _U64)
         lib.fairshm_set_sweep_ms(self._h, ms)
 
     def set_rates(self, tenant, requests_per_s=0, work_units_per_s=0):
         """Sets ``tenant``'s rates (0: unbounded), for every process at once: over
         its request rate an acquire raises ``Refused`` (``rate_limited``), in work
         debt ``work_debt``, before any pool is touched."""
+        _check("requests_per_s", requests_per_s, _U32)
+        _check("work_units_per_s", work_units_per_s, _U32)
         rc = lib.fairshm_set_rates(self._h, self.tenant(tenant), requests_per_s, work_units_per_s)
         if rc:
             _raise(rc)
@@ -462,6 +507,8 @@ class Table:
     def charge(self, tenant, units, now_ms=0):
         """Charges ``units`` of work done for ``tenant`` (after the work). Returns the
         ms until it is out of the debt this leaves (0: none)."""
+        _check("units", units, _U64)
+        _check("now_ms", now_ms, _U64)
         debt = c_uint64()
         rc = lib.fairshm_charge(self._h, self.tenant(tenant), units, now_ms, byref(debt))
         if rc:
@@ -569,6 +616,9 @@ class Guaranteed:
 
     def acquire(self, tenant, cost, hold_ms, now_ms=0):
         """A ``GuaranteedLease``, or ``GuaranteedRefused``."""
+        _check("cost", cost, _U64)
+        _check("hold_ms", hold_ms, _U64)
+        _check("now_ms", now_ms, _U64)
         lease = c_uint64()
         facts = _lib.GuaranteedRefusal()
         rc = lib.fairshm_guaranteed_acquire(self._table._h, self._id, self._tenant(tenant), cost,
@@ -582,6 +632,7 @@ class Guaranteed:
         _raise(rc)
 
     def release(self, lease_id, now_ms=0):
+        _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, now_ms)
         if rc:
             _raise(rc)
@@ -589,5 +640,6 @@ class Guaranteed:
     def stats(self, now_ms=0):
         """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms`` (0:
         the pool's own clock)."""
+        _check("now_ms", now_ms, _U64)
         return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms), -11)
 

@@ -4,6 +4,8 @@ and a short JSON body with the reason and the explanation."""
 
 import json
 
+from . import _check_request
+
 
 def refusal_response(refused):
     ms = int(refused.retry_after_ms)
@@ -33,5 +35,7 @@ class Permits:
         self.table = table
         self.pool = pool
         self.tenant = tenant
+        # A wrong number is a configuration error, found at start-up, not per request.
+        _check_request(units, hold_ms)
         self.units = units
         self.hold_ms = hold_ms

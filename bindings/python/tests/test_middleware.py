@@ -125,3 +125,11 @@ def test_asgi_holds_until_the_response_is_sent_and_answers_429(table):
 
     asyncio.run(run())
     assert in_use(table) == 0
+
+
+def test_a_middleware_with_a_wrong_number_fails_at_start_up(table):
+    for mw in (FairshmMiddleware, FairshmASGIMiddleware):
+        with pytest.raises(ValueError):
+            mw(None, table, pool="requests", tenant=lambda _: "acme", units=-1)
+        with pytest.raises(ValueError):
+            mw(None, table, pool="requests", tenant=lambda _: "acme", hold_ms=-1)

@@ -127,3 +127,36 @@ def test_rates_refuse_before_the_pool_and_debt_is_charged(table):
     assert table.charge("globex", 3000, now_ms=10_000_000) == 2000
     with pytest.raises(fairshm.Error):
         table.set_rates("", requests_per_s=1)
+
+
+def test_out_of_range_integers_are_refused_not_wrapped(table):
+    # ctypes would pass -1 as 4294967295, and 2**32 + 1 units as 1.
+    for kw in ({"units": -1}, {"units": 2**32 + 1}, {"hold_ms": -5}, {"hold_ms": 2**64}):
+        with pytest.raises(ValueError) as e:
+            table.try_acquire("requests", "acme", **kw)
+        assert next(iter(kw)) in str(e.value)
+        with pytest.raises(ValueError):
+            table.acquire("requests", "acme", timeout=0.01, **kw)
+    assert table.stats()["pools"][0]["in_use"] == 0  # nothing was granted
+    with pytest.raises(ValueError):
+        table.set_rates("acme", requests_per_s=-1)
+    with pytest.raises(ValueError):
+        table.charge("acme", -3)
+
+
+def test_a_refusal_outliving_its_table_still_explains_itself(name):
+    # A Refused raised out of a block that closes its table is printed after the close.
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 1}]})
+    lease = t.try_acquire("requests", "acme")
+    with pytest.raises(fairshm.Refused) as early:
+        t.try_acquire("requests", "acme")
+    explained = early.value.explanation
+    with pytest.raises(fairshm.Refused) as late:
+        t.try_acquire("requests", "globex")
+    lease.release()
+    t.close()
+    assert early.value.explanation == explained  # kept as it was first made
+    assert "acme" in explained
+    text = str(late.value)
+    assert text.startswith("pool_full: ")
+    assert "globex" in text and "requests" in text and "closed" in text

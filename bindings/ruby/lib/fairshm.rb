@@ -54,6 +54,22 @@ module Fairshm
     raise ERRORS.fetch(code, Error).new(code, Native.last_error)
   end
 
+  U32_MAX = 0xFFFF_FFFF
+  U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
+
+  # Raises ArgumentError unless +value+ is an Integer in 0..+max+, naming +name+:
+  # Fiddle would pass -1 as 4294967295 (and refuses a too large one without naming it).
+  def self.check_int(name, value, max)
+    return if value.is_a?(Integer) && value >= 0 && value <= max
+
+    raise ArgumentError, "#{name} must be an integer from 0 to #{max}, not #{value.inspect}"
+  end
+
+  def self.check_request(units, hold_ms)
+    check_int("units", units, U32_MAX)
+    check_int("hold_ms", hold_ms, U64_MAX)
+  end
+
   # Parses a JSON string the library returned and frees it; a null one raises with
   # +code+ and the library's last error.
   def self.take_json(ptr, code)
@@ -103,18 +119,17 @@ module Fairshm
       [1, (@retry_after_ms + 999) / 1000].max
     end
 
+    # The library's explanation, made when first asked for. A refusal that outlives
+    # its table (closed since) is explained from its numbers alone.
     def explanation
-      @explanation ||= begin
-        src = Fiddle::Pointer.to_ptr(@bytes)
-        buf = Fiddle::Pointer.malloc(512, Fiddle::RUBY_FREE)
-        n = Native::EXPLAIN.call(@table.handle, src, buf, 512)
-        Fairshm.raise_code(n) if n.negative?
-        if n >= 512
-          buf = Fiddle::Pointer.malloc(n + 1, Fiddle::RUBY_FREE)
-          Native::EXPLAIN.call(@table.handle, src, buf, n + 1)
-        end
-        buf.to_s.force_encoding(Encoding::UTF_8)
-      end
+      @explanation ||= if @table.closed?
+                         "tenant #{@tenant.inspect} asked for #{units} unit(s) of pool " \
+                           "#{@pool.inspect}: #{@reason} (in use #{in_use} of #{capacity}, the tenant " \
+                           "holds #{held}); retry after #{@retry_after_ms} ms. The table was closed " \
+                           "before this refusal was explained, so only its numbers are known."
+                       else
+                         explain
+                       end
     end
 
     def to_h
@@ -123,6 +138,20 @@ module Fairshm
 
     def message
       "#{@reason}: #{explanation}"
+    end
+
+    private
+
+    def explain
+      src = Fiddle::Pointer.to_ptr(@bytes)
+      buf = Fiddle::Pointer.malloc(512, Fiddle::RUBY_FREE)
+      n = Native::EXPLAIN.call(@table.handle, src, buf, 512)
+      Fairshm.raise_code(n) if n.negative?
+      if n >= 512
+        buf = Fiddle::Pointer.malloc(n + 1, Fiddle::RUBY_FREE)
+        Native::EXPLAIN.call(@table.handle, src, buf, n + 1)
+      end
+      buf.to_s.force_encoding(Encoding::UTF_8)
     end
   end
 
@@ -167,6 +196,7 @@ module Fairshm
     # Residents (a lease of an evict pool): starts a call, during which it is never
     # revoked; raises Revoked once it was (put the object to sleep and release).
     def begin_call(now_ms: 0)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::BEGIN_CALL.call(@table.handle, @id, now_ms)
       Fairshm.raise_code(rc) unless rc.zero?
       nil
@@ -174,6 +204,7 @@ module Fairshm
 
     # Ends a call; once the last ends, the resident is evictable again.
     def end_call(now_ms: 0)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::END_CALL.call(@table.handle, @id, now_ms)
       Fairshm.raise_code(rc) unless rc.zero?
       nil
@@ -264,6 +295,11 @@ module Fairshm
       nil
     end
 
+    # Whether #close was called (every call on the table then raises).
+    def closed?
+      @handle.nil? || @handle.zero?
+    end
+
     # The pool's handle (resolved once, then cached).
     def pool(name)
       @pools[name] ||= resolve(Native::POOL, name)
@@ -294,6 +330,7 @@ module Fairshm
 
     # A Lease, or raises Refused at once.
     def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0)
+      Fairshm.check_request(units, hold_ms)
       p = @pools[pool_name] || pool(pool_name)
       t = @tenants[tenant_name] || tenant(tenant_name)
       lease, refusal = Fairshm.buffers
@@ -307,6 +344,7 @@ module Fairshm
     # (timed_out or cancelled) if none came. The GVL is released while waiting;
     # Thread#raise and Timeout.timeout interrupt the wait.
     def acquire(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, cancel: nil)
+      Fairshm.check_request(units, hold_ms)
       p = pool(pool_name)
       t = tenant(tenant_name)
       lease, refusal = Fairshm.buffers
@@ -371,6 +409,8 @@ module Fairshm
     # request rate an acquire raises Refused (rate_limited), in work debt work_debt,
     # before any pool is touched.
     def set_rates(tenant_name, requests_per_s: 0, work_units_per_s: 0)
+      Fairshm.check_int("requests_per_s", requests_per_s, U32_MAX)
+      Fairshm.check_int("work_units_per_s", work_units_per_s, U32_MAX)
       rc = Native::SET_RATES.call(@handle, tenant(tenant_name), requests_per_s, work_units_per_s)
       Fairshm.raise_code(rc) unless rc.zero?
     end
@@ -391,6 +431,8 @@ module Fairshm
     # Charges units of work done for the tenant (after the work). Returns the ms until
     # it is out of the debt this leaves (0: none). now_ms: 0 for the library's clock.
     def charge(tenant_name, units, now_ms: 0)
+      Fairshm.check_int("units", units, U64_MAX)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
       out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       rc = Native::CHARGE.call(@handle, tenant(tenant_name), units, now_ms, out)
       Fairshm.raise_code(rc) unless rc.zero?
@@ -464,6 +506,9 @@ module Fairshm
     # The lease id, or raises GuaranteedRefused. With a block: yields the lease id and
     # releases it afterwards (at the library's clock).
     def acquire(tenant_name, cost, hold_ms, now_ms: 0)
+      Fairshm.check_int("cost", cost, U64_MAX)
+      Fairshm.check_int("hold_ms", hold_ms, U64_MAX)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
       lease = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       facts = Fiddle::Pointer.malloc(Native::G_REFUSAL_SIZE, Fiddle::RUBY_FREE)
       why = Fiddle::Pointer.malloc(Native::G_WHY_SIZE, Fiddle::RUBY_FREE)
@@ -485,6 +530,7 @@ module Fairshm
     end
 
     def release(lease_id, now_ms: 0)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::G_RELEASE.call(@table.handle, lease_id, now_ms)
       Fairshm.raise_code(rc) unless rc.zero?
     end
@@ -492,6 +538,7 @@ module Fairshm
     # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (0: the
     # pool's own clock).
     def stats(now_ms: 0)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
       Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now_ms), -11)
     end
 

@@ -44,4 +44,14 @@ class TestRack < Minitest::Test
     assert_equal 200, status
     assert_equal 0, in_use
   end
+
+  def test_a_middleware_with_a_wrong_number_fails_at_start_up
+    ok = ->(_env) { [200, {}, ["ok"]] }
+    assert_raises(ArgumentError) do
+      Fairshm::RackMiddleware.new(ok, table: @table, pool: "requests", tenant: ->(_env) { "acme" }, units: -1)
+    end
+    assert_raises(ArgumentError) do
+      Fairshm::RackMiddleware.new(ok, table: @table, pool: "requests", tenant: ->(_env) { "acme" }, hold_ms: -1)
+    end
+  end
 end

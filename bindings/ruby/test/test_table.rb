@@ -64,6 +64,38 @@ class TestTable < Minitest::Test
     assert_raises(TypeError) { Fairshm::Table.create("#{@name}-bad", 42) }
   end
 
+  # Fiddle would pass -1 as 4294967295: refused before the call, naming the argument.
+  def test_out_of_range_integers_are_refused_not_wrapped
+    [{ units: -1 }, { units: 2**32 + 1 }, { hold_ms: -5 }, { hold_ms: 2**64 }, { units: 1.5 }].each do |kw|
+      e = assert_raises(ArgumentError) { @table.try_acquire("requests", "acme", **kw) }
+      assert_includes e.message, kw.keys.first.to_s
+      assert_raises(ArgumentError) { @table.acquire("requests", "acme", timeout: 0.01, **kw) }
+    end
+    assert_equal 0, in_use, "nothing was granted"
+    assert_raises(ArgumentError) { @table.set_rates("acme", requests_per_s: -1) }
+    assert_raises(ArgumentError) { @table.charge("acme", -3) }
+  end
+
+  # A Refused raised out of a block that closes its table still has a message.
+  def test_a_refusal_outliving_its_table_still_explains_itself
+    name = FairshmTest.next_name
+    t = Fairshm::Table.create(name, { "pools" => [{ "name" => "requests", "capacity" => 1 }] })
+    lease = t.try_acquire("requests", "acme")
+    early = assert_raises(Fairshm::Refused) { t.try_acquire("requests", "acme") }
+    explained = early.explanation
+    late = assert_raises(Fairshm::Refused) { t.try_acquire("requests", "globex") }
+    lease.release
+    t.close
+    assert_predicate t, :closed?
+    assert_equal explained, early.explanation, "kept as it was first made"
+    assert_includes explained, "acme"
+    msg = late.message
+    assert msg.start_with?("pool_full: "), msg
+    %w[globex requests closed].each { |w| assert_includes msg, w }
+  ensure
+    Fairshm::Table.unlink(name)
+  end
+
   def test_stats_and_observer
     obs = Fairshm::Table.observer(@name)
     @table.permit("requests", "acme") do

@@ -15,6 +15,8 @@ module Fairshm
   # +tenant+ maps a request's env to its tenant's name; nil lets it through unlimited.
   class RackMiddleware
     def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0)
+      # A wrong number is a configuration error, found at start-up, not per request.
+      Fairshm.check_request(units, hold_ms)
       @app = app
       @table = table
       @pool = pool
