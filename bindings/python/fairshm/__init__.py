@@ -81,6 +81,27 @@ def _raise(code):
     raise _ERRORS.get(code, Error)(code, _lib.last_error())
 
 
+def _c_name(name, what, code):
+    """``name`` as the C ABI takes it (UTF-8, NUL-terminated). One that a C string
+    cannot carry is refused as the library refuses a bad name (error ``code``), never
+    cut at its NUL: ``"a\\x00b"`` would otherwise be tenant ``"a"``."""
+    if not isinstance(name, str):
+        raise TypeError("a %s name is a str, not %s" % (what, type(name).__name__))
+    if "\x00" in name:
+        raise _ERRORS.get(code, Error)(code, "invalid %s name %r: contains a NUL byte" % (what, name))
+    return name.encode()
+
+
+def _deadline(timeout):
+    """The monotonic instant a wait of ``timeout`` seconds ends: ``None`` (no end) for
+    ``None`` or infinity; a negative timeout tries once; NaN is refused."""
+    if timeout is None or timeout == float("inf"):
+        return None
+    if timeout != timeout:
+        raise ValueError("timeout is NaN")
+    return time.monotonic() + max(0.0, timeout)
+
+
 def _take_json(p, code):
     """Parses a JSON string the library returned and frees it; a null one raises with
     ``code`` and the library's last error."""
@@ -230,7 +251,7 @@ class Lease:
     def release(self):
         rc = _release(self.table._h, self.id)
         if rc:
-            _raise(rc)
+            self.table._fail(rc)
 
     # Residents (a lease of an ``evict`` pool).
     def begin_call(self, now_ms=0):
@@ -239,14 +260,14 @@ class Lease:
         _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_begin_call(self.table._h, self.id, now_ms)
         if rc:
-            _raise(rc)
+            self.table._fail(rc)
 
     def end_call(self, now_ms=0):
         """Ends a call; once the last ends, the resident is evictable again."""
         _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_end_call(self.table._h, self.id, now_ms)
         if rc:
-            _raise(rc)
+            self.table._fail(rc)
 
     @contextlib.contextmanager
     def call(self):
@@ -263,20 +284,20 @@ class Lease:
         out = c_uint32()
         rc = lib.fairshm_resident_status(self.table._h, self.id, byref(out))
         if rc:
-            _raise(rc)
+            self.table._fail(rc)
         return out.value == 2
 
     def wait_revoked(self, timeout):
         """Waits up to ``timeout`` seconds for a revocation (woken at once by it);
         returns whether it came. Releases the GIL; Ctrl-C interrupts it."""
-        deadline = time.monotonic() + max(0.0, timeout)
+        deadline = _deadline(timeout)
         out = c_uint32()
         while True:
-            left = max(0, int((deadline - time.monotonic()) * 1000))
+            left = WAIT_SLICE_MS if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
             rc = lib.fairshm_wait_revoked(self.table._h, self.id, min(left, WAIT_SLICE_MS), byref(out))
             if rc:
-                _raise(rc)
-            if out.value or left <= WAIT_SLICE_MS:
+                self.table._fail(rc)
+            if out.value or (deadline is not None and left <= WAIT_SLICE_MS):
                 return bool(out.value)
 
     def __enter__(self):
@@ -309,7 +330,10 @@ def _config_args(config):
     if isinstance(config, dict):
         return json.dumps(config).encode(), _lib.CONFIG_JSON
     if isinstance(config, (str, os.PathLike)):
-        return os.fsencode(config), _lib.CONFIG_FILE
+        path = os.fsencode(config)
+        if b"\x00" in path:
+            raise ValueError("config file path %r contains a NUL byte" % (config,))
+        return path, _lib.CONFIG_FILE
     raise TypeError("config is a dict, a file's path, or None")
 
 
@@ -320,7 +344,7 @@ class Table:
     def __init__(self, name, how, config=None, mode=0):
         cfg, kind = _config_args(config)
         h = c_void_p()
-        rc = lib.fairshm_open(name.encode(), how, cfg, kind, mode, byref(h))
+        rc = lib.fairshm_open(_c_name(name, "segment", -1), how, cfg, kind, mode, byref(h))
         if rc:
             _raise(rc)
         self._h = h.value
@@ -351,9 +375,16 @@ class Table:
 
     @staticmethod
     def unlink(name):
-        rc = lib.fairshm_unlink(name.encode())
+        rc = lib.fairshm_unlink(_c_name(name, "segment", -1))
         if rc:
             _raise(rc)
+
+    def _fail(self, rc):
+        """Raises the error of code ``rc``; on a closed table, says that instead of the
+        C ABI's "argument `table` is null"."""
+        if not getattr(self, "_h", None):
+            raise Error(-17, "table %r is closed: open it again to use it" % (self.name,))
+        _raise(rc)
 
     def close(self):
         h, self._h = getattr(self, "_h", None), None
@@ -374,28 +405,28 @@ class Table:
         """The pool's handle (resolved once, then cached)."""
         p = self._pools.get(name)
         if p is None:
-            p = self._pools[name] = self._resolve(lib.fairshm_pool, name)
+            p = self._pools[name] = self._resolve(lib.fairshm_pool, name, "pool", -12)
         return p
 
     def tenant(self, name):
         """The tenant's handle (claimed on first use, then cached)."""
         t = self._tenants.get(name)
         if t is None:
-            t = self._tenants[name] = self._resolve(lib.fairshm_tenant, name)
+            t = self._tenants[name] = self._resolve(lib.fairshm_tenant, name, "tenant", -13)
         return t
 
-    def _resolve(self, fn, name):
+    def _resolve(self, fn, name, what, code):
         out = c_uint32()
-        rc = fn(self._h, name.encode(), byref(out))
+        rc = fn(self._h, _c_name(name, what, code), byref(out))
         if rc:
-            _raise(rc)
+            self._fail(rc)
         return out.value
 
     def register(self):
         """Registers this process as a worker now (per_worker pools count it)."""
         rc = lib.fairshm_register(self._h)
         if rc < 0:
-            _raise(rc)
+            self._fail(rc)
         return rc
 
     def try_acquire(self, pool, tenant, units=1, hold_ms=0):
@@ -414,17 +445,17 @@ class Table:
             return Lease(self, lease.value)
         if rc == 1:
             raise Refused(self, _copy(refusal), pool, tenant)
-        _raise(rc)
+        self._fail(rc)
 
     def acquire(self, pool, tenant, units=1, hold_ms=0, timeout=None, cancel=None):
-        """A lease, waiting up to ``timeout`` seconds (None: for ever) for room;
+        """A lease, waiting up to ``timeout`` seconds (None or infinity: for ever) for room;
         ``Refused`` (``timed_out`` or ``cancelled``) if none came. The GIL is released
         while waiting, and Ctrl-C (``KeyboardInterrupt``) interrupts the wait."""
         _check_request(units, hold_ms)
         p, t = self.pool(pool), self.tenant(tenant)
         lease, refusal, lref, rref = _out.bufs
         c = cancel._p if cancel is not None else None
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        deadline = _deadline(timeout)
         evict_wait = self._evict_wait(p)
         if evict_wait:
             # An evict pool waits at most its eviction wait for an evictable resident.
@@ -441,7 +472,7 @@ class Table:
                 if last or refusal.reason == 4:
                     raise Refused(self, _copy(refusal), pool, tenant)
                 continue  # a slice ended: signal handlers ran (Ctrl-C raises here)
-            _raise(rc)
+            self._fail(rc)
 
     def _evict_wait(self, p):
         """Pool handle ``p``'s eviction wait in ms (0: the pool refuses), cached."""
@@ -450,7 +481,7 @@ class Table:
             out = c_uint32()
             rc = lib.fairshm_evict_wait_ms(self._h, p, byref(out))
             if rc:
-                _raise(rc)
+                self._fail(rc)
             w = self._evict_waits[p] = out.value
         return w
 
@@ -465,17 +496,19 @@ class Table:
         """Releases a lease by its id."""
         rc = _release(self._h, lease_id)
         if rc:
-            _raise(rc)
+            self._fail(rc)
 
     def stats(self):
         """The whole table, read now, as a dict (pools, tenants, leases, processes)."""
+        if not self._h:
+            self._fail(-17)
         return _take_json(lib.fairshm_stats_json(self._h), -17)
 
     def reap_dead(self):
         """Returns the permits of dead processes now; the number reaped."""
         rc = lib.fairshm_reap_dead(self._h)
         if rc < 0:
-            _raise(rc)
+            self._fail(rc)
         return rc
 
     def set_sweep_ms(self, ms):
@@ -490,14 +523,14 @@ class Table:
         _check("work_units_per_s", work_units_per_s, _U32)
         rc = lib.fairshm_set_rates(self._h, self.tenant(tenant), requests_per_s, work_units_per_s)
         if rc:
-            _raise(rc)
+            self._fail(rc)
 
     def rates(self, tenant):
         """``(requests_per_s, work_units_per_s)`` of ``tenant``; 0 is unbounded."""
         r, w = c_uint32(), c_uint32()
         rc = lib.fairshm_rates(self._h, self.tenant(tenant), byref(r), byref(w))
         if rc:
-            _raise(rc)
+            self._fail(rc)
         return r.value, w.value
 
     def guaranteed(self, name):
@@ -512,7 +545,7 @@ class Table:
         debt = c_uint64()
         rc = lib.fairshm_charge(self._h, self.tenant(tenant), units, now_ms, byref(debt))
         if rc:
-            _raise(rc)
+            self._fail(rc)
         return debt.value
 
 
@@ -597,9 +630,9 @@ class Guaranteed:
         self._table = table
         self.name = name
         out = c_uint32()
-        rc = lib.fairshm_guaranteed_pool(table._h, name.encode(), byref(out))
+        rc = lib.fairshm_guaranteed_pool(table._h, _c_name(name, "pool", -12), byref(out))
         if rc:
-            _raise(rc)
+            self._table._fail(rc)
         self._id = out.value
         self._tenants = {}
         self._why = create_string_buffer(1024)
@@ -608,9 +641,10 @@ class Guaranteed:
         t = self._tenants.get(name)
         if t is None:
             out = c_uint32()
-            rc = lib.fairshm_guaranteed_tenant(self._table._h, self._id, name.encode(), byref(out))
+            rc = lib.fairshm_guaranteed_tenant(self._table._h, self._id, _c_name(name, "tenant", -13),
+                                               byref(out))
             if rc:
-                _raise(rc)
+                self._table._fail(rc)
             t = self._tenants[name] = out.value
         return t
 
@@ -629,17 +663,19 @@ class Guaranteed:
         if rc == _lib.REFUSED:
             raise GuaranteedRefused(facts, self._why.value.decode("utf-8", "replace"),
                                     self.name, tenant)
-        _raise(rc)
+        self._table._fail(rc)
 
     def release(self, lease_id, now_ms=0):
         _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, now_ms)
         if rc:
-            _raise(rc)
+            self._table._fail(rc)
 
     def stats(self, now_ms=0):
         """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms`` (0:
         the pool's own clock)."""
         _check("now_ms", now_ms, _U64)
+        if not self._table._h:
+            self._table._fail(-11)
         return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms), -11)
 

@@ -160,3 +160,33 @@ def test_a_refusal_outliving_its_table_still_explains_itself(name):
     text = str(late.value)
     assert text.startswith("pool_full: ")
     assert "globex" in text and "requests" in text and "closed" in text
+
+
+def test_names_a_c_string_cannot_carry_are_refused_not_cut(table, name):
+    # "a\x00b" would reach the library as tenant "a".
+    with pytest.raises(fairshm.Error) as e:
+        table.try_acquire("requests", "acme\x00evil")
+    assert e.value.kind == "invalid_tenant" and "NUL" in str(e.value)
+    with pytest.raises(fairshm.UnknownPool):
+        table.try_acquire("requests\x00", "acme")
+    with pytest.raises(fairshm.Error) as e:
+        fairshm.Table.open(name + "\x00x")
+    assert e.value.kind == "invalid_name"
+    with pytest.raises(TypeError):
+        table.try_acquire("requests", None)
+    assert table.stats()["tenants"] == []  # nothing was claimed
+
+
+def test_timeouts_infinite_nan_and_a_closed_table(table, name):
+    lease = table.acquire("requests", "acme", timeout=float("inf"))  # room: at once
+    lease.release()
+    with pytest.raises(ValueError):
+        table.acquire("requests", "acme", timeout=float("nan"))
+    t = fairshm.Table.open(name)
+    t.close()
+    with pytest.raises(fairshm.Error) as e:
+        t.try_acquire("requests", "acme")
+    assert "closed" in str(e.value) and e.value.kind == "invalid_request"
+    with pytest.raises(fairshm.Error) as e:
+        t.stats()
+    assert "closed" in str(e.value)

@@ -65,6 +65,28 @@ module Fairshm
     raise ArgumentError, "#{name} must be an integer from 0 to #{max}, not #{value.inspect}"
   end
 
+  # +name+ as the C ABI takes it (a NUL-terminated string; a Symbol is its name). One
+  # that a C string cannot carry is refused as the library refuses a bad name (error
+  # +code+), never cut at its NUL: "a\0b" would otherwise be tenant "a".
+  def self.c_name(name, what, code)
+    name = name.to_s if name.is_a?(Symbol)
+    raise TypeError, "a #{what} name is a String, not #{name.inspect}" unless name.is_a?(String)
+    if name.include?("\0")
+      raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: contains a NUL byte")
+    end
+
+    name
+  end
+
+  # The monotonic instant a wait of +timeout+ seconds ends: nil (no end) for nil or
+  # infinity; a negative timeout tries once; NaN is refused.
+  def self.deadline(timeout)
+    return nil if timeout.nil? || timeout == Float::INFINITY
+    raise ArgumentError, "timeout is NaN" if timeout.respond_to?(:nan?) && timeout.nan?
+
+    Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max
+  end
+
   def self.check_request(units, hold_ms)
     check_int("units", units, U32_MAX)
     check_int("hold_ms", hold_ms, U64_MAX)
@@ -198,7 +220,7 @@ module Fairshm
     def begin_call(now_ms: 0)
       Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::BEGIN_CALL.call(@table.handle, @id, now_ms)
-      Fairshm.raise_code(rc) unless rc.zero?
+      @table.raise_for(rc) unless rc.zero?
       nil
     end
 
@@ -206,7 +228,7 @@ module Fairshm
     def end_call(now_ms: 0)
       Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::END_CALL.call(@table.handle, @id, now_ms)
-      Fairshm.raise_code(rc) unless rc.zero?
+      @table.raise_for(rc) unless rc.zero?
       nil
     end
 
@@ -224,21 +246,25 @@ module Fairshm
     def revoked?
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
       rc = Native::RESIDENT_STATUS.call(@table.handle, @id, out)
-      Fairshm.raise_code(rc) unless rc.zero?
+      @table.raise_for(rc) unless rc.zero?
       out[0, 4].unpack1("L") == 2
     end
 
     # Waits up to +timeout+ seconds for a revocation (woken at once by it); whether it
     # came. Releases the GVL, in slices, so Thread#raise interrupts it.
     def wait_revoked(timeout)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max
+      deadline = Fairshm.deadline(timeout)
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
       loop do
-        left = [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
+        left = if deadline
+                 [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
+               else
+                 WAIT_SLICE_MS
+               end
         rc = Native::WAIT_REVOKED.call(@table.handle, @id, [left, WAIT_SLICE_MS].min, out)
-        Fairshm.raise_code(rc) unless rc.zero?
+        @table.raise_for(rc) unless rc.zero?
         got = out[0, 4].unpack1("L") == 1
-        return got if got || left <= WAIT_SLICE_MS
+        return got if got || (deadline && left <= WAIT_SLICE_MS)
       end
     end
   end
@@ -266,7 +292,7 @@ module Fairshm
     end
 
     def self.unlink(name)
-      rc = Native::UNLINK.call(name)
+      rc = Native::UNLINK.call(Fairshm.c_name(name, "segment", -1))
       Fairshm.raise_code(rc) unless rc.zero?
     end
 
@@ -276,11 +302,14 @@ module Fairshm
       text, kind = case config
                    when nil then [nil, Native::CONFIG_NONE]
                    when Hash then [JSON.generate(config), Native::CONFIG_JSON]
-                   when String then [config, Native::CONFIG_FILE]
+                   when String
+        raise ArgumentError, "config file path #{config.inspect} contains a NUL byte" if config.include?("\0")
+
+        [config, Native::CONFIG_FILE]
                    else raise TypeError, "config is a Hash, a file's path, or nil"
                    end
       out = Fiddle::Pointer.malloc(Fiddle::SIZEOF_VOIDP, Fiddle::RUBY_FREE)
-      rc = Native::OPEN.call(name, how, text, kind, mode, out)
+      rc = Native::OPEN.call(Fairshm.c_name(name, "segment", -1), how, text, kind, mode, out)
       Fairshm.raise_code(rc) unless rc.zero?
       @handle = out[0, Fiddle::SIZEOF_VOIDP].unpack1("J")
       @name = name
@@ -300,9 +329,17 @@ module Fairshm
       @handle.nil? || @handle.zero?
     end
 
+    # Raises the error of code +rc+ (for this table's calls and its leases'); on a
+    # closed table, says that instead of the C ABI's "argument `table` is null".
+    def raise_for(rc)
+      raise Error.new(-17, "table #{@name.inspect} is closed: open it again to use it") if closed?
+
+      Fairshm.raise_code(rc)
+    end
+
     # The pool's handle (resolved once, then cached).
     def pool(name)
-      @pools[name] ||= resolve(Native::POOL, name)
+      @pools[name] ||= resolve(Native::POOL, Fairshm.c_name(name, "pool", -12))
     end
 
     # Pool handle +p+'s eviction wait in ms (0: the pool refuses), cached.
@@ -311,20 +348,20 @@ module Fairshm
       @evict_waits[p] ||= begin
         out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
         rc = Native::EVICT_WAIT_MS.call(@handle, p, out)
-        Fairshm.raise_code(rc) unless rc.zero?
+        raise_for(rc) unless rc.zero?
         out[0, 4].unpack1("L")
       end
     end
 
     # The tenant's handle (claimed on first use, then cached).
     def tenant(name)
-      @tenants[name] ||= resolve(Native::TENANT, name)
+      @tenants[name] ||= resolve(Native::TENANT, Fairshm.c_name(name, "tenant", -13))
     end
 
     # Registers this process as a worker now (per_worker pools count it).
     def register
       rc = Native::REGISTER.call(@handle)
-      Fairshm.raise_code(rc) if rc.negative?
+      raise_for(rc) if rc.negative?
       rc
     end
 
@@ -349,7 +386,7 @@ module Fairshm
       t = tenant(tenant_name)
       lease, refusal = Fairshm.buffers
       c = cancel ? cancel.ptr : nil
-      deadline = timeout && (Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max)
+      deadline = Fairshm.deadline(timeout)
       wait = evict_wait_ms(p)
       if wait.positive?
         # An evict pool waits at most its eviction wait for an evictable resident.
@@ -390,18 +427,19 @@ module Fairshm
 
     def release(lease_id)
       rc = Native::RELEASE.call(@handle, lease_id)
-      Fairshm.raise_code(rc) unless rc.zero?
+      raise_for(rc) unless rc.zero?
     end
 
     # The whole table, read now, as a Hash (pools, tenants, leases, processes).
     def stats
+      raise_for(-17) if closed?
       Fairshm.take_json(Native::STATS_JSON.call(@handle), -17)
     end
 
     # Returns the permits of dead processes now; the number reaped.
     def reap_dead
       rc = Native::REAP_DEAD.call(@handle)
-      Fairshm.raise_code(rc) if rc.negative?
+      raise_for(rc) if rc.negative?
       rc
     end
 
@@ -412,14 +450,14 @@ module Fairshm
       Fairshm.check_int("requests_per_s", requests_per_s, U32_MAX)
       Fairshm.check_int("work_units_per_s", work_units_per_s, U32_MAX)
       rc = Native::SET_RATES.call(@handle, tenant(tenant_name), requests_per_s, work_units_per_s)
-      Fairshm.raise_code(rc) unless rc.zero?
+      raise_for(rc) unless rc.zero?
     end
 
     # [requests_per_s, work_units_per_s] of the tenant; 0 is unbounded.
     def rates(tenant_name)
       out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       rc = Native::RATES.call(@handle, tenant(tenant_name), out, out + 4)
-      Fairshm.raise_code(rc) unless rc.zero?
+      raise_for(rc) unless rc.zero?
       out[0, 8].unpack("LL")
     end
 
@@ -435,7 +473,7 @@ module Fairshm
       Fairshm.check_int("now_ms", now_ms, U64_MAX)
       out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       rc = Native::CHARGE.call(@handle, tenant(tenant_name), units, now_ms, out)
-      Fairshm.raise_code(rc) unless rc.zero?
+      raise_for(rc) unless rc.zero?
       out[0, 8].unpack1("Q")
     end
 
@@ -443,15 +481,15 @@ module Fairshm
 
     def resolve(fn, name)
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
-      rc = fn.call(@handle, name.to_s, out)
-      Fairshm.raise_code(rc) unless rc.zero?
+      rc = fn.call(@handle, name, out)
+      raise_for(rc) unless rc.zero?
       out[0, 4].unpack1("L")
     end
 
     def refused_or_raise(rc, refusal, pool_name, tenant_name)
       raise Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
 
-      Fairshm.raise_code(rc)
+      raise_for(rc)
     end
   end
 
@@ -498,8 +536,8 @@ module Fairshm
       @name = name
       @tenants = {}
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
-      rc = Native::G_POOL.call(table.handle, name.to_s, out)
-      Fairshm.raise_code(rc) unless rc.zero?
+      rc = Native::G_POOL.call(table.handle, Fairshm.c_name(name, "pool", -12), out)
+      @table.raise_for(rc) unless rc.zero?
       @id = out[0, 4].unpack1("L")
     end
 
@@ -518,7 +556,7 @@ module Fairshm
         raise GuaranteedRefused.new(facts[0, Native::G_REFUSAL_SIZE], why.to_s.force_encoding("UTF-8"),
                                     @name, tenant_name)
       end
-      Fairshm.raise_code(rc) unless rc.zero?
+      @table.raise_for(rc) unless rc.zero?
       id = lease[0, 8].unpack1("Q")
       return id unless block_given?
 
@@ -532,13 +570,14 @@ module Fairshm
     def release(lease_id, now_ms: 0)
       Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::G_RELEASE.call(@table.handle, lease_id, now_ms)
-      Fairshm.raise_code(rc) unless rc.zero?
+      @table.raise_for(rc) unless rc.zero?
     end
 
     # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (0: the
     # pool's own clock).
     def stats(now_ms: 0)
       Fairshm.check_int("now_ms", now_ms, U64_MAX)
+      @table.raise_for(-11) if @table.closed?
       Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now_ms), -11)
     end
 
@@ -547,8 +586,8 @@ module Fairshm
     def tenant(name)
       @tenants[name] ||= begin
         out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
-        rc = Native::G_TENANT.call(@table.handle, @id, name.to_s, out)
-        Fairshm.raise_code(rc) unless rc.zero?
+        rc = Native::G_TENANT.call(@table.handle, @id, Fairshm.c_name(name, "tenant", -13), out)
+        @table.raise_for(rc) unless rc.zero?
         out[0, 4].unpack1("L")
       end
     end

@@ -96,6 +96,30 @@ class TestTable < Minitest::Test
     Fairshm::Table.unlink(name)
   end
 
+  # "a\0b" would reach the library as tenant "a".
+  def test_names_a_c_string_cannot_carry_are_refused_not_cut
+    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", "acme\0evil") }
+    assert_equal "invalid_tenant", e.kind
+    assert_includes e.message, "NUL"
+    assert_raises(Fairshm::UnknownPool) { @table.try_acquire("requests\0", "acme") }
+    e = assert_raises(Fairshm::Error) { Fairshm::Table.open("#{@name}\0x") }
+    assert_equal "invalid_name", e.kind
+    assert_raises(TypeError) { @table.try_acquire("requests", nil) }
+    assert_equal [], @table.stats["tenants"], "nothing was claimed"
+    @table.permit("requests", :acme) { assert_equal 1, in_use }
+  end
+
+  def test_timeouts_infinite_nan_and_a_closed_table
+    @table.acquire("requests", "acme", timeout: Float::INFINITY).release
+    assert_raises(ArgumentError) { @table.acquire("requests", "acme", timeout: Float::NAN) }
+    t = Fairshm::Table.open(@name)
+    t.close
+    e = assert_raises(Fairshm::Error) { t.try_acquire("requests", "acme") }
+    assert_includes e.message, "closed"
+    assert_equal "invalid_request", e.kind
+    assert_includes assert_raises(Fairshm::Error) { t.stats }.message, "closed"
+  end
+
   def test_stats_and_observer
     obs = Fairshm::Table.observer(@name)
     @table.permit("requests", "acme") do
