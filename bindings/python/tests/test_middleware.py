@@ -133,3 +133,31 @@ def test_a_middleware_with_a_wrong_number_fails_at_start_up(table):
             mw(None, table, pool="requests", tenant=lambda _: "acme", units=-1)
         with pytest.raises(ValueError):
             mw(None, table, pool="requests", tenant=lambda _: "acme", hold_ms=-1)
+
+
+def test_both_wsgi_answers_pass_the_pep_3333_validator(table):
+    # wsgiref's validator checks start_response, the headers, the body and its close
+    # (its warnings made errors here).
+    import warnings
+    from wsgiref.util import setup_testing_defaults
+    from wsgiref.validate import WSGIWarning, validator
+
+    warnings.simplefilter("error", WSGIWarning)
+
+    app = validator(FairshmMiddleware(validator(wsgi_app), table, "requests", tenant_of))
+
+    def call():
+        environ = {"HTTP_X_TENANT": "acme", "QUERY_STRING": ""}
+        setup_testing_defaults(environ)
+        sr = StartResponse()
+        return sr, app(environ, sr)
+
+    held = [call()[1] for _ in range(4)]
+    sr, body = call()
+    assert sr.status.startswith("429") and int(sr.headers["Retry-After"]) >= 1
+    assert json.loads(b"".join(body))["reason"] == "over_share"
+    body.close()
+    for b in held:
+        assert b"".join(b) == b"hello"
+        b.close()
+    assert in_use(table) == 0

@@ -20,9 +20,9 @@ class TestRack < Minitest::Test
     assert_equal 4, in_use
     status, headers, body = mw.call("HTTP_X_TENANT" => "acme")
     assert_equal 429, status
-    ms = Integer(headers["Retry-After-Ms"])
+    ms = Integer(headers["retry-after-ms"])
     assert_operator ms, :>=, 1
-    assert_equal [1, (ms + 999) / 1000].max, Integer(headers["Retry-After"])
+    assert_equal [1, (ms + 999) / 1000].max, Integer(headers["retry-after"])
     doc = JSON.parse(body.join)
     assert_equal "over_share", doc["reason"]
     assert_includes doc["explanation"], "acme"
@@ -53,5 +53,30 @@ class TestRack < Minitest::Test
     assert_raises(ArgumentError) do
       Fairshm::RackMiddleware.new(ok, table: @table, pool: "requests", tenant: ->(_env) { "acme" }, hold_ms: -1)
     end
+  end
+
+  # Both answers, a 200 held until close and a 429, pass Rack::Lint.
+  def test_both_answers_pass_rack_lint
+    require "rack"
+    require "rack/lint"
+    require "rack/mock"
+    inner = Fairshm::RackMiddleware.new(->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] },
+                                        table: @table, pool: "requests", tenant: ->(env) { env["HTTP_X_TENANT"] })
+    lint = Rack::Lint.new(inner)
+    held = Array.new(4) do
+      status, _, body = lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))
+      assert_equal 200, status
+      body
+    end
+    status, headers, body = lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))
+    assert_equal 429, status
+    assert_operator Integer(headers["retry-after"]), :>=, 1
+    body.each { |_| nil }
+    body.close
+    held.each do |b|
+      b.each { |_| nil }
+      b.close
+    end
+    assert_equal 0, in_use
   end
 end

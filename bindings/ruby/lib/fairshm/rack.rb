@@ -47,8 +47,9 @@ module Fairshm
       ms = refused.retry_after_ms
       body = JSON.generate(error: "too_many_requests", reason: refused.reason,
                            retry_after_ms: ms, explanation: refused.explanation)
-      [429, { "Content-Type" => "application/json", "Content-Length" => body.bytesize.to_s,
-              "Retry-After" => [1, (ms + 999) / 1000].max.to_s, "Retry-After-Ms" => ms.to_s }, [body]]
+      # Lower-case names: what Rack 3 requires of a response, and what Rack 2 accepts.
+      [429, { "content-type" => "application/json", "content-length" => body.bytesize.to_s,
+              "retry-after" => [1, (ms + 999) / 1000].max.to_s, "retry-after-ms" => ms.to_s }, [body]]
     end
 
     # The application's body, releasing the lease when the server closes it.
