@@ -74,7 +74,7 @@ pub(crate) fn acquire(
         .filter(|c| c.evict)
         .map(|c| Duration::from_millis(c.evict_wait_ms as u64));
     let timeout = evict_wait.map_or(timeout, |w| timeout.min(w));
-    let deadline = start + timeout;
+    let deadline = clock::after(start, timeout);
     // The handle may come from a binding as a bare integer: checked before its record
     // is touched (the engine's acquire checks it again, on every try).
     if p >= seg.geometry().pools {
@@ -84,7 +84,7 @@ pub(crate) fn acquire(
         )));
     }
     let rec = seg.pool(p);
-    let mut next_sweep = start + sweep;
+    let mut next_sweep = clock::after(start, sweep);
     let mut pause = DYING_PAUSE;
     let mut woken_at: Option<u64> = None;
     let mut watch = Vec::new();
@@ -122,7 +122,10 @@ pub(crate) fn acquire(
             // Refused by the tenant's rates: no release of the pool changes that, only
             // time does. Sleep until its token (or the end of the wait), then try again.
             announced = None; // no release is ours to wait for
-            let until = deadline.min(now + Duration::from_millis(last.retry_after_ms));
+            let until = deadline.min(clock::after(
+                now,
+                Duration::from_millis(last.retry_after_ms),
+            ));
             match cancel {
                 Some(c) => waiting::sleep_on(&[c.watch()], until),
                 None => std::thread::sleep(until.saturating_duration_since(now)),
@@ -170,7 +173,7 @@ pub(crate) fn acquire(
         let now = Instant::now();
         if now >= next_sweep {
             engine.reap_dead_as(crate::layout::noticed::WAITER)?; // the backup sweep: wakes us if a holder died
-            next_sweep = now + sweep;
+            next_sweep = clock::after(now, sweep);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! It is system-wide, so times written by one process compare with another's, and it is
 //! the clock the futex deadlines in `waiting` are absolute on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `CLOCK_MONOTONIC` now, since its (boot-time) origin.
 pub fn monotonic() -> Duration {
@@ -33,4 +33,28 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The longest wait an instant is computed for: 136 years, the "for ever" of a
+/// `Duration::MAX` timeout (`Instant + Duration::MAX` would overflow and panic).
+pub const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+
+/// `start + wait`, with a wait too long to represent taken as [`FOREVER`]: a caller's
+/// timeout, sweep interval or budget may be `Duration::MAX`.
+pub fn after(start: Instant, wait: Duration) -> Instant {
+    start
+        .checked_add(wait.min(FOREVER))
+        .unwrap_or_else(|| start + Duration::from_secs(1 << 20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_of_duration_max_is_far_off_and_does_not_overflow() {
+        let now = Instant::now();
+        assert_eq!(after(now, Duration::from_millis(5)), now + Duration::from_millis(5));
+        assert!(after(now, Duration::MAX) >= now + Duration::from_secs(100 * 365 * 86_400));
+    }
 }

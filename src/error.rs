@@ -77,8 +77,9 @@ pub enum Error {
     )]
     UnitsExceedCapacity {
         pool: String,
-        units: u32,
-        capacity: u32,
+        /// As asked (a guaranteed pool's cost may be any `u64`).
+        units: u64,
+        capacity: u64,
     },
 
     #[error("lease {lease} was already released")]

@@ -151,7 +151,7 @@ pub fn check_pool<R: Region>(r: &R, p: usize) -> Result<Vec<String>> {
 /// Rebuilds the counters of pool `p` from its lease records (see the module docs).
 /// Gives up (an error: retry) after `budget` without a moment free of its ops.
 pub fn repair_pool<R: Region>(r: &R, p: usize, budget: Duration) -> Result<PoolRepair> {
-    let deadline = Instant::now() + budget;
+    let deadline = crate::clock::after(Instant::now(), budget);
     'again: loop {
         let s = sums(r, p, deadline)?;
         let mut out = PoolRepair {

@@ -238,3 +238,44 @@ fn under_share_waiters_are_woken_first() {
         drop(big);
     });
 }
+
+/// `Duration::MAX` is "wait for ever": granted at once when there is room, and after a
+/// release when there is not (`Instant + Duration::MAX` panicked before any try).
+#[test]
+fn a_timeout_of_duration_max_waits_for_ever_and_never_overflows() {
+    let seg = Seg::new("forever");
+    let t = seg.create(&one_pool(1));
+    t.set_sweep_interval(Duration::MAX);
+    let req = Request::new("requests", "a");
+    let lease = t
+        .acquire(&req, Duration::MAX)
+        .unwrap()
+        .expect("room: granted at once");
+    let t = &t;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let deadline = Instant::now() + common::DEADLINE;
+            while waiters(t) == 0 {
+                assert!(Instant::now() < deadline, "the waiter never slept");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(lease);
+        });
+        let got = t
+            .acquire(&Request::new("requests", "b"), Duration::MAX)
+            .unwrap();
+        assert!(got.is_ok(), "granted after the release");
+    });
+    let g = fairshm::Config::with_pools(vec![]).guaranteed(
+        fairshm::GuaranteedConfig::new("tokens", 10)
+            .unit(fairshm::FairnessUnit::Requests)
+            .tenant("a", 1)
+            .reclaim_horizon_ms(100)
+            .idle_after_ms(150),
+    );
+    let gseg = Seg::new("forever-g");
+    let gt = gseg.create(&g);
+    let pool = gt.guaranteed("tokens").unwrap();
+    let grant = pool.acquire_timeout("a", 1, 10, Duration::MAX).unwrap();
+    assert!(grant.is_ok(), "a guaranteed pool with room grants at once");
+}

@@ -369,6 +369,9 @@ fn a_lease_released_twice_is_an_error_that_changes_nothing() {
     assert!(matches!(e, Error::InvalidTenant { .. }), "{e}");
     let e = g.acquire("a", 101, 1, 7).unwrap_err();
     assert!(matches!(e, Error::UnitsExceedCapacity { .. }), "{e}");
+    // The cost as asked, not cut to 32 bits.
+    let e = g.acquire("a", u64::MAX, 1, 7).unwrap_err();
+    assert!(e.to_string().contains(&u64::MAX.to_string()), "{e}");
     assert!(matches!(
         t.guaranteed("nope"),
         Err(Error::UnknownPool { .. })

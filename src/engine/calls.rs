@@ -96,7 +96,7 @@ impl Engine {
     /// is. Wakes at once on a revocation (a futex the revoker wakes).
     pub fn wait_revoked(&self, id: LeaseId, timeout: std::time::Duration) -> Result<bool> {
         let l = self.own_lease(id)?;
-        let until = std::time::Instant::now() + timeout;
+        let until = crate::clock::after(std::time::Instant::now(), timeout);
         loop {
             let Some((word, seq)) = crate::residents::wake_word(&self.seg, l) else {
                 return Err(Error::NotResident {

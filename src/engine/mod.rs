@@ -222,8 +222,8 @@ impl Engine {
         if units > cap {
             return Err(Error::UnitsExceedCapacity {
                 pool: self.pool_name(pool).to_owned(),
-                units,
-                capacity: cap,
+                units: units as u64,
+                capacity: cap as u64,
             });
         }
         let attempt = Attempt {

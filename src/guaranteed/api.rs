@@ -285,7 +285,7 @@ impl<'t> Guaranteed<'t> {
         hold_ms: u64,
         timeout: std::time::Duration,
     ) -> Result<std::result::Result<GGrant, GRefusal>> {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = crate::clock::after(std::time::Instant::now(), timeout);
         let keep_asking = (self.rules().idle_after / 2).max(1);
         loop {
             let refusal = match self.acquire(tenant, cost, hold_ms, crate::clock::now_ms())? {

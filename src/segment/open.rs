@@ -52,7 +52,7 @@ impl Segment {
             })?;
         let meta = file.metadata().map_err(io(name, "fstat"))?;
         check_file(name, &meta, read_only)?;
-        let deadline = Instant::now() + ready_wait;
+        let deadline = crate::clock::after(Instant::now(), ready_wait);
         // A creator between create and ftruncate shows a short file: wait for it.
         let mut size = meta.len();
         while size < HEADER as u64 && Instant::now() < deadline {

@@ -33,8 +33,8 @@ impl State {
         if units > rules.ceiling {
             return Err(Error::UnitsExceedCapacity {
                 pool: rules.name.clone(),
-                units: units.min(u32::MAX as u64) as u32,
-                capacity: rules.ceiling as u32,
+                units,
+                capacity: rules.ceiling,
             });
         }
         self.advance(rules, now);
