@@ -60,7 +60,6 @@ internal!(
     anchor,
     #[cfg(not(loom))]
     peers,
-    #[cfg(not(loom))]
     clock,
     #[cfg(not(loom))]
     segment,
