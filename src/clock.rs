@@ -35,16 +35,14 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The longest wait an instant is computed for: 136 years, the "for ever" of a
-/// `Duration::MAX` timeout (`Instant + Duration::MAX` would overflow and panic).
+/// The "for ever" of a wait too long for an `Instant` (136 years): a caller's timeout,
+/// sweep interval or budget may be `Duration::MAX`, and `Instant + Duration::MAX`
+/// overflows and panics.
 pub const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
 
-/// `start + wait`, with a wait too long to represent taken as [`FOREVER`]: a caller's
-/// timeout, sweep interval or budget may be `Duration::MAX`.
+/// `start + wait`, or `start + FOREVER` when that is not representable.
 pub fn after(start: Instant, wait: Duration) -> Instant {
-    start
-        .checked_add(wait.min(FOREVER))
-        .unwrap_or_else(|| start + Duration::from_secs(1 << 20))
+    start.checked_add(wait).unwrap_or_else(|| start + FOREVER)
 }
 
 #[cfg(test)]

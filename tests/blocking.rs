@@ -252,19 +252,30 @@ fn a_timeout_of_duration_max_waits_for_ever_and_never_overflows() {
         .unwrap()
         .expect("room: granted at once");
     let t = &t;
+    // The test's own deadline: a waiter not granted by then is cancelled (and the
+    // assertion below fails) rather than waiting for ever.
+    let cancel = fairshm::Cancel::new();
+    let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(move || {
+        s.spawn(|| {
             let deadline = Instant::now() + common::DEADLINE;
-            while waiters(t) == 0 {
-                assert!(Instant::now() < deadline, "the waiter never slept");
+            while waiters(t) == 0 && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
             drop(lease);
+            while !done.load(SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            cancel.cancel();
         });
         let got = t
-            .acquire(&Request::new("requests", "b"), Duration::MAX)
+            .acquire_cancellable(&Request::new("requests", "b"), Duration::MAX, Some(&cancel))
             .unwrap();
-        assert!(got.is_ok(), "granted after the release");
+        done.store(true, SeqCst);
+        assert!(
+            got.is_ok(),
+            "granted after the release, not cancelled at the deadline"
+        );
     });
     let g = fairshm::Config::with_pools(vec![]).guaranteed(
         fairshm::GuaranteedConfig::new("tokens", 10)

@@ -344,7 +344,7 @@ class Table:
     def __init__(self, name, how, config=None, mode=0):
         cfg, kind = _config_args(config)
         h = c_void_p()
-        rc = lib.fairshm_open(_c_name(name, "segment", -1), how, cfg, kind, mode, byref(h))
+        rc = lib.fairshm_open(_c_name(name, "segment", _lib.E_INVALID_NAME), how, cfg, kind, mode, byref(h))
         if rc:
             _raise(rc)
         self._h = h.value
@@ -375,7 +375,7 @@ class Table:
 
     @staticmethod
     def unlink(name):
-        rc = lib.fairshm_unlink(_c_name(name, "segment", -1))
+        rc = lib.fairshm_unlink(_c_name(name, "segment", _lib.E_INVALID_NAME))
         if rc:
             _raise(rc)
 
@@ -383,7 +383,7 @@ class Table:
         """Raises the error of code ``rc``; on a closed table, says that instead of the
         C ABI's "argument `table` is null"."""
         if not getattr(self, "_h", None):
-            raise Error(-17, "table %r is closed: open it again to use it" % (self.name,))
+            raise Error(_lib.E_INVALID_REQUEST, "table %r is closed: open it again to use it" % (self.name,))
         _raise(rc)
 
     def close(self):
@@ -405,14 +405,14 @@ class Table:
         """The pool's handle (resolved once, then cached)."""
         p = self._pools.get(name)
         if p is None:
-            p = self._pools[name] = self._resolve(lib.fairshm_pool, name, "pool", -12)
+            p = self._pools[name] = self._resolve(lib.fairshm_pool, name, "pool", _lib.E_UNKNOWN_POOL)
         return p
 
     def tenant(self, name):
         """The tenant's handle (claimed on first use, then cached)."""
         t = self._tenants.get(name)
         if t is None:
-            t = self._tenants[name] = self._resolve(lib.fairshm_tenant, name, "tenant", -13)
+            t = self._tenants[name] = self._resolve(lib.fairshm_tenant, name, "tenant", _lib.E_INVALID_TENANT)
         return t
 
     def _resolve(self, fn, name, what, code):
@@ -501,7 +501,7 @@ class Table:
     def stats(self):
         """The whole table, read now, as a dict (pools, tenants, leases, processes)."""
         if not self._h:
-            self._fail(-17)
+            self._fail(_lib.E_INVALID_REQUEST)
         return _take_json(lib.fairshm_stats_json(self._h), -17)
 
     def reap_dead(self):
@@ -630,7 +630,7 @@ class Guaranteed:
         self._table = table
         self.name = name
         out = c_uint32()
-        rc = lib.fairshm_guaranteed_pool(table._h, _c_name(name, "pool", -12), byref(out))
+        rc = lib.fairshm_guaranteed_pool(table._h, _c_name(name, "pool", _lib.E_UNKNOWN_POOL), byref(out))
         if rc:
             self._table._fail(rc)
         self._id = out.value
@@ -641,7 +641,7 @@ class Guaranteed:
         t = self._tenants.get(name)
         if t is None:
             out = c_uint32()
-            rc = lib.fairshm_guaranteed_tenant(self._table._h, self._id, _c_name(name, "tenant", -13),
+            rc = lib.fairshm_guaranteed_tenant(self._table._h, self._id, _c_name(name, "tenant", _lib.E_INVALID_TENANT),
                                                byref(out))
             if rc:
                 self._table._fail(rc)

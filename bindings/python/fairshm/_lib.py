@@ -55,6 +55,11 @@ class GuaranteedRefusal(ctypes.Structure):
 OK = 0
 REFUSED = 1
 E_PANIC = -99
+# The error codes the binding raises itself (include/fairshm.h's FAIRSHM_E_*).
+E_INVALID_NAME = -1
+E_UNKNOWN_POOL = -12
+E_INVALID_TENANT = -13
+E_INVALID_REQUEST = -17
 OPEN, CREATE, OPEN_OR_CREATE, OBSERVER = 0, 1, 2, 3
 CONFIG_NONE, CONFIG_JSON, CONFIG_TOML, CONFIG_FILE = 0, 1, 2, 3
 WAIT_SLICE = 1

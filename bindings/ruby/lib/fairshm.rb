@@ -292,7 +292,7 @@ module Fairshm
     end
 
     def self.unlink(name)
-      rc = Native::UNLINK.call(Fairshm.c_name(name, "segment", -1))
+      rc = Native::UNLINK.call(Fairshm.c_name(name, "segment", Native::E_INVALID_NAME))
       Fairshm.raise_code(rc) unless rc.zero?
     end
 
@@ -309,7 +309,7 @@ module Fairshm
                    else raise TypeError, "config is a Hash, a file's path, or nil"
                    end
       out = Fiddle::Pointer.malloc(Fiddle::SIZEOF_VOIDP, Fiddle::RUBY_FREE)
-      rc = Native::OPEN.call(Fairshm.c_name(name, "segment", -1), how, text, kind, mode, out)
+      rc = Native::OPEN.call(Fairshm.c_name(name, "segment", Native::E_INVALID_NAME), how, text, kind, mode, out)
       Fairshm.raise_code(rc) unless rc.zero?
       @handle = out[0, Fiddle::SIZEOF_VOIDP].unpack1("J")
       @name = name
@@ -332,14 +332,14 @@ module Fairshm
     # Raises the error of code +rc+ (for this table's calls and its leases'); on a
     # closed table, says that instead of the C ABI's "argument `table` is null".
     def raise_for(rc)
-      raise Error.new(-17, "table #{@name.inspect} is closed: open it again to use it") if closed?
+      raise Error.new(Native::E_INVALID_REQUEST, "table #{@name.inspect} is closed: open it again to use it") if closed?
 
       Fairshm.raise_code(rc)
     end
 
     # The pool's handle (resolved once, then cached).
     def pool(name)
-      @pools[name] ||= resolve(Native::POOL, Fairshm.c_name(name, "pool", -12))
+      @pools[name] ||= resolve(Native::POOL, Fairshm.c_name(name, "pool", Native::E_UNKNOWN_POOL))
     end
 
     # Pool handle +p+'s eviction wait in ms (0: the pool refuses), cached.
@@ -355,7 +355,7 @@ module Fairshm
 
     # The tenant's handle (claimed on first use, then cached).
     def tenant(name)
-      @tenants[name] ||= resolve(Native::TENANT, Fairshm.c_name(name, "tenant", -13))
+      @tenants[name] ||= resolve(Native::TENANT, Fairshm.c_name(name, "tenant", Native::E_INVALID_TENANT))
     end
 
     # Registers this process as a worker now (per_worker pools count it).
@@ -432,7 +432,7 @@ module Fairshm
 
     # The whole table, read now, as a Hash (pools, tenants, leases, processes).
     def stats
-      raise_for(-17) if closed?
+      raise_for(Native::E_INVALID_REQUEST) if closed?
       Fairshm.take_json(Native::STATS_JSON.call(@handle), -17)
     end
 
@@ -536,7 +536,7 @@ module Fairshm
       @name = name
       @tenants = {}
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
-      rc = Native::G_POOL.call(table.handle, Fairshm.c_name(name, "pool", -12), out)
+      rc = Native::G_POOL.call(table.handle, Fairshm.c_name(name, "pool", Native::E_UNKNOWN_POOL), out)
       @table.raise_for(rc) unless rc.zero?
       @id = out[0, 4].unpack1("L")
     end
@@ -586,7 +586,7 @@ module Fairshm
     def tenant(name)
       @tenants[name] ||= begin
         out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
-        rc = Native::G_TENANT.call(@table.handle, @id, Fairshm.c_name(name, "tenant", -13), out)
+        rc = Native::G_TENANT.call(@table.handle, @id, Fairshm.c_name(name, "tenant", Native::E_INVALID_TENANT), out)
         @table.raise_for(rc) unless rc.zero?
         out[0, 4].unpack1("L")
       end

@@ -18,6 +18,12 @@ module Fairshm
 
     LIB = Fiddle.dlopen(library_path)
 
+    # The error codes the binding raises itself (include/fairshm.h's FAIRSHM_E_*).
+    E_INVALID_NAME = -1
+    E_UNKNOWN_POOL = -12
+    E_INVALID_TENANT = -13
+    E_INVALID_REQUEST = -17
+
     P = Fiddle::TYPE_VOIDP
     I32 = Fiddle::TYPE_INT32_T
     I64 = Fiddle::TYPE_INT64_T
