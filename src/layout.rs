@@ -114,7 +114,11 @@ pub struct PoolRec {
     /// Number of waiters about to sleep or asleep on `wake`; a release wakes (and
     /// bumps `wake`) only when it is not zero.
     pub waiters: AtomicU32,
-    pub reserved32: AtomicU32,
+    /// Which tenant's window set `rescan_at_ms`: 1 + its directory index (a counted
+    /// tenant that held nothing at the scan), or 0 when none did (the scan's cap, one
+    /// window ahead, set it) or it is not known. Read by an over-share refusal to tell
+    /// whether that tenant may really leave then (see `admission::active`).
+    pub rescan_for: AtomicU32,
     /// Two futex words, one per waiter class: the low half (bytes 160..164) for
     /// waiters refused under their share, the high half (164..168) for those at or
     /// over it (see `waiting`).
@@ -464,7 +468,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         created_unix_ms, creator_pid, n_regions, registry, reserved32, reserved, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
-        waiters, reserved32, wake, extra, evictions, reserved);
+        waiters, rescan_for, wake, extra, evictions, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,

@@ -257,7 +257,7 @@ impl std::fmt::Display for Turn<'_> {
             "; {whose} make room about every {every:.1} ms, so its turn is expected in "
         )?;
         // A hint shorter than its turn was cut: at the longest hint, or (see
-        // `admission`) at the next change of the active set.
+        // `admission`) at the departure of a quiet tenant from the active set.
         if x.retry_after_ms >= turn_ms {
             write!(f, "{} ms", x.retry_after_ms)
         } else if x.retry_after_ms >= crate::retry::MAX_HINT_MS {
@@ -269,8 +269,8 @@ impl std::fmt::Display for Turn<'_> {
         } else {
             write!(
                 f,
-                "{turn_ms} ms, but another tenant's window may end in {} ms, and its share \
-                 grows if that tenant has left",
+                "{turn_ms} ms, but another tenant, quiet since, leaves the active set in {} ms \
+                 unless it asks again, and this tenant's share grows then",
                 x.retry_after_ms
             )
         }

@@ -93,7 +93,7 @@ impl HeapRegion {
                     active_weight: a64(),
                     rescan_at_ms: a64(),
                     waiters: a32(),
-                    reserved32: a32(),
+                    rescan_for: a32(),
                     wake: a64(),
                     extra: a64(),
                     evictions: a64(),

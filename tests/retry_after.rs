@@ -252,32 +252,118 @@ fn a_lone_tenant_is_told_its_whole_backlog() {
     );
 }
 
-/// With another tenant active, a deep backlog's hint is shortened to the next change
-/// of the active set, and the explanation says so beside the turn it expected.
-#[test]
-fn a_hint_shortened_by_the_active_set_says_why() {
-    let seg = Seg::new("retry-set");
-    let t = setup(&seg);
-    let (p, heavy, _) = handles(&t);
+/// Heavy holds 7 of a pool of 8 (past its share of 4, at capacity less the floor) with
+/// a mean hold of 12 ms (one of its permits frees about every 1.7 ms); light asked at
+/// 1_501 and holds nothing. The refusal at 2_000 rescans the set: light's window is the
+/// first to end, at 2_501.
+fn setup_light_quiet(seg: &Seg) -> Table {
+    let t = seg.create(&one_pool(8));
+    let (p, heavy, light) = handles(&t);
     let e = t.engine();
-    // One of heavy's permits every 2 ms (see `setup`); light last asked at 1_010.
+    let id = grant(e, p, heavy, 1_000);
+    e.release(id, 1_012).unwrap();
+    let id = grant(e, p, light, 1_500);
+    e.release(id, 1_501).unwrap();
+    for _ in 0..7 {
+        grant(e, p, heavy, 1_600);
+    }
+    t
+}
+
+/// When a refusal's turn is due, ms rounded up: one interval per turn ahead and one for
+/// its own (a hint is never shorter unless it was cut).
+fn turn_ms(r: &Refused) -> u64 {
+    ((r.queued as u64 + 1) * r.interval_us as u64).div_ceil(1000)
+}
+
+/// A deep backlog of refusals at `now`: the last one.
+fn backlog(e: &Engine, p: PoolId, t: TenantId, now: u64) -> Refused {
     let mut last = None;
     for _ in 0..600 {
-        last = Some(refused(e, p, heavy, 1_020));
+        last = Some(refused(e, p, t, now));
     }
     let r = last.unwrap();
+    assert_eq!(r.reason, Reason::OverShare);
+    assert!(r.queued >= 599, "a backlog of {}", r.queued);
+    r
+}
+
+/// With another tenant in the set that has been quiet since the last scan, a deep
+/// backlog's hint is shortened to when that tenant leaves (the heavy tenant's share
+/// grows then), and the explanation says so beside the turn it expected.
+#[test]
+fn a_hint_shortened_by_a_quiet_tenant_leaving_says_why() {
+    let seg = Seg::new("retry-set");
+    let t = setup_light_quiet(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    let r = backlog(e, p, heavy, 2_000);
     assert_eq!(r.queued, 599);
-    assert!(
-        r.retry_after_ms <= 1_010 + 1_000 - 1_020,
-        "light may leave at 2010: hint {} ms",
-        r.retry_after_ms
+    assert_eq!(
+        r.retry_after_ms, 501,
+        "light leaves at 2_501 unless it asks again"
     );
+    let turn = turn_ms(&r);
+    assert!(turn > 1_000, "the turn the hint was cut from: {turn} ms");
     let text = fairshm::Refusal::new("requests", "heavy", r).explanation();
     assert!(
         text.contains(&format!(
-            "its turn is expected in 1200 ms, but another tenant's window may end in {} ms",
-            r.retry_after_ms
+            "its turn is expected in {turn} ms, but another tenant, quiet since, leaves the \
+             active set in 501 ms unless it asks again"
         )),
         "{text}"
+    );
+}
+
+/// A tenant that keeps asking never leaves: once light has asked again, the heavy
+/// tenant's hints are its backlog's, not all cut to the instant light could have left
+/// (which, through real servers, sent ~50 waiting clients back at one instant, once a
+/// window, into a set that had not changed).
+#[test]
+fn a_tenant_that_asks_again_does_not_shorten_hints() {
+    let seg = Seg::new("retry-asks");
+    let t = setup_light_quiet(&seg);
+    let (p, heavy, light) = handles(&t);
+    let e = t.engine();
+    assert_eq!(
+        backlog(e, p, heavy, 2_000).retry_after_ms,
+        501,
+        "cut while light is quiet"
+    );
+    let id = grant(e, p, light, 2_100);
+    e.release(id, 2_101).unwrap();
+    let r = backlog(e, p, heavy, 2_200);
+    let turn = turn_ms(&r);
+    assert!(
+        r.retry_after_ms >= turn && r.retry_after_ms > 301,
+        "light asked at 2_101: hint {} ms, turn {turn} ms",
+        r.retry_after_ms
+    );
+    // The hints of the backlog are spread over its turns, not piled on one instant.
+    let hints: std::collections::BTreeSet<u64> = (0..50)
+        .map(|_| refused(e, p, heavy, 2_200).retry_after_ms)
+        .collect();
+    assert!(
+        hints.len() > 40,
+        "50 refusals, {} distinct hints",
+        hints.len()
+    );
+}
+
+/// A holder does not leave the active set (it counts a window from its release): with
+/// light holding a permit, nothing shortens the heavy tenant's hints.
+#[test]
+fn a_holder_does_not_shorten_hints() {
+    let seg = Seg::new("retry-holder");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    // Light holds one since 1_010 (see `setup`); the refusals at 2_000 rescan the set.
+    let r = backlog(e, p, heavy, 2_000);
+    let turn = turn_ms(&r);
+    assert!(
+        r.retry_after_ms >= turn,
+        "hint {} ms, turn {turn} ms",
+        r.retry_after_ms
     );
 }

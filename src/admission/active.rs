@@ -29,6 +29,8 @@ pub struct Scan {
     /// capped at `now + window` (a holder that releases later counts a window from
     /// then): no departure can change the set before it.
     pub next_change: u64,
+    /// The tenant whose window ends at `next_change`, if one does (`None`: the cap).
+    pub next_leaver: Option<usize>,
 }
 
 /// Scans the directory for the tenants active in pool `p` at `now`.
@@ -37,6 +39,7 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
         tenants: 0,
         weight: 0,
         next_change: now.saturating_add(window),
+        next_leaver: None,
     };
     for t in 0..r.geometry().tenants {
         let rec = r.tenant(t);
@@ -52,8 +55,13 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
         if counted {
             out.tenants += 1;
             out.weight += rec.weight.load(Relaxed) as u64;
-            if held == 0 {
-                out.next_change = out.next_change.min(last.saturating_add(window));
+            let ends = last.saturating_add(window);
+            // The first tenant found that leaves first (a tie with the cap included).
+            if held == 0
+                && (ends < out.next_change || ends == out.next_change && out.next_leaver.is_none())
+            {
+                out.next_change = ends;
+                out.next_leaver = Some(t);
             }
         }
     }
@@ -119,15 +127,44 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
     }
     let before = pool.active_weight.load(Relaxed);
     let s = scan(r, p, now, window);
-    let next = if pool
+    let (next, leaver) = if pool
         .active_weight
         .compare_exchange(before, s.weight, Relaxed, Relaxed)
         .is_ok()
     {
-        s.next_change
+        (s.next_change, s.next_leaver)
     } else {
-        now // an arrival raced the scan: count again at the next decision
+        (now, None) // an arrival raced the scan: count again at the next decision
     };
+    // Relaxed, both: inputs of an estimate (`next_departure`); a reader that pairs a
+    // new instant with an old tenant only misjudges one hint.
+    pool.rescan_for
+        .store(leaver.map_or(0, |t| t as u32 + 1), Relaxed);
     pool.rescan_at_ms.store(next, Relaxed);
     next
+}
+
+/// When another tenant than `me` may next leave pool `p`'s active set, as far as the
+/// last scan tells, given that the next scan is due at `at`: `Some(at)` if the tenant
+/// whose window ends then (`PoolRec::rescan_for`) has neither asked nor held since that
+/// scan, else `None` (nobody is known to be leaving: the scan's cap set `at`, or that
+/// tenant asked again, so its window now ends later).
+///
+/// `at` is only a lower bound on a departure: a tenant that keeps asking never leaves.
+/// A refusal that cut every hint to it would send all of a tenant's waiting clients
+/// back at that one instant, once a window, into a set that did not change (seen
+/// through real servers: a burst of ~50 retries a second, and the other tenant's
+/// request queued 20 ms behind them).
+#[cold]
+pub fn next_departure<R: Region>(r: &R, p: usize, me: usize, at: u64, window: u64) -> Option<u64> {
+    // Relaxed: an estimate's inputs (see `rescan`). The index is read from shared
+    // memory: bounds-checked before use.
+    let k = (r.pool(p).rescan_for.load(Relaxed) as usize).checked_sub(1)?;
+    if k == me || k >= r.geometry().tenants {
+        return None;
+    }
+    let tp = r.tenant_pool(p, k);
+    let quiet = held_word::held(tp.held.load(Relaxed)) == 0
+        && tp.last_active_ms.load(Relaxed).saturating_add(window) <= at;
+    quiet.then_some(at)
 }

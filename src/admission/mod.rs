@@ -253,13 +253,17 @@ pub fn try_acquire<R: Region>(
             let turn = take_turn(tp, a.now, retry::interval_us(hold, a.units, turning));
             let mut hint = turn.hint_ms;
             // Over its share, the tenant's share grows when another leaves the active
-            // set: not before `set_changes_at`, perhaps then. (Alone in the set, no
+            // set: not before `set_changes_at`, and then only if the tenant whose
+            // window ends there stays quiet until then. (Alone in the set, no
             // departure can raise its share: only its releases make room.)
             if code == fair_share::OVER_SHARE
                 && set_changes_at > a.now
                 && active_weight > a.weight as u64
             {
-                hint = hint.min(set_changes_at - a.now);
+                let leaves = active::next_departure(r, a.pool, a.tenant, set_changes_at, a.window_ms);
+                if let Some(at) = leaves {
+                    hint = hint.min(at - a.now);
+                }
             }
             count_hint(tp, a.now, hint);
             (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
