@@ -16,6 +16,14 @@
 //! latency percentiles in ms, and the percentiles of the server queue: per attempt, from
 //! its send to when the app says it reached it (`X-Entered-Ns`, CLOCK_MONOTONIC: the
 //! servers run on this host), so what a request waited before any middleware ran.
+//!
+//! With `LOADGEN_TRACE` set, also prints every answered attempt on stderr, one line
+//! each, `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US` (the attempt's number
+//! within its request, 1 for the first; when it was sent, CLOCK_MONOTONIC; the
+//! request's latency so far; the 429's hint, else 0; the attempt's wait in the server's
+//! queue, else -1): what shows *when* the slow requests were (behind a burst of another
+//! tenant's retries sent at one instant, say) where the percentiles only say how slow.
+//! `e2e/run.py` reads it for its burst guard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -96,12 +104,23 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
             // The library's clock: CLOCK_MONOTONIC, the one the apps stamp with.
             let sent = fairshm::clock::now_ns();
             let answer = attempt(&addr, &tenant);
-            if let Ok(Answer {
-                entered_ns: Some(e),
-                ..
-            }) = answer
-            {
-                t.queued_us.push(e.saturating_sub(sent) / 1000);
+            let queued = match answer {
+                Ok(Answer {
+                    entered_ns: Some(e),
+                    ..
+                }) => Some(e.saturating_sub(sent) / 1000),
+                _ => None,
+            };
+            t.queued_us.extend(queued);
+            if let (Ok(a), true) = (&answer, tracing()) {
+                eprintln!(
+                    "{tenant} {tries} {} {} {} {} {}",
+                    a.status,
+                    sent / 1000,
+                    start.elapsed().as_micros(),
+                    a.hint_ms.unwrap_or(0),
+                    queued.map_or(-1, |q| q as i64)
+                );
             }
             match answer.map(|a| (a.status, a.hint_ms)) {
                 Ok((200, _)) => {
@@ -126,6 +145,12 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
         }
     }
     t
+}
+
+/// Whether `LOADGEN_TRACE` asks for a line per answered attempt (read once).
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("LOADGEN_TRACE").is_some())
 }
 
 fn pct(sorted: &[u64], p: f64) -> f64 {
