@@ -29,9 +29,12 @@ non-zero when an enforced one is missed:
     under its ratio with eager clients and without a limiter (a guard that the hints
     work; the target is 1.5), and in the polite phase at most 2.5, under gunicorn, Puma
     4x1 and Puma 2x2 (under Puma 4x4 it is reported only: see `report`);
-  - heavy alone: the pool's in-use reaches its capacity; nothing is held at the end.
-When only the light-tenant guards (the timed ones) fail, the server is measured once
-more, whole, and the second measurement is judged; both are printed (and in --json).
+  - heavy alone: the pool's in-use reaches its capacity; nothing is held at the end;
+  - polite and polite-f1: at most half the heavy tenant's connections send a retry
+    within any 10 ms (the hints are spread over its turns, not piled on one instant;
+    read from loadgen's LOADGEN_TRACE);
+When only the timed guards (the light tenant's and the retry bursts) fail, the server
+is measured once more, whole, and the second measurement is judged; both are printed (and in --json).
 Reported, not enforced (see the README): the light p99 ratio <= 1.5 (polite); the
 heavy tenant keeps >= 90% of the throughput its share allows, and its p99 within 2x of
 the ideal queueing delay (connections x hold / permits).
@@ -170,12 +173,47 @@ class Sampler(threading.Thread):
         return self.max_in_use
 
 
-def load(loadgen, addr, seconds, specs):
+BURST_MS = 10
+
+
+def retry_bursts(trace):
+    """Per tenant, the most retries (attempts after a 429) that its clients sent within
+    any BURST_MS, from loadgen's trace (`LOADGEN_TRACE`: TENANT TRY STATUS SENT_US ...).
+    Hints spread over a tenant's turns keep it small; hints that all point at one
+    instant send the tenant's waiting clients back together, and another tenant's
+    request then queues in the server behind all of them."""
+    sent = {}
+    for line in trace.splitlines():
+        f = line.split()
+        if len(f) == 7 and f[1].isdigit() and int(f[1]) > 1:
+            sent.setdefault(f[0], []).append(int(f[3]))
+    most = {}
+    for tenant, times in sent.items():
+        times.sort()
+        lo, best = 0, 0
+        for hi, t in enumerate(times):
+            while t - times[lo] >= BURST_MS * 1000:
+                lo += 1
+            best = max(best, hi - lo + 1)
+        most[tenant] = best
+    return most
+
+
+def load(loadgen, addr, seconds, specs, trace=False):
+    env = dict(os.environ)
+    env.pop("LOADGEN_TRACE", None)
+    if trace:
+        env["LOADGEN_TRACE"] = "1"
     out = subprocess.run([str(loadgen), addr, str(seconds)] + specs, capture_output=True, text=True,
-                         timeout=seconds + 120)
+                         timeout=seconds + 120, env=env)
     if out.returncode != 0:
-        raise RuntimeError("loadgen failed: %s" % out.stderr)
-    return {d["tenant"]: d for d in map(json.loads, out.stdout.split("\n")[:-1])}
+        raise RuntimeError("loadgen failed: %s" % out.stderr[-2000:])
+    res = {d["tenant"]: d for d in map(json.loads, out.stdout.split("\n")[:-1])}
+    if trace:
+        bursts = retry_bursts(out.stderr)
+        for tenant, d in res.items():
+            d["retry_burst"] = bursts.get(tenant, 0)
+    return res
 
 
 def pool_stats(segment):
@@ -197,7 +235,8 @@ def drop_segment(segment):
 def polite_phase(loadgen, addr, seconds, segment):
     sampler = Sampler(segment)
     sampler.start()
-    res = load(loadgen, addr, seconds, ["heavy:%d:polite" % HEAVY, "light:%d:polite" % LIGHT])
+    res = load(loadgen, addr, seconds, ["heavy:%d:polite" % HEAVY, "light:%d:polite" % LIGHT],
+               trace=True)
     sampler.finish()
     res["heavy"]["held_samples"] = sampler.heavy_held
     return res
@@ -263,6 +302,8 @@ def report(kind, pool, seconds, results, leftover, floors):
                 d["p99_ms"], d["mean_hint_ms"], 100.0 * d["served_first_try"] / max(1, d["ok"]),
                 d["tries_p99"], queue, ratio))
     for phase in ("polite", "polite-f1"):
+        print("%s: the most retries the heavy tenant sent within %d ms: %d (of %d connections)"
+              % (phase, BURST_MS, results[phase]["heavy"]["retry_burst"], HEAVY))
         samples = results[phase]["heavy"]["held_samples"]
         total = max(1, sum(samples.values()))
         print("%s: the heavy tenant held %s of the time (sampled every 10 ms)" % (phase, ", ".join(
@@ -299,6 +340,14 @@ def report(kind, pool, seconds, results, leftover, floors):
     checks.append(("polite-f1: light p99 ratio %.2f under the %.2f with eager clients "
                    "and the %.2f without a limiter" % (f1_ratio, eager_ratio, nolimit_ratio),
                    f1_ratio < eager_ratio and f1_ratio < nolimit_ratio, kind != "puma-4x4"))
+    # Hints spread over the heavy tenant's turns: at most half its connections retry
+    # within any 10 ms (6 to 8 here; 62 and 63 when every over-share hint was cut to the
+    # next scan of the active set, a burst once a second that the light tenant queued
+    # behind: 1.54x and 1.84x under gunicorn against 1.21x and 1.32x after the fix).
+    for phase, d in (("polite", pol), ("polite-f1", f1)):
+        burst = d["heavy"]["retry_burst"]
+        checks.append(("%s: heavy's retries within any %d ms: %d <= %d (hints spread, not piled on "
+                       "one instant)" % (phase, BURST_MS, burst, HEAVY // 2), burst <= HEAVY // 2, True))
     timed = checks[first_timed:]
     for phase, d in (("polite", pol), ("polite-f1", f1)):
         checks.append(("%s: heavy refused with Retry-After while light is present: %d 429s"
@@ -356,11 +405,12 @@ def main():
     for kind in a.servers.split(","):
         ok, untimed_ok, everything[kind] = measure(kind)
         if untimed_ok and not ok:
-            # Only a light-tenant guard failed: on these shared 2-core hosts one phase
-            # in many lands far out (Puma 2x2 once 2.71x against 1.33x to 1.61x). The
+            # Only a timed guard (the light tenant's, a retry burst) failed: on these
+            # shared 2-core hosts one phase in many lands far out (Puma 2x2 once 2.71x
+            # against 1.33x to 1.61x). The
             # server is measured once more, whole; both measurements are printed and
             # kept, and the second is judged. A real regression of the hints fails both.
-            print("\n%s: a light-tenant guard failed: measuring %s once more" % (kind, kind))
+            print("\n%s: a timed guard failed: measuring %s once more" % (kind, kind))
             ok, _, everything[kind]["again"] = measure(kind)
         ok_all &= ok
     if a.json:
