@@ -30,8 +30,9 @@ non-zero when an enforced one is missed:
     work; the target is 1.5), and in the polite phase at most 2.5, under gunicorn, Puma
     4x1 and Puma 2x2 (under Puma 4x4 it is reported only: see `report`);
   - heavy alone: the pool's in-use reaches its capacity; nothing is held at the end;
-  - polite and polite-f1: at most half the heavy tenant's connections send a retry
-    within any 10 ms (the hints are spread over its turns, not piled on one instant;
+  - polite and polite-f1, where the heavy tenant's mean hint is 100 ms or more: no 10 ms
+    holds more than 8 times its average retries per 10 ms, nor fewer than a quarter of
+    its connections (the hints are spread over its turns, not piled on one instant;
     read from loadgen's LOADGEN_TRACE);
 When only the timed guards (the light tenant's and the retry bursts) fail, the server
 is measured once more, whole, and the second measurement is judged; both are printed (and in --json).
@@ -177,11 +178,12 @@ BURST_MS = 10
 
 
 def retry_bursts(trace):
-    """Per tenant, the most retries (attempts after a 429) that its clients sent within
-    any BURST_MS, from loadgen's trace (`LOADGEN_TRACE`: TENANT TRY STATUS SENT_US ...).
-    Hints spread over a tenant's turns keep it small; hints that all point at one
-    instant send the tenant's waiting clients back together, and another tenant's
-    request then queues in the server behind all of them."""
+    """Per tenant, (the most retries, attempts after a 429, that its clients sent within
+    any BURST_MS; all its retries), from loadgen's trace (`LOADGEN_TRACE`: TENANT TRY
+    STATUS SENT_US ...). Hints spread over a tenant's turns keep the most near the
+    average; hints that all point at one instant send the tenant's waiting clients back
+    together, and another tenant's request then queues in the server behind all of
+    them."""
     sent = {}
     for line in trace.splitlines():
         f = line.split()
@@ -195,7 +197,7 @@ def retry_bursts(trace):
             while t - times[lo] >= BURST_MS * 1000:
                 lo += 1
             best = max(best, hi - lo + 1)
-        most[tenant] = best
+        most[tenant] = (best, len(times))
     return most
 
 
@@ -212,7 +214,7 @@ def load(loadgen, addr, seconds, specs, trace=False):
     if trace:
         bursts = retry_bursts(out.stderr)
         for tenant, d in res.items():
-            d["retry_burst"] = bursts.get(tenant, 0)
+            d["retry_burst"], d["retries"] = bursts.get(tenant, (0, 0))
     return res
 
 
@@ -302,8 +304,9 @@ def report(kind, pool, seconds, results, leftover, floors):
                 d["p99_ms"], d["mean_hint_ms"], 100.0 * d["served_first_try"] / max(1, d["ok"]),
                 d["tries_p99"], queue, ratio))
     for phase in ("polite", "polite-f1"):
-        print("%s: the most retries the heavy tenant sent within %d ms: %d (of %d connections)"
-              % (phase, BURST_MS, results[phase]["heavy"]["retry_burst"], HEAVY))
+        h = results[phase]["heavy"]
+        print("%s: the most retries the heavy tenant sent within %d ms: %d (%.1f on average)"
+              % (phase, BURST_MS, h["retry_burst"], h["retries"] * BURST_MS / 1000.0 / seconds))
         samples = results[phase]["heavy"]["held_samples"]
         total = max(1, sum(samples.values()))
         print("%s: the heavy tenant held %s of the time (sampled every 10 ms)" % (phase, ", ".join(
@@ -340,14 +343,25 @@ def report(kind, pool, seconds, results, leftover, floors):
     checks.append(("polite-f1: light p99 ratio %.2f under the %.2f with eager clients "
                    "and the %.2f without a limiter" % (f1_ratio, eager_ratio, nolimit_ratio),
                    f1_ratio < eager_ratio and f1_ratio < nolimit_ratio, kind != "puma-4x4"))
-    # Hints spread over the heavy tenant's turns: at most half its connections retry
-    # within any 10 ms (6 to 8 here; 62 and 63 when every over-share hint was cut to the
-    # next scan of the active set, a burst once a second that the light tenant queued
-    # behind: 1.54x and 1.84x under gunicorn against 1.21x and 1.32x after the fix).
+    # Hints spread over the heavy tenant's turns: no 10 ms holds more than 8 times its
+    # average retries per 10 ms (nor fewer than a quarter of its connections). Under the
+    # 4-permit servers the average is about 3.6 and the most 5 to 8; when every
+    # over-share hint was cut to the next scan of the active set, 62 to 64, a burst once a
+    # second that the light tenant queued behind (1.54x and 1.84x under gunicorn against
+    # 1.21x and 1.32x after the fix). Judged only where the hints are long beside the
+    # 10 ms (a mean of 100 ms or more): under Puma 4x4 they are 1 to 3 ms, so a retry
+    # follows its answer at once and the bursts are the CPU-bound server's, answering in
+    # batches (at most 31 to 48 against an average of 9 to 17).
     for phase, d in (("polite", pol), ("polite-f1", f1)):
-        burst = d["heavy"]["retry_burst"]
-        checks.append(("%s: heavy's retries within any %d ms: %d <= %d (hints spread, not piled on "
-                       "one instant)" % (phase, BURST_MS, burst, HEAVY // 2), burst <= HEAVY // 2, True))
+        h = d["heavy"]
+        burst, hint = h["retry_burst"], h["mean_hint_ms"]
+        bound = max(HEAVY // 4, int(8 * h["retries"] * BURST_MS / 1000.0 / seconds))
+        judged = hint >= 10 * BURST_MS
+        checks.append(("%s: heavy's retries within any %d ms: %d <= %d, 8x their average (hints "
+                       "spread, not piled on one instant)%s" % (
+                           phase, BURST_MS, burst, bound,
+                           "" if judged else "; not judged: mean hint %.1f ms < %d ms" % (hint, 10 * BURST_MS)),
+                       burst <= bound or not judged, True))
     timed = checks[first_timed:]
     for phase, d in (("polite", pol), ("polite-f1", f1)):
         checks.append(("%s: heavy refused with Retry-After while light is present: %d 429s"
