@@ -229,3 +229,26 @@ fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
     let snap = t.snapshot();
     assert!(snap.pools.iter().all(|p| p.in_use == 0), "{:?}", snap.pools);
 }
+
+/// Counters are read from shared memory too: a tenant whose refusal counters hold
+/// garbage (each `u64::MAX`) is reported and rendered with their sum saturated, not a
+/// panic on overflow (found by the `open_segment` fuzz target in `tool::top_view`).
+#[test]
+fn garbage_counters_are_rendered_saturated() {
+    let seg = Seg::new("scribble-counters");
+    let t = seg.create(&common::one_pool(2));
+    let lease = t
+        .try_acquire_at(&Request::new("requests", "a"), 10)
+        .unwrap()
+        .unwrap();
+    let a = t.engine().tenant("a").unwrap().index();
+    for c in &t.region().tenant_pool(0, a).refusals {
+        c.store(u64::MAX, SeqCst);
+    }
+    let r = fairshm::tool::report(&t).unwrap();
+    let view = fairshm::tool::top_view(&r);
+    assert!(view.contains(&u64::MAX.to_string()), "{view}");
+    let _ = fairshm::tool::report_tables(&r);
+    let _ = fairshm::tool::prometheus(&r);
+    lease.release_at(11).unwrap();
+}

@@ -162,7 +162,8 @@ impl State {
                     worst_reclaim_ms: (ts.reclaims > 0).then_some(ts.worst_reclaim_ms),
                     grants: ts.grants,
                     cost_granted: ts.cost_granted,
-                    refusals: ts.refusals.iter().sum(),
+                    // Saturating: counters read from shared memory may be garbage.
+                    refusals: ts.refusals.iter().fold(0u64, |a, &n| a.saturating_add(n)),
                     refusals_hold_exceeds_reclaim_horizon: ts.refusals[0],
                     refusals_guarantee_on_loan: ts.refusals[1],
                     refusals_guarantee_exhausted: ts.refusals[2],

@@ -295,7 +295,8 @@ pub fn top_view(r: &Report) -> String {
     let mut rows: Vec<(u32, Vec<String>)> = Vec::new();
     for p in &r.pools {
         for t in p.tenants.iter().filter(|t| t.held > 0 || t.active) {
-            let refused: u64 = t.refusals.values().sum();
+            // Saturating: the counters come from shared memory, which may hold garbage.
+            let refused = t.refusals.values().fold(0u64, |a, &n| a.saturating_add(n));
             rows.push((
                 t.held,
                 vec![
