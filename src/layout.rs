@@ -117,7 +117,7 @@ pub struct PoolRec {
     /// Which tenant's window set `rescan_at_ms`: 1 + its directory index (a counted
     /// tenant that held nothing at the scan), or 0 when none did (the scan's cap, one
     /// window ahead, set it) or it is not known. Read by an over-share refusal to tell
-    /// whether that tenant may really leave then (see `admission::active`).
+    /// whether that tenant may really leave then (`admission::active::leaves_at`).
     pub rescan_for: AtomicU32,
     /// Two futex words, one per waiter class: the low half (bytes 160..164) for
     /// waiters refused under their share, the high half (164..168) for those at or

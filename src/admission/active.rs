@@ -136,7 +136,7 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
     } else {
         (now, None) // an arrival raced the scan: count again at the next decision
     };
-    // Relaxed, both: inputs of an estimate (`next_departure`); a reader that pairs a
+    // Relaxed, both: inputs of an estimate (`leaves_at`); a reader that pairs a
     // new instant with an old tenant only misjudges one hint.
     pool.rescan_for
         .store(leaver.map_or(0, |t| t as u32 + 1), Relaxed);
@@ -144,11 +144,11 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
     next
 }
 
-/// When another tenant than `me` may next leave pool `p`'s active set, as far as the
-/// last scan tells, given that the next scan is due at `at`: `Some(at)` if the tenant
-/// whose window ends then (`PoolRec::rescan_for`) has neither asked nor held since that
-/// scan, else `None` (nobody is known to be leaving: the scan's cap set `at`, or that
-/// tenant asked again, so its window now ends later).
+/// Whether another tenant than `me` leaves pool `p`'s active set at `at`, the instant
+/// the next scan is due, as far as the last scan tells: true if the tenant whose window
+/// ends then (`PoolRec::rescan_for`) has neither asked nor held since that scan; false
+/// if nobody is known to be leaving (the scan's cap set `at`, or that tenant asked
+/// again, so its window now ends later).
 ///
 /// `at` is only a lower bound on a departure: a tenant that keeps asking never leaves.
 /// A refusal that cut every hint to it would send all of a tenant's waiting clients
@@ -156,15 +156,16 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
 /// through real servers: a burst of ~50 retries a second, and the other tenant's
 /// request queued 20 ms behind them).
 #[cold]
-pub fn next_departure<R: Region>(r: &R, p: usize, me: usize, at: u64, window: u64) -> Option<u64> {
+pub fn leaves_at<R: Region>(r: &R, p: usize, me: usize, at: u64, window: u64) -> bool {
     // Relaxed: an estimate's inputs (see `rescan`). The index is read from shared
     // memory: bounds-checked before use.
-    let k = (r.pool(p).rescan_for.load(Relaxed) as usize).checked_sub(1)?;
+    let Some(k) = (r.pool(p).rescan_for.load(Relaxed) as usize).checked_sub(1) else {
+        return false;
+    };
     if k == me || k >= r.geometry().tenants {
-        return None;
+        return false;
     }
     let tp = r.tenant_pool(p, k);
-    let quiet = held_word::held(tp.held.load(Relaxed)) == 0
-        && tp.last_active_ms.load(Relaxed).saturating_add(window) <= at;
-    quiet.then_some(at)
+    held_word::held(tp.held.load(Relaxed)) == 0
+        && tp.last_active_ms.load(Relaxed).saturating_add(window) <= at
 }

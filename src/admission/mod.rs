@@ -259,11 +259,9 @@ pub fn try_acquire<R: Region>(
             if code == fair_share::OVER_SHARE
                 && set_changes_at > a.now
                 && active_weight > a.weight as u64
+                && active::leaves_at(r, a.pool, a.tenant, set_changes_at, a.window_ms)
             {
-                let leaves = active::next_departure(r, a.pool, a.tenant, set_changes_at, a.window_ms);
-                if let Some(at) = leaves {
-                    hint = hint.min(at - a.now);
-                }
+                hint = hint.min(set_changes_at - a.now);
             }
             count_hint(tp, a.now, hint);
             (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
