@@ -5,6 +5,9 @@
 //!   limit: no bound, no fairness, no recovery);
 //! - `semop_undo`: SysV `semop` -1 / +1 with `SEM_UNDO` on a semaphore of the pool's
 //!   size, blocking when it is empty (Semian's bulkhead mechanism);
+//! - `posix_sem`: `sem_wait` / `sem_post` on a process-shared POSIX `sem_t` of the
+//!   pool's size in a `MAP_SHARED` page (glibc's futex-based semaphore: no undo, so a
+//!   killed holder's permit is lost for good);
 //! - `fairshm`: the engine's `acquire` + `release` on handles resolved once (explicit
 //!   `now`, so the clock is not measured), falling back to the blocking `acquire` when
 //!   refused;
@@ -31,6 +34,7 @@ use common::{Seg, env_or, fork_child, shared_words, wait};
 enum Mech {
     Bare,
     Semop,
+    PosixSem,
     Fairshm,
     ByName,
 }
@@ -40,6 +44,7 @@ impl Mech {
         match self {
             Mech::Bare => "bare_atomic",
             Mech::Semop => "semop_undo",
+            Mech::PosixSem => "posix_sem",
             Mech::Fairshm => "fairshm",
             Mech::ByName => "fairshm_by_name",
         }
@@ -67,6 +72,15 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
     } else {
         -1
     };
+    // A sem_t (32 bytes) in 64 bytes of a shared page, inherited across fork; passed to
+    // the children as an address (a raw pointer is not `Send`).
+    let psem = (mech == Mech::PosixSem).then(|| {
+        let sem = shared_words(8).as_ptr() as *mut libc::sem_t;
+        // SAFETY: `sem` points into a fresh shared mapping large enough for a sem_t
+        // (the atomics' UnsafeCell makes writing through it sound); pshared = 1.
+        assert_eq!(unsafe { libc::sem_init(sem, 1, cap) }, 0, "sem_init");
+        sem as usize
+    });
     let kids: Vec<_> = (0..procs)
         .map(|i| {
             let name = seg.name.clone();
@@ -83,6 +97,7 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
                 match mech {
                     Mech::Bare => bare(word, pairs),
                     Mech::Semop => semop(semid, pairs),
+                    Mech::PosixSem => posix_sem(psem.unwrap() as *mut libc::sem_t, pairs),
                     Mech::Fairshm => fairshm(t.as_ref().unwrap(), pairs),
                     Mech::ByName => by_name(t.as_ref().unwrap(), pairs),
                 }
@@ -103,6 +118,17 @@ fn run_once(mech: Mech, cap: u32, procs: usize, pairs: u64) -> f64 {
     if semid >= 0 {
         // SAFETY: removing the set we created; no process uses it any more.
         unsafe { libc::semctl(semid, 0, libc::IPC_RMID) };
+    }
+    if let Some(sem) = psem {
+        let sem = sem as *mut libc::sem_t;
+        let mut val = 0;
+        // SAFETY: the semaphore initialised above; every child has exited, so no
+        // process waits on it when it is read and destroyed (once).
+        unsafe {
+            assert_eq!(libc::sem_getvalue(sem, &mut val), 0);
+            libc::sem_destroy(sem);
+        }
+        assert_eq!(val, cap as i32, "posix_sem not back to its size");
     }
     if let Some(t) = &table {
         let snap = t.snapshot();
@@ -137,6 +163,20 @@ fn semop(semid: i32, pairs: u64) {
                 assert_eq!(*libc::__errno_location(), libc::EINTR, "semop down");
             }
             assert_eq!(libc::semop(semid, &mut up, 1), 0, "semop up");
+        }
+    }
+}
+
+fn posix_sem(sem: *mut libc::sem_t, pairs: u64) {
+    for _ in 0..pairs {
+        // SAFETY: `sem` is the process-shared semaphore `run_once` initialised in a
+        // shared mapping this child inherited; it is destroyed only after every child
+        // has exited.
+        unsafe {
+            while libc::sem_wait(sem) != 0 {
+                assert_eq!(*libc::__errno_location(), libc::EINTR, "sem_wait");
+            }
+            assert_eq!(libc::sem_post(sem), 0, "sem_post");
         }
     }
 }
@@ -188,25 +228,29 @@ fn main() {
          {pairs} pairs per process"
     );
     println!(
-        "{:>5} {:>6} {:>12} {:>12} {:>12} {:>16} {:>9} {:>9}",
+        "{:>5} {:>6} {:>12} {:>12} {:>12} {:>12} {:>16} {:>9} {:>9} {:>9}",
         "pool",
         "procs",
         "bare_atomic",
         "semop_undo",
+        "posix_sem",
         "fairshm",
         "fairshm_by_name",
         "fs/bare",
+        "fs/psem",
         "semop/fs"
     );
     for cap in [2u32, 1000] {
         for procs in [1usize, 2, 4] {
             let cell =
                 |m: Mech| median((0..runs).map(|_| run_once(m, cap, procs, pairs)).collect());
-            let (b, s) = (cell(Mech::Bare), cell(Mech::Semop));
+            let (b, s, ps) = (cell(Mech::Bare), cell(Mech::Semop), cell(Mech::PosixSem));
             let (f, n) = (cell(Mech::Fairshm), cell(Mech::ByName));
             println!(
-                "{cap:>5} {procs:>6} {b:>12.1} {s:>12.1} {f:>12.1} {n:>16.1} {:>8.1}x {:>8.2}x",
+                "{cap:>5} {procs:>6} {b:>12.1} {s:>12.1} {ps:>12.1} {f:>12.1} {n:>16.1} \
+                 {:>8.1}x {:>8.1}x {:>8.2}x",
                 f / b,
+                f / ps,
                 s / f
             );
         }

@@ -2,7 +2,9 @@
 //! holding its grant. Two forked players hand one permit back and forth; each releases
 //! only once the other is asleep in `acquire`, stamps the release, and the waiter
 //! stamps its grant. Baseline in the same run: SysV `semop` with `SEM_UNDO` (Semian),
-//! measured the same way (`GETNCNT` for "the other is asleep").
+//! measured the same way (`GETNCNT` for "the other is asleep"); and two futex-based
+//! floors: a process-shared POSIX `sem_t` (glibc's `sem_wait` / `sem_post`) and a bare
+//! process-shared futex word.
 //!
 //! Then the death wake: a holder process is SIGKILLed while a waiter (another process)
 //! is asleep behind it; kill -> waiter granted. fairshm's backup sweep is set to an
@@ -32,7 +34,7 @@ const MAX_ROUNDS: usize = 100_000;
 
 /// The two CPUs the players are pinned to (the first two this process may run on), or
 /// none: fewer than two, or `FAIRSHM_WAKE_PIN=0`. Pinned, every round is a wake across
-/// CPUs for all three mechanisms; unpinned, the scheduler places each block's players
+/// CPUs for all four mechanisms; unpinned, the scheduler places each block's players
 /// anew, and a block whose players share a CPU wakes differently from one whose do not.
 fn player_cpus() -> Option<[usize; 2]> {
     if env_or("FAIRSHM_WAKE_PIN", 1) == 0 {
@@ -98,18 +100,19 @@ fn report_ns(what: &str, mut v: Vec<u64>) -> (f64, f64) {
     (p(0.5), p(0.99))
 }
 
-/// The three handoffs the bench compares.
+/// The four handoffs the bench compares.
 #[derive(Clone, Copy)]
 enum Mech {
     Fairshm,
     Semop,
     Bare,
+    PosixSem,
 }
 
 fn main() {
     let n = env_or("FAIRSHM_WAKE_ROUNDS", 2000).clamp(10, MAX_ROUNDS);
     // Interleaved blocks, in a rotating order: a host whose speed drifts during the run
-    // (these are shared machines) then shifts all three alike instead of whichever ran
+    // (these are shared machines) then shifts all four alike instead of whichever ran
     // last. Blocks of about 200 handoffs by default (10 to 100 of them): the finer the
     // interleaving, the less a burst of the host's other load lands on one mechanism.
     let blocks = env_or("FAIRSHM_WAKE_BLOCKS", (n / 200).clamp(10, 100)).clamp(1, 100);
@@ -129,11 +132,16 @@ fn main() {
     let sem = Sem::new(1);
     let token = &shared_words(1)[0];
     let lat = shared_words(per + 4);
-    let mut got: [Vec<u64>; 3] = Default::default();
-    let order = [Mech::Fairshm, Mech::Semop, Mech::Bare];
+    // A sem_t (32 bytes) in 64 bytes of a shared page, its value the one token.
+    let psem = shared_words(8).as_ptr() as *mut libc::sem_t;
+    // SAFETY: `psem` points into a fresh shared mapping large enough for a sem_t (the
+    // atomics' UnsafeCell makes writing through it sound); pshared = 1, value 1.
+    assert_eq!(unsafe { libc::sem_init(psem, 1, 1) }, 0, "sem_init");
+    let mut got: [Vec<u64>; 4] = Default::default();
+    let order = [Mech::Fairshm, Mech::Semop, Mech::Bare, Mech::PosixSem];
     for blk in 0..blocks {
-        for i in 0..3 {
-            let mech = order[(blk + i) % 3];
+        for i in 0..order.len() {
+            let mech = order[(blk + i) % order.len()];
             for w in lat {
                 w.store(0, SeqCst);
             }
@@ -141,14 +149,16 @@ fn main() {
                 Mech::Fairshm => fairshm_handoffs(&name, lat, per),
                 Mech::Semop => semop_handoffs(&sem, lat, per),
                 Mech::Bare => bare_futex_handoffs(token, lat, per),
+                Mech::PosixSem => posix_sem_handoffs(psem as usize, lat, per),
             }
             got[mech as usize].extend(lat[2..=per].iter().map(|a| a.load(SeqCst)));
         }
     }
-    let [f, s, b] = got;
+    let [f, s, b, ps] = got;
     let (f50, f99) = report_ns("fairshm futex", f);
     let (s50, s99) = report_ns("SysV semop + SEM_UNDO", s);
     let (b50, b99) = report_ns("bare shared futex", b);
+    let (p50, p99) = report_ns("POSIX sem_t (pshared)", ps);
     println!(
         "ratio fairshm / semop: p50 {:.2}, p99 {:.2}",
         f50 / s50,
@@ -159,6 +169,15 @@ fn main() {
         b50 / s50,
         b99 / s99
     );
+    println!(
+        "ratio POSIX sem_t / semop: p50 {:.2}, p99 {:.2}; fairshm / sem_t: p50 {:.2}, p99 {:.2}",
+        p50 / s50,
+        p99 / s99,
+        f50 / p50,
+        f99 / p99
+    );
+    // SAFETY: every player has exited: no process waits on the semaphore; destroyed once.
+    unsafe { libc::sem_destroy(psem) };
     drop((t, seg, sem));
     death_wake();
     death_return();
@@ -363,6 +382,32 @@ fn bare_futex_handoffs(word: &AtomicU64, lat: &[AtomicU64], n: usize) {
                 word.store(1, SeqCst);
                 wake_word();
             },
+        );
+    });
+}
+
+/// `n` handoffs of a process-shared POSIX semaphore of value 1 at address `sem`
+/// (glibc's: an atomic count and a futex, no undo).
+fn posix_sem_handoffs(sem: usize, lat: &[AtomicU64], n: usize) {
+    let sem = sem as *mut libc::sem_t;
+    two_players(|me| {
+        handoff_rounds(
+            lat,
+            n,
+            me,
+            || {
+                // SAFETY: the semaphore `main` initialised in a shared mapping that this
+                // forked player inherited; destroyed only after both players exited.
+                while unsafe { libc::sem_wait(sem) } != 0 {
+                    assert_eq!(
+                        std::io::Error::last_os_error().raw_os_error(),
+                        Some(libc::EINTR)
+                    );
+                }
+            },
+            || true, // a sleeper is seen by `asleep` alone
+            // SAFETY: as above.
+            || assert_eq!(unsafe { libc::sem_post(sem) }, 0),
         );
     });
 }
