@@ -15,10 +15,11 @@
 use std::sync::atomic::Ordering::SeqCst;
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
-use fairshm::{Config, Outcome, PoolConfig, Request};
+use fairshm::Request;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod setups;
 
 fn pairs(c: &mut Criterion) {
     let mut g = c.benchmark_group("acquire_release_pair");
@@ -31,127 +32,37 @@ fn pairs(c: &mut Criterion) {
         })
     });
 
-    let seg = common::Seg::new("bench-acquire");
-    let table = seg.create(&common::one_pool(64));
+    let plain = setups::plain();
     {
-        let e = table.engine();
-        let (pool, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
-        let pair = || {
-            let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
-                panic!("refused")
-            };
-            e.release(id, 1000).unwrap();
-        };
-        g.bench_function("fairshm_engine", |b| b.iter(pair));
+        let e = plain.engine();
+        g.bench_function("fairshm_engine", |b| b.iter(|| plain.pair()));
         // The same pair with this handle's decision log switched off: the log's cost
         // is the ratio of the two (target: at most 1.10).
         e.set_decision_log(false);
-        g.bench_function("fairshm_engine_no_log", |b| b.iter(pair));
+        g.bench_function("fairshm_engine_no_log", |b| b.iter(|| plain.pair()));
         e.set_decision_log(true);
         // A request rate too high to refuse (a burst of 10^9 tokens at this fixed
         // `now`, far more than a run takes): the rate check's cost (one CAS).
-        e.set_rates(acme, 1_000_000_000, 0).unwrap();
-        g.bench_function("fairshm_engine_request_rate", |b| b.iter(pair));
-        e.set_rates(acme, 0, 0).unwrap();
+        e.set_rates(plain.tenant, 1_000_000_000, 0).unwrap();
+        g.bench_function("fairshm_engine_request_rate", |b| b.iter(|| plain.pair()));
+        e.set_rates(plain.tenant, 0, 0).unwrap();
     }
     // A resident's pair, in an `evict` pool with room (no eviction): its record's two
     // stores (pending at publish, idle at grant) and the release's close (one CAS).
-    let res_seg = common::Seg::new("bench-residents");
-    let res_table = res_seg.create(&Config::with_pools(vec![
-        PoolConfig::new("residents", 64).evicting(),
-    ]));
-    {
-        let e = res_table.engine();
-        let (pool, acme) = (e.pool("residents").unwrap(), e.tenant("acme").unwrap());
-        g.bench_function("fairshm_engine_resident", |b| {
-            b.iter(|| {
-                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
-                    panic!("refused")
-                };
-                e.release(id, 1000).unwrap();
-            })
-        });
-    }
-    // 1,024 other tenants active in a pool with room for them all (2,048 permits, each
-    // holds one): the decision's cost must not grow with them.
-    let busy_seg = common::Seg::new("bench-busy");
-    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", 4096)]);
-    cfg.max_tenants = 2048;
-    cfg.leases_per_process = 2048;
-    cfg.max_processes = 4;
-    let busy = busy_seg.create(&cfg);
-    {
-        let e = busy.engine();
-        let pool = e.pool("requests").unwrap();
-        let held: Vec<_> = (0..1024)
-            .map(|i| {
-                let t = e.tenant(&format!("t{i}")).unwrap();
-                match e.acquire(pool, t, 1, 0, 1000).unwrap() {
-                    Outcome::Granted(id) => id,
-                    Outcome::Refused(r) => panic!("{r:?}"),
-                }
-            })
-            .collect();
-        let acme = e.tenant("acme").unwrap();
-        assert_eq!(busy.snapshot_at(1000).pools[0].active_tenants, 1024);
-        g.bench_function("fairshm_engine_1024_active", |b| {
-            b.iter(|| {
-                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
-                    panic!("refused")
-                };
-                e.release(id, 1000).unwrap();
-            })
-        });
-        for id in held {
-            e.release(id, 1000).unwrap();
-        }
-    }
-    // The largest tenant directory, 4,096 names claimed and active: the active set's
-    // recount scans it, but at most once per window, so a pair does not grow with it.
-    let big_seg = common::Seg::new("bench-directory");
-    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", 8192)]);
-    cfg.max_tenants = 65_535;
-    cfg.max_processes = 2;
-    cfg.leases_per_process = 4096;
-    let big = big_seg.create(&cfg);
-    {
-        let e = big.engine();
-        let pool = e.pool("requests").unwrap();
-        for i in 0..4096 {
-            let t = e.tenant(&format!("t{i}")).unwrap();
-            match e.acquire(pool, t, 1, 0, 1000).unwrap() {
-                Outcome::Granted(id) => e.release(id, 1000).unwrap(),
-                Outcome::Refused(r) => panic!("{r:?}"),
-            };
-        }
-        let acme = e.tenant("acme").unwrap();
-        g.bench_function("fairshm_engine_directory_65535", |b| {
-            b.iter(|| {
-                let Outcome::Granted(id) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
-                    panic!("refused")
-                };
-                e.release(id, 1000).unwrap();
-            })
-        });
-    }
-    let full_seg = common::Seg::new("bench-full");
-    let full = full_seg.create(&common::one_pool(2));
-    {
-        let e = full.engine();
-        let (pool, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
-        let Outcome::Granted(id) = e.acquire(pool, acme, 2, 0, 1000).unwrap() else {
-            panic!("refused")
-        };
-        g.bench_function("fairshm_engine_refusal", |b| {
-            b.iter(|| {
-                let Outcome::Refused(r) = e.acquire(pool, acme, 1, 0, 1000).unwrap() else {
-                    panic!("granted in a full pool")
-                };
-                black_box(r);
-            })
-        });
-        e.release(id, 1000).unwrap();
-    }
+    let residents = setups::residents();
+    g.bench_function("fairshm_engine_resident", |b| b.iter(|| residents.pair()));
+    drop(residents);
+    let busy = setups::busy();
+    g.bench_function("fairshm_engine_1024_active", |b| b.iter(|| busy.pair()));
+    drop(busy);
+    let directory = setups::directory();
+    g.bench_function("fairshm_engine_directory_65535", |b| {
+        b.iter(|| directory.pair())
+    });
+    drop(directory);
+    let full = setups::full();
+    g.bench_function("fairshm_engine_refusal", |b| b.iter(|| full.refusal()));
+    drop(full);
     // A guaranteed pool (seed 001) of two tenants: one acquire and one release, each a
     // copy of the state, the rules, and one head CAS. Next to the fair-share pair above
     // and the semop pair below.
@@ -183,12 +94,12 @@ fn pairs(c: &mut Criterion) {
     let req = Request::new("requests", "acme");
     g.bench_function("fairshm_explicit_now", |b| {
         b.iter(|| {
-            let lease = table.try_acquire_at(&req, 1000).unwrap().unwrap();
+            let lease = plain.table.try_acquire_at(&req, 1000).unwrap().unwrap();
             lease.release_at(1000).unwrap();
         })
     });
     g.bench_function("fairshm_clock", |b| {
-        b.iter(|| drop(table.try_acquire(&req).unwrap().unwrap()))
+        b.iter(|| drop(plain.table.try_acquire(&req).unwrap().unwrap()))
     });
 
     // SAFETY: creating a private SysV semaphore set of one semaphore; checked below.
@@ -235,7 +146,7 @@ fn pairs(c: &mut Criterion) {
     // SAFETY: no waiter exists; destroyed once.
     unsafe { libc::sem_destroy(sem) };
     g.finish();
-    drop((table, seg, busy, busy_seg, big, big_seg, full, full_seg));
+    drop(plain);
 }
 
 criterion_group! {
