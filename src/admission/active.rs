@@ -4,7 +4,7 @@
 //! Relaxed throughout: the active weight is a priority input (see `admission`), never
 //! the capacity bound.
 
-use crate::layout::{held_word, tenant_state};
+use crate::layout::{TenantPoolRec, held_word, tenant_state};
 use crate::region::Region;
 use crate::sync::Ordering::*;
 
@@ -84,13 +84,12 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
 pub fn touch<R: Region>(
     r: &R,
     p: usize,
-    t: usize,
+    tp: &TenantPoolRec,
     weight: u32,
     now: u64,
     window: u64,
 ) -> (u64, u64) {
     let pool = r.pool(p);
-    let tp = r.tenant_pool(p, t);
     // Relaxed throughout: see the module docs (a priority input, not the bound). The
     // stamp is written only when it moves (ms resolution), and then by `fetch_max`,
     // whose result says which of two racing arrivals adds the weight.

@@ -19,10 +19,10 @@ use crate::sync::Ordering::*;
 mod active;
 pub use active::{recent, scan_active, touch};
 
-/// Folds one observed hold time into tenant `t`'s moving average in pool `p` (weight
-/// 1/8). The line is the tenant's own, which its release just wrote.
-pub fn observe_hold<R: Region>(r: &R, p: usize, t: usize, hold_us: u64) {
-    let ewma = &r.tenant_pool(p, t).hold_ewma_us;
+/// Folds one observed hold time into a tenant's moving average in a pool (its record
+/// `tp`; weight 1/8). The line is the tenant's own, which its release just wrote.
+pub fn observe_hold(tp: &TenantPoolRec, hold_us: u64) {
+    let ewma = &tp.hold_ewma_us;
     let sample = hold_us.clamp(1, u32::MAX as u64) as u32;
     // Relaxed load/store: a lost update only skips one sample of an estimate.
     let old = ewma.load(Relaxed);
@@ -139,7 +139,10 @@ pub fn try_acquire<R: Region>(
     spare: Option<(usize, u32)>,
 ) -> Result<Admitted> {
     debug_assert!(a.units > 0 && a.pool < r.geometry().pools && a.tenant < r.geometry().tenants);
-    let (active_weight, set_changes_at) = touch(r, a.pool, a.tenant, a.weight, a.now, a.window_ms);
+    // The tenant's record in the pool, fetched once (its index checked) for the whole
+    // decision: the active set's stamp, the statistics and the retry-after clock.
+    let tp = r.tenant_pool(a.pool, a.tenant);
+    let (active_weight, set_changes_at) = touch(r, a.pool, tp, a.weight, a.now, a.window_ms);
     let (cap, floor) = (
         crate::layout::pair::lo(a.limits),
         crate::layout::pair::hi(a.limits),
@@ -163,7 +166,6 @@ pub fn try_acquire<R: Region>(
     let (l, d, outcome) = ops::acquire_with_spare(
         r, &FairShare, slot, hint, d, a.tid, a.now, a.hold_ms, spare,
     )?;
-    let tp = r.tenant_pool(a.pool, a.tenant);
     // Statistics: grants are counted in the lease slot by its owner (no RMW) and reach
     // the tenant's counter when the slot serves another tenant; refusals are counted
     // on the tenant's own line (Relaxed). The pool's totals are sums (see `stats`).
@@ -350,11 +352,11 @@ pub fn release<R: Region>(
     let d = ops::release_keeping(r, l, generation, known, keep)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
     // Relaxed: activity and the hold estimate are soft (module docs).
-    let stamp = &r.tenant_pool(p, t).last_active_ms;
-    if stamp.load(Relaxed) < now {
-        stamp.fetch_max(now, Relaxed);
+    let tp = r.tenant_pool(p, t);
+    if tp.last_active_ms.load(Relaxed) < now {
+        tp.last_active_ms.fetch_max(now, Relaxed);
     }
-    observe_hold(r, p, t, now.saturating_sub(granted).saturating_mul(1000));
+    observe_hold(tp, now.saturating_sub(granted).saturating_mul(1000));
     Ok(d)
 }
 

@@ -4,7 +4,7 @@
 use super::release::finish_release_keeping;
 use super::{AcqOutcome, Desc, Word, crash_point, free_lease_from, publish_acquire, settle, spare_or_claim};
 use crate::error::{Error, Result};
-use crate::layout::{lease_state as ls, op_word};
+use crate::layout::{PoolRec, TenantPoolRec, lease_state as ls, op_word};
 use crate::policy::{Policy, Verdict};
 use crate::region::Region;
 use crate::sync::{AtomicU64, Backoff, Ordering::*, store_over_rmw};
@@ -126,7 +126,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
             add_to(r, l, &d, &pool.extra, tag, Word::Extra)?;
             crash_point("acquire.extra_applied")?;
         }
-        let seen = match apply_pool_acquire(r, policy, l, &d, w, tag, charging, h)? {
+        let seen = match apply_pool_acquire(r, policy, (pool, tp), l, &d, w, tag, charging, h)? {
             PoolStep::Applied { in_use, held } => AcqOutcome::Granted { in_use, held },
             PoolStep::Refused(refused) => {
                 back_out(r, l, &d, charging)?;
@@ -202,6 +202,7 @@ enum PoolStep {
 fn apply_pool_acquire<R: Region, P: Policy>(
     r: &R,
     policy: &P,
+    (pool, tp): (&PoolRec, &TenantPoolRec),
     l: usize,
     d: &Desc,
     mut w: u64,
@@ -210,8 +211,8 @@ fn apply_pool_acquire<R: Region, P: Policy>(
     mut held: u32,
 ) -> Result<PoolStep> {
     let p = d.pool as usize;
-    let pool = r.pool(p);
-    let tp = r.tenant_pool(p, d.tenant as usize);
+    debug_assert!(std::ptr::eq(pool, r.pool(p)));
+    debug_assert!(std::ptr::eq(tp, r.tenant_pool(p, d.tenant as usize)));
     let backoff = Backoff::new();
     let mut first = true;
     loop {

@@ -106,6 +106,7 @@ pub(super) fn finish_release_keeping<R: Region>(
     debug_assert_eq!(d.generation, generation);
     check_desc(r, l, &d)?;
     let (p, t) = (d.pool as usize, d.tenant as usize);
+    let pool = r.pool(p);
     let tag = op_word::make_tag(l, true, generation);
     // Relaxed: our own lease's state, which we (its only driver) moved to RELEASING.
     let s0 = lease.state.load(Relaxed);
@@ -122,15 +123,15 @@ pub(super) fn finish_release_keeping<R: Region>(
     // as does a revoked resident's.
     let pool_skipped = revoked || (fresh && s0 & ls::POOL_DONE != 0);
     if !pool_skipped {
-        take_back(r, l, &d, &r.pool(p).word, tag, Word::Pool, fresh)?;
+        take_back(r, (l, lease), &d, &pool.word, tag, Word::Pool, fresh)?;
     }
     crash_point("release.pool_applied")?;
     if s0 & ls::CHARGES_EXTRA != 0 {
-        take_back(r, l, &d, &r.pool(p).extra, tag, Word::Extra, fresh)?;
+        take_back(r, (l, lease), &d, &pool.extra, tag, Word::Extra, fresh)?;
         crash_point("release.extra_applied")?;
     }
     let held = &r.tenant_pool(p, t).held;
-    take_back(r, l, &d, held, tag, Word::Held(d.tenant), fresh)?;
+    take_back(r, (l, lease), &d, held, tag, Word::Held(d.tenant), fresh)?;
     crash_point("release.held_applied")?;
     match keep {
         // Release: every change of this cycle happens before the slot is claimed again.
@@ -157,15 +158,15 @@ pub(super) fn finish_release_keeping<R: Region>(
 #[inline(always)]
 fn take_back<R: Region>(
     r: &R,
-    l: usize,
+    (l, lease): (usize, &LeaseRec),
     d: &Desc,
     word: &AtomicU64,
     tag: u64,
     t: Word,
     fresh: bool,
 ) -> Result<()> {
+    debug_assert!(std::ptr::eq(lease, r.lease(l)));
     let flag = t.flag();
-    let lease = r.lease(l);
     let backoff = Backoff::new();
     loop {
         // SeqCst (the pool word): the releaser's half of the waiter handshake.
