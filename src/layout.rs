@@ -331,8 +331,6 @@ pub struct Geometry {
     pub residents_off: usize,
     pub residents: usize,
     pub total_size: usize,
-    /// `procs * leases_per_proc` (see [`Geometry::leases`]); set by [`Geometry::new`].
-    lease_count: usize,
 }
 
 /// Rounds up to the next multiple of [`RECORD`].
@@ -380,7 +378,6 @@ impl Geometry {
             residents_off: total_size,
             residents: 0,
             total_size,
-            lease_count: procs * leases_per_proc,
         }
     }
 
@@ -405,12 +402,8 @@ impl Geometry {
         self
     }
 
-    /// `procs * leases_per_proc`, kept so that the lease accessor on every op's path
-    /// compares without a multiply.
-    #[inline(always)]
     pub fn leases(&self) -> usize {
-        debug_assert_eq!(self.lease_count, self.procs * self.leases_per_proc);
-        self.lease_count
+        self.procs * self.leases_per_proc
     }
 
     /// The region directory this geometry makes: `(kind, offset, record size, count)`.

@@ -45,6 +45,18 @@ impl Case {
         };
         e.release(id, 1000).unwrap();
     }
+    /// One refused acquire of `acme` (see [`full`]).
+    #[inline]
+    pub fn refusal(&self) {
+        let Outcome::Refused(r) = self
+            .engine()
+            .acquire(self.pool, self.tenant, 1, 0, 1000)
+            .unwrap()
+        else {
+            panic!("granted in a full pool")
+        };
+        std::hint::black_box(r);
+    }
 }
 
 /// Pool `requests` of 64 permits, `acme` alone.
@@ -107,21 +119,6 @@ pub fn full() -> Case {
     };
     c.held.push(id);
     c
-}
-
-impl Case {
-    /// One refused acquire of `acme` (see [`full`]).
-    #[inline]
-    pub fn refusal(&self) {
-        let Outcome::Refused(r) = self
-            .engine()
-            .acquire(self.pool, self.tenant, 1, 0, 1000)
-            .unwrap()
-        else {
-            panic!("granted in a full pool")
-        };
-        std::hint::black_box(r);
-    }
 }
 
 impl Drop for Case {
