@@ -366,9 +366,19 @@ fn loom_a_spare_lease_is_taken_again_without_a_claim() {
             crate::ops::release_keeping(&*r, l, d.generation, Some(&d), Some(7)).unwrap();
             spare = Some((l, d.generation.wrapping_add(1)));
         }
-        let (l2, d2, o2) =
-            crate::ops::acquire_with_spare(&*r, &FairShare, 1, 0, desc(B), 0, 10, 0, spare)
-                .unwrap();
+        let (l2, d2, o2) = crate::ops::acquire_with_spare(
+            &*r,
+            &FairShare,
+            r.tenant_pool(0, B),
+            1,
+            0,
+            desc(B),
+            0,
+            10,
+            0,
+            spare,
+        )
+        .unwrap();
         if let (AcqOutcome::Granted { .. }, Some(l2)) = (o2, l2) {
             if let Some((s, _)) = spare {
                 assert_eq!(l2, s, "the spare was not taken");

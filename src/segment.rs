@@ -399,7 +399,7 @@ impl Region for Segment {
         // SAFETY: `s < procs`: in the process region (Invariant G).
         unsafe { self.rec(self.geo.procs_off + s * RECORD) }
     }
-    #[inline]
+    #[inline(always)] // on both hot paths; left to the heuristics one call stayed a call
     fn lease(&self, l: usize) -> &LeaseRec {
         assert!(l < self.geo.leases());
         // SAFETY: `l < leases`: in the lease region (Invariant G).

@@ -164,7 +164,7 @@ pub fn try_acquire<R: Region>(
         d.inputs[2] = crate::layout::residency::RESIDENT;
     }
     let (l, d, outcome) = ops::acquire_with_spare(
-        r, &FairShare, slot, hint, d, a.tid, a.now, a.hold_ms, spare,
+        r, &FairShare, tp, slot, hint, d, a.tid, a.now, a.hold_ms, spare,
     )?;
     // Statistics: grants are counted in the lease slot by its owner (no RMW) and reach
     // the tenant's counter when the slot serves another tenant; refusals are counted

@@ -27,16 +27,20 @@ pub(crate) fn acquire<R: Region, P: Policy>(
     now: u64,
     hold_ms: u64,
 ) -> Result<(Option<usize>, Desc, AcqOutcome)> {
-    acquire_with_spare(r, policy, slot, hint, d, tid, now, hold_ms, None)
+    let tp = r.tenant_pool(d.pool as usize, d.tenant as usize);
+    acquire_with_spare(r, policy, tp, slot, hint, d, tid, now, hold_ms, None)
 }
 
 /// `acquire`, which takes spare lease `(index, generation)` of the calling thread if it
-/// is still `CLAIMED` in that generation, instead of claiming one with a CAS.
+/// is still `CLAIMED` in that generation, instead of claiming one with a CAS. `tp` is
+/// the tenant's record in the pool (`r.tenant_pool(d.pool, d.tenant)`), which the
+/// caller has fetched already.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     r: &R,
     policy: &P,
+    tp: &TenantPoolRec,
     slot: usize,
     hint: usize,
     mut d: Desc,
@@ -48,7 +52,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     let p = d.pool as usize;
     let t = d.tenant as usize;
     let pool = r.pool(p);
-    let tp = r.tenant_pool(p, t);
+    debug_assert!(std::ptr::eq(tp, r.tenant_pool(p, t)));
     let backoff = Backoff::new();
     // The lease published for this acquire, if any, and the last one claimed (freed
     // again, or not): the caller learns from it whether its spare was used.
