@@ -107,23 +107,29 @@ module Fairshm
   # An acquire not granted: +reason+ (pool_full, over_share, timed_out, cancelled),
   # +retry_after_ms+, the numbers the rule decided on, and the +explanation+.
   class Refused < StandardError
-    attr_reader :reason, :code, :retry_after_ms, :pool, :tenant, :facts
+    attr_reader :reason, :code, :retry_after_ms, :pool, :tenant
 
     def initialize(table, bytes, pool, tenant)
       @table = table
       @bytes = bytes
-      @facts = Native::REFUSAL_FIELDS.zip(bytes.unpack(Native::REFUSAL_PACK)).to_h
-      @code = @facts[:reason]
+      # The two fields a 429 needs, read directly (offsets of Native::REFUSAL_PACK); the
+      # rest is unpacked when first asked for.
+      @code = bytes.unpack1("L")
       @reason = REASONS.fetch(@code, "unknown")
-      @retry_after_ms = @facts[:retry_after_ms]
+      @retry_after_ms = bytes.unpack1("Q", offset: 16)
       @pool = pool
       @tenant = tenant
       super(@reason)
     end
 
+    # The numbers the rule decided on, by field name (Native::REFUSAL_FIELDS).
+    def facts
+      @facts ||= Native::REFUSAL_FIELDS.zip(@bytes.unpack(Native::REFUSAL_PACK)).to_h
+    end
+
     %i[units in_use held capacity floor weight short_units active_weight waited_ms queued
        interval_us].each do |f|
-      define_method(f) { @facts[f] }
+      define_method(f) { facts[f] }
     end
 
     # Seconds, as a Float.
@@ -367,14 +373,25 @@ module Fairshm
 
     # A Lease, or raises Refused at once.
     def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0)
+      got = attempt(pool_name, tenant_name, units: units, hold_ms: hold_ms)
+      raise got if got.is_a?(Refused)
+
+      got
+    end
+
+    # A Lease, or the Refused, returned instead of raised (errors still raise). For a
+    # caller that answers refusals on its hot path, as the Rack middleware does: a
+    # raised exception captures its backtrace, most of what a refusal costs in Ruby.
+    def attempt(pool_name, tenant_name, units: 1, hold_ms: 0)
       Fairshm.check_request(units, hold_ms)
       p = @pools[pool_name] || pool(pool_name)
       t = @tenants[tenant_name] || tenant(tenant_name)
       lease, refusal = Fairshm.buffers
       rc = Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
       return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
+      return Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
 
-      refused_or_raise(rc, refusal, pool_name, tenant_name)
+      raise_for(rc)
     end
 
     # A Lease, waiting up to +timeout+ seconds (nil: for ever) for room; raises Refused

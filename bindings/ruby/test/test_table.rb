@@ -20,6 +20,24 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # `attempt` returns what `try_acquire` raises, with the same facts (the two a 429
+  # needs read directly, the rest unpacked when first asked for).
+  def test_attempt_returns_the_refusal_instead_of_raising_it
+    a = @table.attempt("requests", "acme", units: 4)
+    assert_instance_of Fairshm::Lease, a
+    r = @table.attempt("requests", "acme")
+    assert_instance_of Fairshm::Refused, r
+    assert_nil r.backtrace, "a returned refusal was never raised"
+    raised = assert_raises(Fairshm::Refused) { @table.try_acquire("requests", "acme") }
+    assert_equal [raised.reason, raised.code], [r.reason, r.code]
+    assert_equal [r.code, r.retry_after_ms], [r.facts[:reason], r.facts[:retry_after_ms]]
+    assert_equal [4, 4, 4, 1], [r.in_use, r.held, r.capacity, r.units]
+    assert_operator r.retry_after_ms, :>=, 1
+    assert_raises(Fairshm::UnknownPool) { @table.attempt("nope", "acme") }
+    a.release
+    assert_equal 0, in_use
+  end
+
   def test_rates_refuse_before_the_pool_and_debt_is_charged
     assert_equal [0, 0], @table.rates("acme")
     @table.set_rates("acme", requests_per_s: 2)

@@ -29,11 +29,10 @@ module Fairshm
       name = @tenant.call(env)
       return @app.call(env) if name.nil?
 
-      begin
-        lease = @table.try_acquire(@pool, name, units: @units, hold_ms: @hold_ms)
-      rescue Refused => e
-        return RackMiddleware.refused(e)
-      end
+      lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms)
+      # Returned, not raised: no backtrace is captured for a 429.
+      return RackMiddleware.refused(lease) if lease.is_a?(Refused)
+
       begin
         status, headers, body = @app.call(env)
       rescue Exception # rubocop:disable Lint/RescueException
