@@ -116,7 +116,7 @@ module Fairshm
       # rest is unpacked when first asked for.
       @code = bytes.unpack1("L")
       @reason = REASONS.fetch(@code, "unknown")
-      @retry_after_ms = bytes.unpack1("Q", offset: 16)
+      @retry_after_ms = bytes.unpack1("Q", offset: Native::REFUSAL_RETRY_AFTER_AT)
       @pool = pool
       @tenant = tenant
       super(@reason)
@@ -389,7 +389,7 @@ module Fairshm
       lease, refusal = Fairshm.buffers
       rc = Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
       return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
-      return Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
+      return refused(refusal, pool_name, tenant_name) if rc == 1
 
       raise_for(rc)
     end
@@ -504,9 +504,14 @@ module Fairshm
     end
 
     def refused_or_raise(rc, refusal, pool_name, tenant_name)
-      raise Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
+      raise refused(refusal, pool_name, tenant_name) if rc == 1
 
       raise_for(rc)
+    end
+
+    # The Refused that the refusal buffer holds (a copy: the buffer is reused).
+    def refused(refusal, pool_name, tenant_name)
+      Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name)
     end
   end
 

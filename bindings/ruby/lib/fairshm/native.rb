@@ -94,6 +94,8 @@ module Fairshm
     # interval_us.
     REFUSAL_SIZE = 80
     REFUSAL_PACK = "L4QL6QQL2Q"
+    # Byte offset of retry_after_ms in REFUSAL_PACK (after its four u32s); reason is at 0.
+    REFUSAL_RETRY_AFTER_AT = 16
     REFUSAL_FIELDS = %i[reason rule units queued retry_after_ms in_use held capacity floor weight
                         short_units active_weight waited_ms pool tenant interval_us].freeze
 
