@@ -193,13 +193,14 @@ fn a_tenant_slot_stuck_writing_by_a_live_process_is_a_retryable_error_in_bounded
             .unwrap()
             .is_ok()
     );
-    // Once the "writer" is a slot no live process holds, the next lookup clears it.
+    // Once the "writer" is a slot no live process holds, the next lookup clears it. (Not
+    // our own slot: registration starts at pid % procs, so the last slot may be ours.)
+    let dead = (0..dir.min(t.region().geometry().procs))
+        .rev()
+        .find(|&s| s != me)
+        .unwrap();
     t.region().tenant(0).state.store(
-        fairshm::layout::tenant_state::make(
-            fairshm::layout::tenant_state::WRITING,
-            3,
-            Some(dir.min(t.region().geometry().procs) - 1),
-        ),
+        fairshm::layout::tenant_state::make(fairshm::layout::tenant_state::WRITING, 3, Some(dead)),
         SeqCst,
     );
     let lease = t.try_acquire(&Request::new("requests", &name)).unwrap();
