@@ -17,8 +17,10 @@
 //! its send to when the app says it reached it (`X-Entered-Ns`, CLOCK_MONOTONIC: the
 //! servers run on this host), so what a request waited before any middleware ran.
 //!
-//! With `LOADGEN_TRACE` set, also prints every answered attempt on stderr, one line
-//! each, `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US` (the attempt's number
+//! With `LOADGEN_TRACE` set, also prints every answered attempt on stderr once the run
+//! is over, one line each, `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US`
+//! (kept in memory meanwhile: a write per attempt, under the lock of stderr that 66
+//! threads share, would be timed as part of the latencies it reports; the attempt's number
 //! within its request, 1 for the first; when it was sent, CLOCK_MONOTONIC; the
 //! request's latency so far; the 429's hint, else 0; the attempt's wait in the server's
 //! queue, else -1): what shows *when* the slow requests were (behind a burst of another
@@ -43,6 +45,18 @@ struct Tally {
     tries: Vec<u32>,
     /// Each answered attempt's wait in the server's queue, µs.
     queued_us: Vec<u64>,
+    /// With `LOADGEN_TRACE`: each answered attempt, printed after the run.
+    trace: Vec<TraceLine>,
+}
+
+/// One answered attempt, as `LOADGEN_TRACE` prints it.
+struct TraceLine {
+    tries: u32,
+    status: u16,
+    sent_us: u64,
+    latency_us: u64,
+    hint_ms: u64,
+    queued_us: Option<u64>,
 }
 
 /// One attempt's answer: the status, the hint (ms) of a 429, and when the app says the
@@ -112,20 +126,22 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
                 _ => None,
             };
             t.queued_us.extend(queued);
+            // The request's latency so far, read once: what the tally and the trace say.
+            let latency_us = start.elapsed().as_micros() as u64;
             if let (Ok(a), true) = (&answer, tracing()) {
-                eprintln!(
-                    "{tenant} {tries} {} {} {} {} {}",
-                    a.status,
-                    sent / 1000,
-                    start.elapsed().as_micros(),
-                    a.hint_ms.unwrap_or(0),
-                    queued.map_or(-1, |q| q as i64)
-                );
+                t.trace.push(TraceLine {
+                    tries,
+                    status: a.status,
+                    sent_us: sent / 1000,
+                    latency_us,
+                    hint_ms: a.hint_ms.unwrap_or(0),
+                    queued_us: queued,
+                });
             }
             match answer.map(|a| (a.status, a.hint_ms)) {
                 Ok((200, _)) => {
                     t.ok += 1;
-                    t.latencies_us.push(start.elapsed().as_micros() as u64);
+                    t.latencies_us.push(latency_us);
                     t.tries.push(tries);
                     break;
                 }
@@ -196,6 +212,17 @@ fn main() {
         let mut all = Tally::default();
         for th in threads {
             let t = th.join().expect("a connection thread");
+            for l in &t.trace {
+                eprintln!(
+                    "{name} {} {} {} {} {} {}",
+                    l.tries,
+                    l.status,
+                    l.sent_us,
+                    l.latency_us,
+                    l.hint_ms,
+                    l.queued_us.map_or(-1, |q| q as i64)
+                );
+            }
             all.attempts += t.attempts;
             all.ok += t.ok;
             all.refused += t.refused;
