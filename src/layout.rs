@@ -179,7 +179,11 @@ pub struct TenantPoolRec {
     pub revoked: AtomicU64,
     /// Residents this tenant's acquires revoked.
     pub evictions: AtomicU64,
-    pub reserved: [AtomicU64; 2],
+    /// The gap between this tenant's refusals here: the low 32 bits of the latest
+    /// one's time (ms, never 0; 0 = none yet), and above them the moving average of
+    /// the gaps, µs (see `retry::next_gap`).
+    pub refusal_gap: AtomicU64,
+    pub reserved: [AtomicU64; 1],
 }
 
 /// One process slot.
@@ -472,7 +476,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,
-        too_many_residents, revoked, evictions, reserved);
+        too_many_residents, revoked, evictions, refusal_gap, reserved);
     fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
         registered_ms, death_pids, death_unix_ms, death_info, log_head);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,

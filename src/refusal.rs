@@ -121,7 +121,8 @@ pub struct Refused {
     /// The tenant's refused requests whose turns come before this one's: its backlog.
     pub queued: u32,
     /// How often a turn of this tenant's comes, in µs (saturating): its mean hold over the units
-    /// that turn over for it (its own if over its share, the pool's if not).
+    /// that turn over for it (its own if over its share, the pool's if not), over its
+    /// share stretched by its refusals per grant, at most twice (see `retry`).
     pub interval_us: u32,
 }
 
@@ -238,7 +239,7 @@ impl std::fmt::Display for Turn<'_> {
         let x = self.0;
         let every = x.interval_us as f64 / 1000.0;
         let whose = if x.reason == Reason::OverShare {
-            "its own releases"
+            "its own releases, shared with its new requests,"
         } else {
             "the pool's releases"
         };

@@ -122,7 +122,8 @@ impl HeapRegion {
                     too_many_residents: a64(),
                     revoked: a64(),
                     evictions: a64(),
-                    reserved: [a64(), a64()],
+                    refusal_gap: a64(),
+                    reserved: [a64()],
                 })
                 .collect(),
             procs: (0..procs)

@@ -22,6 +22,18 @@
 //! The clock never runs more than [`MAX_HINT_MS`] ahead of now: clients that ignore
 //! their hints (and so take turn after turn) cannot push the hints of their tenant's
 //! polite clients past that.
+//!
+//! Over its share, a tenant's released permits are contended by its own new requests
+//! as well as by its refused ones: a client in a closed loop asks again the moment its
+//! response arrives, and often retakes the permit it just gave back. So a refused
+//! request gets one of its tenant's turnovers only as often as the tenant's attempts
+//! succeed: with G grants to R refusals in its recent traffic, an attempt is admitted
+//! with probability G / (G + R), and the turn a refused request can count on comes
+//! every interval x (1 + R / G) ([`contended_interval_us`]). Its permits turn over
+//! once an interval, so R / G is the interval over the mean gap between its refusals,
+//! which each refusal measures ([`next_gap`]): nothing is added to a grant. A tenant
+//! refused now and then (gaps far longer than its turnover) keeps the plain interval;
+//! one refused once per grant or more gets turns twice as far apart, the most.
 
 /// Default hold time assumed before any release was observed, in µs.
 pub const DEFAULT_HOLD_US: u64 = 10_000;
@@ -57,6 +69,48 @@ pub fn hold_us(hold_ewma_us: u64, declared_hold_ms: u64) -> u64 {
 /// units turn over, each held `hold_us` on average. At least 1 µs.
 pub fn interval_us(hold_us: u64, units: u32, turning: u32) -> u64 {
     (hold_us.saturating_mul(units.max(1) as u64) / turning.max(1) as u64).max(1)
+}
+
+/// The longest gap between refusals that the average takes in, µs: a refusal after
+/// a long quiet spell counts as one this far from the last.
+pub const MAX_GAP_US: u64 = MAX_HINT_MS * 1000;
+
+/// The refusal-gap word (`TenantPoolRec.refusal_gap`) after a refusal at `now_ms`:
+/// the latest refusal's time (low 32 bits of ms, never 0) and the moving average
+/// (weight 1/8) of the gaps between refusals, µs, each gap at most [`MAX_GAP_US`].
+/// The first refusal (a word of 0) only records its time.
+pub fn next_gap(word: u64, now_ms: u64) -> u64 {
+    let (last, avg) = (word as u32, (word >> 32) as u32);
+    let stamp = due_lo(now_ms);
+    if last == 0 {
+        return stamp as u64;
+    }
+    // Wrapping: the low 32 bits of ms wrap every 49 days; a gap that long is capped.
+    let gap = (((now_ms as u32).wrapping_sub(last) as u64) * 1000).min(MAX_GAP_US) as u32;
+    let avg = if avg == 0 { gap } else { avg - avg / 8 + gap / 8 };
+    (avg as u64) << 32 | stamp as u64
+}
+
+/// The mean gap between refusals in a refusal-gap word, µs; 0 while unknown (fewer
+/// than two refusals, or refusals within the same ms so far).
+pub fn gap_us(word: u64) -> u64 {
+    word >> 32
+}
+
+/// The turn interval of an over-share refusal: the tenant's turnover `interval_us`
+/// stretched by its refusals per grant (module docs), `interval x (1 + min(interval /
+/// gap, 1))`, with `gap_us` the mean gap between its refusals (0: unknown, the
+/// interval as it is). At most twice the interval: a tenant's clients bring at most
+/// one new request per grant (a client in a closed loop asks again once per
+/// response), so refusals beyond one per grant are the same requests coming back,
+/// not more competition; and a burst of refusals within one ms (gaps of 0 on a ms
+/// clock) cannot stretch it further.
+pub fn contended_interval_us(interval_us: u64, gap_us: u64) -> u64 {
+    if gap_us == 0 {
+        return interval_us;
+    }
+    let extra = (interval_us.saturating_mul(interval_us) / gap_us).min(interval_us);
+    interval_us.saturating_add(extra)
 }
 
 /// The next turn after the clock `turn_at_us`, for a refusal at `now_ms`.
@@ -202,6 +256,54 @@ mod tests {
             .collect();
         assert!(hints.len() > 50, "64 neighbouring turns get distinct jitters");
         assert!(hints.iter().all(|&j| j <= 5_000));
+    }
+
+    #[test]
+    fn the_gap_between_refusals_is_averaged_from_the_second_one() {
+        let w = next_gap(0, 1_000);
+        assert_eq!((w as u32, gap_us(w)), (1_000, 0), "the first only records its time");
+        let w = next_gap(w, 1_003);
+        assert_eq!((w as u32, gap_us(w)), (1_003, 3_000), "the second sets the average");
+        // Then 1/8 of each new gap: 3 ms + (1 ms - 3 ms) / 8.
+        let w = next_gap(w, 1_004);
+        assert_eq!(gap_us(w), 3_000 - 375 + 125);
+        // Refusals 2 ms apart pull it to 2 ms.
+        let mut w = w;
+        for k in 1..200 {
+            w = next_gap(w, 1_004 + 2 * k);
+        }
+        // (Within the truncation of the integer average.)
+        assert!((1_990..=2_010).contains(&gap_us(w)), "{}", gap_us(w));
+        // A refusal after a quiet hour counts as one 10 s gap, not an hour's.
+        let w = next_gap(w, 3_600_000);
+        assert!(gap_us(w) > 1_250_000 && gap_us(w) < 1_260_000, "{}", gap_us(w));
+    }
+
+    #[test]
+    fn a_gap_spans_the_32_bit_wrap_of_ms() {
+        let t = (1u64 << 32) - 2;
+        let w = next_gap(next_gap(next_gap(0, t - 4), t), t + 5);
+        // Gaps of 4 and 5 ms (the second across the wrap), folded in at 1/8.
+        assert_eq!(gap_us(w), 4_000 - 500 + 625);
+        assert_eq!(w as u32, due_lo(t + 5));
+    }
+
+    #[test]
+    fn turns_stretch_by_the_refusals_per_grant() {
+        // Turnover every 3 ms, refused every 3 ms (one refusal per grant): twice apart.
+        assert_eq!(contended_interval_us(3_000, 3_000), 6_000);
+        // Refused every 30 ms (one per ten grants): a tenth further.
+        assert_eq!(contended_interval_us(3_000, 30_000), 3_300);
+        // Every 6 ms (one per two grants): half again.
+        assert_eq!(contended_interval_us(3_000, 6_000), 4_500);
+        // Refused rarely, or not yet twice: the plain interval.
+        assert_eq!(contended_interval_us(3_000, MAX_GAP_US), 3_000);
+        assert_eq!(contended_interval_us(3_000, 0), 3_000);
+        // Seven refusals per grant (clients that retry at once), or a burst within one
+        // ms: twice, the most.
+        assert_eq!(contended_interval_us(700, 100), 1_400);
+        assert_eq!(contended_interval_us(1_700, 1), 3_400);
+        assert_eq!(contended_interval_us(u64::MAX / 2, 1), u64::MAX - 1);
     }
 
     #[test]

@@ -85,8 +85,12 @@ fn the_clock_drains_as_time_passes() {
     for _ in 0..10 {
         refused(e, p, heavy, 1_020);
     }
-    // 10 turns of 2 ms: due by 1_040. At 1_030, five are still ahead.
-    assert_eq!(refused(e, p, heavy, 1_030).queued, 5);
+    // 10 turns of 2 ms (all at one instant: no gap between refusals known yet): due by
+    // 1_040. At 1_030, 10 ms of turns are still ahead: four of the interval that the
+    // gap of 10 ms since the last refusal gives (one refusal per five turnovers:
+    // 2 ms x 1.2, see `retry`).
+    let r = refused(e, p, heavy, 1_030);
+    assert_eq!((r.interval_us, r.queued), (2_400, 4));
     // Long after, the queue is empty again: the next turn is one interval away.
     let r = refused(e, p, heavy, 2_000);
     assert_eq!(r.queued, 0);

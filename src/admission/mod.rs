@@ -252,7 +252,16 @@ pub fn try_acquire<R: Region>(
             } else {
                 in_use
             };
-            let turn = take_turn(tp, a.now, retry::interval_us(hold, a.units, turning));
+            let mut interval = retry::interval_us(hold, a.units, turning);
+            // Relaxed load/store: an estimate on the tenant's retry-after line, which
+            // only refusals touch; a lost update skips one sample.
+            let gap = retry::next_gap(tp.refusal_gap.load(Relaxed), a.now);
+            tp.refusal_gap.store(gap, Relaxed);
+            if code == fair_share::OVER_SHARE {
+                // Its own new requests contend for its releases (see `retry`).
+                interval = retry::contended_interval_us(interval, retry::gap_us(gap));
+            }
+            let turn = take_turn(tp, a.now, interval);
             let mut hint = turn.hint_ms;
             // Over its share, the tenant's share grows when another leaves the active
             // set: not before `set_changes_at`, and then only if the tenant whose
