@@ -246,21 +246,20 @@ pub fn try_acquire<R: Region>(
                 c.fetch_add(1, Relaxed);
             }
             let hold = retry::hold_us(tp.hold_ewma_us.load(Relaxed) as u64, a.hold_ms);
-            // Over its share, only its own releases make room for it; under it, any.
-            let turning = if code == fair_share::OVER_SHARE {
-                held
-            } else {
-                in_use
-            };
-            let mut interval = retry::interval_us(hold, a.units, turning);
             // Relaxed load/store: an estimate on the tenant's retry-after line, which
             // only refusals touch; a lost update skips one sample.
             let gap = retry::next_gap(tp.refusal_gap.load(Relaxed), a.now);
             tp.refusal_gap.store(gap, Relaxed);
-            if code == fair_share::OVER_SHARE {
-                // Its own new requests contend for its releases (see `retry`).
-                interval = retry::contended_interval_us(interval, retry::gap_us(gap));
-            }
+            // Over its share, only its own releases make room for it, and its own new
+            // requests contend for them (see `retry`); under it, any release does.
+            let interval = if code == fair_share::OVER_SHARE {
+                retry::contended_interval_us(
+                    retry::interval_us(hold, a.units, held),
+                    retry::gap_us(gap),
+                )
+            } else {
+                retry::interval_us(hold, a.units, in_use)
+            };
             let turn = take_turn(tp, a.now, interval);
             let mut hint = turn.hint_ms;
             // Over its share, the tenant's share grows when another leaves the active

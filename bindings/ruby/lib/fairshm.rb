@@ -389,9 +389,8 @@ module Fairshm
       lease, refusal = Fairshm.buffers
       rc = Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
       return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
-      return refused(refusal, pool_name, tenant_name) if rc == 1
 
-      raise_for(rc)
+      refused_or_raise(rc, refusal, pool_name, tenant_name)
     end
 
     # A Lease, waiting up to +timeout+ seconds (nil: for ever) for room; raises Refused
@@ -423,7 +422,7 @@ module Fairshm
         # A slice ended: interrupts land here.
         next if rc == 1 && !last && refusal[0, 4].unpack1("L") != 4
 
-        refused_or_raise(rc, refusal, pool_name, tenant_name)
+        raise refused_or_raise(rc, refusal, pool_name, tenant_name)
       end
     end
 
@@ -503,15 +502,12 @@ module Fairshm
       out[0, 4].unpack1("L")
     end
 
+    # For a nonzero +rc+: the Refused that the refusal buffer holds (a copy: the buffer
+    # is reused), returned for the caller to return or raise; any other code raises.
     def refused_or_raise(rc, refusal, pool_name, tenant_name)
-      raise refused(refusal, pool_name, tenant_name) if rc == 1
+      return Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
 
       raise_for(rc)
-    end
-
-    # The Refused that the refusal buffer holds (a copy: the buffer is reused).
-    def refused(refusal, pool_name, tenant_name)
-      Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name)
     end
   end
 
