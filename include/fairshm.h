@@ -161,6 +161,10 @@ typedef struct {
   uint32_t tenant;
   // How often a turn of this tenant's comes, in µs (the retry-after's estimate).
   uint64_t interval_us;
+  // How far apart the server's standing queue spread the turns of a tenant over its
+  // share, in percent (100: not at all), and that queue, µs (`fairshm_note_queue`).
+  uint32_t queue_stretch_pct;
+  uint32_t server_queue_us;
 } fairshm_refusal;
 
 // The facts of a guaranteed pool's refusal (`FAIRSHM_REFUSED`).
@@ -267,6 +271,31 @@ int32_t fairshm_try_acquire(const fairshm_table *t,
                             uint64_t hold_ms,
                             uint64_t *lease,
                             fairshm_refusal *refusal);
+
+// As `fairshm_try_acquire`, for a request that waited `queued_us` in the server's own
+// queue before it asked (from the front proxy's `X-Request-Start` to the
+// application): the wait is noted as by `fairshm_note_queue`, and an over-share
+// refusal's retry-after is stretched by it at once.
+//
+// # Safety
+// As `fairshm_try_acquire`.
+int32_t fairshm_try_acquire_queued(const fairshm_table *t,
+                                   uint32_t pool,
+                                   uint32_t tenant,
+                                   uint32_t units,
+                                   uint64_t hold_ms,
+                                   uint64_t queued_us,
+                                   uint64_t *lease,
+                                   fairshm_refusal *refusal);
+
+// Notes that a request for `pool` waited `queued_us` in the server's own queue (from
+// the front proxy's `X-Request-Start` to the application): while such waits show a
+// standing queue, a tenant over its share is told to come back later, so its retries
+// stay out of that queue. `FAIRSHM_OK`, or a negative error.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_note_queue(const fairshm_table *t, uint32_t pool, uint64_t queued_us);
 
 // As `fairshm_try_acquire`, but when refused waits up to `timeout_ms` for room, and
 // ends early when `cancel` (may be null) is fired. A wait that ends unserved is

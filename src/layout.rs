@@ -132,7 +132,16 @@ pub struct PoolRec {
     /// check that sees it unchanged across its scan saw no transfer complete unseen
     /// (see `repair`).
     pub evictions: AtomicU64,
-    pub reserved: [AtomicU64; 9],
+    /// The server's queue (see `server_queue`), written by requests whose wait in it is
+    /// known: the current window's start (low 32 bits of ms, never 0; high half) and
+    /// the least wait seen in it (µs, low half); 0 before the first.
+    pub queue_window: AtomicU64,
+    /// The base of the waits: the least seen, rising slowly (µs; from 0).
+    pub queue_base: AtomicU64,
+    /// The stretch of over-share turns (sixteenths, low half; 0 reads as 1) and the
+    /// standing queue of the last closed window (µs, high half).
+    pub queue_stretch: AtomicU64,
+    pub reserved: [AtomicU64; 6],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -472,7 +481,8 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         created_unix_ms, creator_pid, n_regions, registry, reserved32, reserved, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
-        waiters, rescan_for, wake, extra, evictions, reserved);
+        waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch,
+        reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,

@@ -19,7 +19,8 @@
 //! `region` (the records, mapped or on the heap), `ops` (the crash-safe op protocol,
 //! which names no policy), `policy` (the seam, and `fair_share`: seed 000's rule),
 //! `admission` (activity, frozen inputs, statistics), `retry` (the retry-after
-//! estimator: a turn clock per tenant), `rates` (per-tenant token buckets), `residents`
+//! estimator: a turn clock per tenant), `server_queue` (the server's own queue, from the
+//! front proxy's stamp, which spreads over-share turns), `rates` (per-tenant token buckets), `residents`
 //! (the `evict` pools: victim choice, calls, revocations), `tenants`,
 //! `liveness` (pid, start time, owner word), `anchor` (the robust-futex death wake), `peers` (anchors watching each other),
 //! `waiting` (futexes), `blocking` (the blocking acquire), `recovery`, `capacity`
@@ -55,6 +56,7 @@ internal!(
     residents,
     repair,
     retry,
+    server_queue,
     tenants,
     #[cfg(not(loom))]
     anchor,

@@ -124,6 +124,11 @@ pub struct Refused {
     /// that turn over for it (its own if over its share, the pool's if not), over its
     /// share stretched by its refusals per grant, at most twice (see `retry`).
     pub interval_us: u32,
+    /// How far the server's standing queue stretched the hint of a tenant over its
+    /// share, in percent (100: not at all; see `Table::note_queue`), and that queue: the
+    /// least wait in the server's queue over the last window, beyond its usual, µs.
+    pub queue_stretch_pct: u32,
+    pub server_queue_us: u32,
 }
 
 impl Refused {
@@ -158,6 +163,8 @@ impl Refused {
             short,
             queued: f.queued,
             interval_us: f.interval_us,
+            queue_stretch_pct: stretch_pct(f.queue_stretch),
+            server_queue_us: f.standing_us,
         }
     }
 
@@ -179,6 +186,8 @@ impl Refused {
             short: 0,
             queued: 0,
             interval_us: (l.interval_ns / 1000).min(u32::MAX as u64) as u32,
+            queue_stretch_pct: 100,
+            server_queue_us: 0,
         }
     }
 
@@ -186,6 +195,11 @@ impl Refused {
     pub fn share(&self) -> f64 {
         share(self.capacity, self.floor, self.weight, self.active_weight)
     }
+}
+
+/// A stretch in sixteenths (`server_queue`) in percent, 100 at least.
+pub(crate) fn stretch_pct(s: u32) -> u32 {
+    (s.max(crate::server_queue::ONE) as u64 * 100 / crate::server_queue::ONE as u64) as u32
 }
 
 /// Why an acquire was not granted, with the names it was asked by.
@@ -257,6 +271,18 @@ impl std::fmt::Display for Turn<'_> {
             f,
             "; {whose} make room about every {every:.1} ms, so its turn is expected in "
         )?;
+        if x.queue_stretch_pct > 100 && x.retry_after_ms > turn_ms {
+            // A stretched hint (see `server_queue`): the turn, then why later.
+            return write!(
+                f,
+                "{turn_ms} ms; but requests wait {:.1} ms more than usual in the server's \
+                 queue, where a retry would wait ahead of other tenants' requests, so it is \
+                 told to come back {:.2}x as late: in {} ms",
+                x.server_queue_us as f64 / 1000.0,
+                x.queue_stretch_pct as f64 / 100.0,
+                x.retry_after_ms
+            );
+        }
         // A hint shorter than its turn was cut: at the longest hint, or (see
         // `admission`) at the departure of a quiet tenant from the active set.
         if x.retry_after_ms >= turn_ms {

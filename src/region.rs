@@ -97,6 +97,9 @@ impl HeapRegion {
                     wake: a64(),
                     extra: a64(),
                     evictions: a64(),
+                    queue_window: a64(),
+                    queue_base: a64(),
+                    queue_stretch: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),

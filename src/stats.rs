@@ -61,6 +61,11 @@ pub struct PoolSnap {
     /// Sums of the tenants' counters.
     pub grants: u64,
     pub refusals: u64,
+    /// The server's queue, from the waits the middlewares noted (`Table::note_queue`):
+    /// the standing queue of the last closed window over its base (µs), and how far
+    /// apart it spreads an over-share tenant's turns now, in percent (100: not at all).
+    pub server_queue_us: u32,
+    pub queue_stretch_pct: u32,
     /// The residents of an `evict` pool (`None` for a pool that refuses).
     pub residents: Option<ResidentsSnap>,
     pub tenants: Vec<TenantSnap>,
@@ -227,6 +232,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             let w = rec.word.load(Acquire);
             let window = pc.window_ms as u64;
             let (active_tenants, active_weight) = scan_active(r, p, now, window);
+            let queue = crate::server_queue::current(rec, now);
             let limits = rec.limits.load(Relaxed);
             let (cap, floor) = (pair::lo(limits), pair::hi(limits));
             let tenants = names
@@ -307,6 +313,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 active_weight,
                 // Relaxed: a report.
                 waiters: rec.waiters.load(Relaxed),
+                server_queue_us: queue.1,
+                queue_stretch_pct: crate::refusal::stretch_pct(queue.0),
                 grants: tenants.iter().fold(0, |a, t| a.saturating_add(t.grants)),
                 refusals: tenants
                     .iter()

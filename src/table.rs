@@ -299,6 +299,22 @@ impl Table {
         self.engine.charge(t, units, now)
     }
 
+    /// Notes that a request for `pool` waited `queued_us` in the server's own queue
+    /// (from the front proxy's `X-Request-Start` to the application) before it asked:
+    /// while such waits show a standing queue, a tenant over its share is told to come
+    /// back later, so that its retries stay out of that queue (see "Retry-after" in
+    /// `shm-layout.md`). The middlewares call it for every request that carries the
+    /// header.
+    pub fn note_queue(&self, pool: &str, queued_us: u64) -> Result<()> {
+        self.note_queue_at(pool, queued_us, crate::clock::now_ms())
+    }
+
+    /// [`Table::note_queue`] at an explicit `now` (ms, the engine's clock).
+    pub fn note_queue_at(&self, pool: &str, queued_us: u64, now: u64) -> Result<()> {
+        let p = self.engine.pool(pool)?;
+        self.engine.note_queue(p, queued_us, now)
+    }
+
     /// A snapshot of the whole table, read now.
     pub fn snapshot(&self) -> Snapshot {
         self.engine.snapshot()

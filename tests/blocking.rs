@@ -214,6 +214,7 @@ fn under_share_waiters_are_woken_first() {
         let big2 = s.spawn(|| {
             t.acquire(&Request::new("requests", "big"), Duration::from_millis(400))
                 .unwrap()
+                .map_err(Box::new) // a thread's result: the refusal is large
         });
         common::wait_until(None, "the big waiter", Duration::from_millis(1), || {
             waiters(&t) >= 2

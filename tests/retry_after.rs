@@ -193,6 +193,8 @@ fn the_backlog_is_told_in_the_right_number() {
         short: 1,
         queued: 0,
         interval_us: 2_500,
+        queue_stretch_pct: 100,
+        server_queue_us: 0,
     };
     let text = |queued| {
         fairshm::Refusal::new("requests", "heavy", Refused { queued, ..base }).explanation()
@@ -370,4 +372,104 @@ fn a_holder_does_not_shorten_hints() {
         "hint {} ms, turn {turn} ms",
         r.retry_after_ms
     );
+}
+
+/// The hint of heavy's first over-share refusal at `now` on a fresh `setup` table, with
+/// `queued` its own wait in the server's queue (`None`: not known), after `notes`.
+fn first_hint(name: &str, notes: &[(u64, u64)], queued: Option<u64>, now: u64) -> Refused {
+    let seg = Seg::new(name);
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    for &(q, at) in notes {
+        e.note_queue(p, q, at).unwrap();
+    }
+    match e.acquire_queued(p, heavy, 1, 0, now, queued).unwrap() {
+        Outcome::Refused(r) => r,
+        Outcome::Granted(id) => panic!("granted {id}"),
+    }
+}
+
+/// A standing queue in the server (a window whose least wait is over 1 ms) stretches
+/// an over-share tenant's hint by 1 + that queue in whole ms (at most 8 a window),
+/// never a tenant under its share; clear windows ease it.
+#[test]
+fn a_standing_server_queue_stretches_over_share_hints() {
+    let plain = first_hint("queue-plain", &[], None, 1_045);
+    assert_eq!(
+        (plain.reason, plain.queue_stretch_pct),
+        (Reason::OverShare, 100)
+    );
+    // A window of 25 ms whose every request waited 30 ms: the base starts at 0 and
+    // takes in 1/64 of it (469 µs), the standing queue is the rest, the stretch 8.
+    let notes = [(30_000, 1_020), (31_000, 1_030), (30_000, 1_045)];
+    let r = first_hint("queue-standing", &notes, None, 1_045);
+    assert_eq!(r.queue_stretch_pct, 800, "{r:?}");
+    assert_eq!(r.server_queue_us, 30_000 - 469);
+    assert_eq!(
+        r.retry_after_ms,
+        8 * plain.retry_after_ms,
+        "the same turn, 8x the hint"
+    );
+    assert_eq!((r.interval_us, r.queued), (plain.interval_us, plain.queued));
+    let text = fairshm::Refusal::new("requests", "heavy", r).explanation();
+    assert!(
+        text.contains("in the server's queue") && text.contains("8.00x"),
+        "{text}"
+    );
+    // A queue under the target stretches nothing.
+    let low = [(900, 1_020), (900, 1_045)];
+    assert_eq!(
+        first_hint("queue-low", &low, None, 1_045).queue_stretch_pct,
+        100
+    );
+    // Windows without a request ease it, 1/32 each (at least a sixteenth): 8x, then
+    // 22 windows later 4.5x, 200 windows later none...
+    let later = first_hint("queue-eased", &notes, None, 1_045 + 23 * 25);
+    assert_eq!(later.queue_stretch_pct, 450, "{later:?}");
+    let gone = first_hint("queue-gone", &notes, None, 1_045 + 200 * 25);
+    assert_eq!(gone.queue_stretch_pct, 100, "{gone:?}");
+    // ...and a request whose own wait asks for more gets that at once.
+    let own = first_hint("queue-own", &[], Some(5_000), 1_045);
+    assert_eq!(own.queue_stretch_pct, 600, "1 + 5 ms over a base of 0");
+    assert_eq!(own.retry_after_ms, 6 * plain.retry_after_ms);
+    assert_eq!(
+        first_hint("queue-own-low", &[], Some(1_000), 1_045).queue_stretch_pct,
+        100
+    );
+}
+
+/// Under its share a tenant refused by a full pool gets in as soon as anything is
+/// released (seed 000): its hint is never stretched.
+#[test]
+fn a_tenant_under_its_share_is_never_stretched() {
+    let seg = Seg::new("queue-under");
+    let t = setup(&seg);
+    let (p, heavy, light) = handles(&t);
+    let e = t.engine();
+    e.note_queue(p, 30_000, 1_020).unwrap();
+    e.note_queue(p, 30_000, 1_045).unwrap();
+    // Light holds 1 of its share of 4; one more fills the pool.
+    grant(e, p, light, 1_045);
+    match e
+        .acquire_queued(p, light, 1, 0, 1_046, Some(30_000))
+        .unwrap()
+    {
+        Outcome::Refused(r) => {
+            assert_eq!(
+                (r.reason, r.queue_stretch_pct),
+                (Reason::PoolFull, 100),
+                "{r:?}"
+            );
+        }
+        Outcome::Granted(id) => panic!("granted {id}"),
+    }
+    // Heavy, over its share, is.
+    let r = refused(e, p, heavy, 1_046);
+    assert_eq!(r.queue_stretch_pct, 800);
+    // An unknown pool is an error.
+    assert!(matches!(
+        t.note_queue("nope", 1),
+        Err(fairshm::Error::UnknownPool { .. })
+    ));
 }

@@ -161,6 +161,7 @@ impl World {
                 .limits
                 .load(std::sync::atomic::Ordering::Relaxed),
             evict: false,
+            queued_us: fairshm::server_queue::UNKNOWN,
         };
         let real = admission::try_acquire(&self.r, slot, 0, &a, None).expect("no error");
         let model = self.model.acquire(p, t, units, self.now);

@@ -14,6 +14,7 @@ use crate::policy::Verdict;
 use crate::policy::fair_share::{self, FairShare, Frozen};
 use crate::region::Region;
 use crate::retry;
+use crate::server_queue;
 use crate::sync::Ordering::*;
 
 mod active;
@@ -56,6 +57,10 @@ pub struct Attempt {
     pub limits: u64,
     /// The pool evicts residents instead of refusing (see `residents`).
     pub evict: bool,
+    /// How long this request waited in the server's queue, µs, when the caller knows
+    /// ([`server_queue::UNKNOWN`] if not): an over-share refusal's hint is stretched by
+    /// it as by a window of its own (see `server_queue`).
+    pub queued_us: u32,
 }
 
 /// The facts a refusal is explained by.
@@ -74,6 +79,10 @@ pub struct RefusalFacts {
     pub queued: u32,
     /// The interval between the tenant's turns, µs.
     pub interval_us: u32,
+    /// How far the server's standing queue stretched an over-share tenant's hint
+    /// (sixteenths: 16 is not at all; see `server_queue`), and that queue, µs.
+    pub queue_stretch: u32,
+    pub standing_us: u32,
 }
 
 /// Takes the tenant's next turn on its clock (see `retry`).
@@ -262,6 +271,16 @@ pub fn try_acquire<R: Region>(
             };
             let turn = take_turn(tp, a.now, interval);
             let mut hint = turn.hint_ms;
+            // Over its share, a standing queue in the server stretches the hint (see
+            // `server_queue`): a retry back sooner would wait there ahead of others.
+            let (stretch, standing) = if code == fair_share::OVER_SHARE {
+                server_queue::for_request(r.pool(a.pool), a.now, a.queued_us)
+            } else {
+                (server_queue::ONE, 0)
+            };
+            if stretch > server_queue::ONE {
+                hint = server_queue::stretched(hint, stretch).min(retry::MAX_HINT_MS);
+            }
             // Over its share, the tenant's share grows when another leaves the active
             // set: not before `set_changes_at`, and then only if the tenant whose
             // window ends there stays quiet until then. (Alone in the set, no
@@ -290,6 +309,8 @@ pub fn try_acquire<R: Region>(
                 retry_after_ms: hint,
                 queued: turn.queued,
                 interval_us: turn.interval_us.min(u32::MAX as u64) as u32,
+                queue_stretch: stretch,
+                standing_us: standing,
             };
             Ok(Admitted::Refused { facts, claimed })
         }
@@ -388,6 +409,7 @@ mod tests {
             log: true,
             limits: pair::make(2, 1),
             evict: false,
+            queued_us: server_queue::UNKNOWN,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The engine's calls beside acquire and release: a tenant's rates, and the calls of a
 //! resident lease (an `evict` pool's) while its object is in use.
 
-use super::{Engine, LeaseId, Outcome, TenantId};
+use super::{Engine, LeaseId, Outcome, PoolId, TenantId};
 use crate::error::{Error, Result};
 use crate::refusal::Refused;
 use crate::region::Region;
@@ -18,6 +18,23 @@ impl Engine {
         self.writable("setting rates")?;
         self.check_tenant_handle(tenant)?;
         crate::rates::set(&self.seg, tenant.index(), requests_per_s, work_units_per_s);
+        Ok(())
+    }
+
+    /// Notes that a request of `pool` waited `queued_us` in the server's own queue before
+    /// it reached the application, at `now` (ms): what the front proxy's
+    /// `X-Request-Start` says. While such waits show a standing queue, the turns of a
+    /// tenant over its share are spread further apart (see `server_queue`), so that its
+    /// retries stay out of that queue. Cheap when nothing changes: a load.
+    pub fn note_queue(&self, pool: PoolId, queued_us: u64, now: u64) -> Result<()> {
+        self.writable("noting the server's queue")?;
+        if pool.index() >= self.seg.geometry().pools {
+            return Err(Error::InvalidRequest(format!(
+                "pool handle {} is not of this table",
+                pool.index()
+            )));
+        }
+        crate::server_queue::note(self.seg.pool(pool.index()), queued_us, now.max(1));
         Ok(())
     }
 

@@ -187,6 +187,7 @@ impl Engine {
     /// monotonic base, at least 1), declaring a hold of `hold_ms` (0: not declared).
     /// `Err` is something wrong with the request or the table; a refusal is an
     /// [`Outcome::Refused`].
+    #[inline]
     pub fn acquire(
         &self,
         pool: PoolId,
@@ -194,6 +195,22 @@ impl Engine {
         units: u32,
         hold_ms: u64,
         now: u64,
+    ) -> Result<Outcome> {
+        self.acquire_queued(pool, tenant, units, hold_ms, now, None)
+    }
+
+    /// [`Engine::acquire`] of a request that waited `queued_us` in the server's own
+    /// queue before it asked (from the front proxy's `X-Request-Start`; `None`: not
+    /// known). The wait is noted as by [`Engine::note_queue`], and an over-share
+    /// refusal's hint is stretched by it at once (see `server_queue`).
+    pub fn acquire_queued(
+        &self,
+        pool: PoolId,
+        tenant: TenantId,
+        units: u32,
+        hold_ms: u64,
+        now: u64,
+        queued_us: Option<u64>,
     ) -> Result<Outcome> {
         let p = pool.index();
         let geo = self.seg.geometry();
@@ -239,6 +256,13 @@ impl Engine {
             log: self.decision_log(),
             limits,
             evict: self.config().pools[p].evict,
+            queued_us: match queued_us {
+                Some(q) => {
+                    crate::server_queue::note(self.seg.pool(p), q, now.max(1));
+                    q.min(crate::server_queue::UNKNOWN as u64 - 1) as u32
+                }
+                None => crate::server_queue::UNKNOWN,
+            },
         };
         // Relaxed: a hint only, where the last release left a free slot (threads that
         // race may start at the same lease; any start finds a free one if there is one).

@@ -160,6 +160,59 @@ pub unsafe extern "C" fn fairshm_try_acquire(
     lease: *mut u64,
     refusal: *mut fairshm_refusal,
 ) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { try_acquire(t, pool, tenant, units, hold_ms, None, lease, refusal) }
+}
+
+/// As `fairshm_try_acquire`, for a request that waited `queued_us` in the server's own
+/// queue before it asked (from the front proxy's `X-Request-Start` to the
+/// application): the wait is noted as by `fairshm_note_queue`, and an over-share
+/// refusal's retry-after is stretched by it at once.
+///
+/// # Safety
+/// As `fairshm_try_acquire`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fairshm_try_acquire_queued(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    units: u32,
+    hold_ms: u64,
+    queued_us: u64,
+    lease: *mut u64,
+    refusal: *mut fairshm_refusal,
+) -> i32 {
+    // SAFETY: the same contract.
+    unsafe {
+        try_acquire(
+            t,
+            pool,
+            tenant,
+            units,
+            hold_ms,
+            Some(queued_us),
+            lease,
+            refusal,
+        )
+    }
+}
+
+/// The body of both try-acquires.
+///
+/// # Safety
+/// As `fairshm_try_acquire`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn try_acquire(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    units: u32,
+    hold_ms: u64,
+    queued_us: Option<u64>,
+    lease: *mut u64,
+    refusal: *mut fairshm_refusal,
+) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
         let (table, p, tn) = match unsafe { asking(t, lease, pool, tenant) } {
@@ -168,7 +221,7 @@ pub unsafe extern "C" fn fairshm_try_acquire(
         };
         match table
             .engine()
-            .acquire(p, tn, units, hold_ms, clock::now_ms())
+            .acquire_queued(p, tn, units, hold_ms, clock::now_ms(), queued_us)
         {
             Ok(Outcome::Granted(id)) => {
                 // SAFETY: `lease` is non-null (checked) and writable by the contract.
@@ -180,6 +233,36 @@ pub unsafe extern "C" fn fairshm_try_acquire(
                 unsafe { put(refusal, fairshm_refusal::new(&r, r.reason, 0, pool, tenant)) };
                 FAIRSHM_REFUSED
             }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Notes that a request for `pool` waited `queued_us` in the server's own queue (from
+/// the front proxy's `X-Request-Start` to the application): while such waits show a
+/// standing queue, a tenant over its share is told to come back later, so its retries
+/// stay out of that queue. `FAIRSHM_OK`, or a negative error.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_note_queue(
+    t: *const fairshm_table,
+    pool: u32,
+    queued_us: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(x) => x,
+            Err(rc) => return rc,
+        };
+        // The engine checks the pool handle.
+        match table
+            .engine()
+            .note_queue(PoolId(pool), queued_us, clock::now_ms())
+        {
+            Ok(()) => FAIRSHM_OK,
             Err(e) => fail(e),
         }
     })

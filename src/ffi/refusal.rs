@@ -12,7 +12,7 @@ use crate::table::Table;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairshm_refusal {
-    // 80 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
+    // 88 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
     /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`, 5 `rate_limited`,
     /// 6 `work_debt`, 10 `too_many_residents` (`fairshm_code_name`).
     pub reason: u32,
@@ -45,9 +45,13 @@ pub struct fairshm_refusal {
     pub tenant: u32,
     /// How often a turn of this tenant's comes, in µs (the retry-after's estimate).
     pub interval_us: u64,
+    /// How far apart the server's standing queue spread the turns of a tenant over its
+    /// share, in percent (100: not at all), and that queue, µs (`fairshm_note_queue`).
+    pub queue_stretch_pct: u32,
+    pub server_queue_us: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<fairshm_refusal>() == 80);
+const _: () = assert!(std::mem::size_of::<fairshm_refusal>() == 88);
 
 impl fairshm_refusal {
     pub(super) fn new(r: &Refused, reason: Reason, waited_ms: u64, pool: u32, tenant: u32) -> Self {
@@ -68,6 +72,8 @@ impl fairshm_refusal {
             pool,
             tenant,
             interval_us: r.interval_us as u64,
+            queue_stretch_pct: r.queue_stretch_pct,
+            server_queue_us: r.server_queue_us,
         }
     }
 
@@ -86,6 +92,8 @@ impl fairshm_refusal {
             short: self.short_units,
             queued: self.queued,
             interval_us: self.interval_us.min(u32::MAX as u64) as u32,
+            queue_stretch_pct: self.queue_stretch_pct,
+            server_queue_us: self.server_queue_us,
         }
     }
 }

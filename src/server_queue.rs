@@ -1,0 +1,341 @@
+//! The server's own queue, as the front proxy shows it, and how far apart it spreads an
+//! over-share tenant's turns.
+//!
+//! A refused request that its client retries joins the server's accept queue again, in
+//! front of whatever arrives after it, and costs the server about as much as a request
+//! it serves (a connection, a parse, a response). While the permits of the tenant over
+//! its share turn over faster than the server can answer its retries, the turn clock of
+//! `retry` hands out short turns, the retries pile up in the server's queue, and a
+//! light tenant's request waits behind them before any middleware sees it: the pool
+//! cannot reach that wait. The front proxy can: it stamps when it took each request in
+//! (`X-Request-Start`), and the middleware passes how long the request waited since
+//! ([`note`]).
+//!
+//! Per pool, in the spirit of CoDel: each window of [`WINDOW_MS`] keeps the least wait
+//! seen in it. The least wait of a window is what every request waited, so it is the
+//! server's *standing* queue, not a burst; it is measured over the least wait ever seen
+//! (the base, which rises by 1/64 of the difference a window, so that a constant offset
+//! between the proxy's clock and ours, or a proxy on another host, is not read as a
+//! queue). A window whose standing queue is over [`TARGET_US`] multiplies the stretch
+//! by 1 + its standing queue in whole targets, at most 8 (a queue that keeps standing
+//! while the hints already given run out multiplies it again); one under a quarter of
+//! the target takes 1/32 off, and so does each window that saw no request at all; in
+//! between, it stays. The stretch multiplies the hint of an over-share refusal (at most
+//! [`MAX_STRETCH`] times, and never past `retry::MAX_HINT_MS`): its waiting clients
+//! then come back that much less often, and the retries the server answers with a 429
+//! fall by as much. It eases slowly: a stretch that eased too far lets a queue stand
+//! again, which the light tenant waits in. A tenant under its share is never stretched:
+//! it gets in as soon as anything is released (seed 000).
+//!
+//! The words are estimates, kept with Relaxed atomics: a lost update skips a sample.
+//! Everything is integer arithmetic under the caller's `now`.
+
+use crate::layout::PoolRec;
+use crate::retry::due_lo;
+use crate::sync::Ordering::*;
+
+/// The length of a window, ms.
+pub const WINDOW_MS: u64 = 25;
+/// The standing queue over its base that a window may show without stretching, µs.
+pub const TARGET_US: u32 = 1_000;
+/// A request whose wait in the server's queue is not known.
+pub const UNKNOWN: u32 = u32::MAX;
+/// A stretch of 1 (the unit of the stretch word: sixteenths).
+pub const ONE: u32 = 16;
+/// The most the stretch multiplies a turn interval by (in sixteenths).
+pub const MAX_STRETCH: u32 = 256 * ONE;
+/// The most one window multiplies the stretch by.
+const MAX_STEP: u32 = 8;
+/// At most this many windows without a request are decayed at once (more change
+/// nothing: the stretch is back to 1 long before).
+const MAX_IDLE: u64 = 256;
+
+/// What a sample does to the window word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The window word to store (`None`: unchanged).
+    pub word: Option<u64>,
+    /// The window this sample closed: its least wait (µs) and how many windows have
+    /// passed since it started (1: the next window; more: some saw no request).
+    pub closed: Option<(u32, u64)>,
+}
+
+/// A sample of `queued_us` at `now_ms` against the window word (start, low 32 bits of
+/// ms, never 0, in the high half; the least wait in it, µs, in the low half; 0: no
+/// window yet).
+pub fn sample(word: u64, queued_us: u32, now_ms: u64) -> Step {
+    let (start, least) = ((word >> 32) as u32, word as u32);
+    let fresh = (due_lo(now_ms) as u64) << 32 | queued_us as u64;
+    if start == 0 {
+        return Step {
+            word: Some(fresh),
+            closed: None,
+        };
+    }
+    // Wrapping: `start` is the low 32 bits of an earlier `now`. A sample from a process
+    // whose clock read a little earlier than the window's start counts in the window.
+    let elapsed = (now_ms as u32).wrapping_sub(start);
+    if (elapsed as i32) >= WINDOW_MS as i32 {
+        return Step {
+            word: Some(fresh),
+            closed: Some((least, elapsed as u64 / WINDOW_MS)),
+        };
+    }
+    Step {
+        word: (queued_us < least).then_some((start as u64) << 32 | queued_us as u64),
+        closed: None,
+    }
+}
+
+/// The base after a closed window whose least wait was `least` (µs): the least wait
+/// seen, rising by 1/64 of the difference (rounded up) when a window's least is above
+/// it. It starts at 0, so that a server whose first window is already queued (its
+/// clients all arriving at once) sees that queue; a constant offset (a proxy's clock
+/// ahead of ours, a proxy across a network) is taken in within some 64 windows.
+pub fn next_base(base: u64, least: u32) -> u64 {
+    let base = base.min(u32::MAX as u64) as u32;
+    let next = if least <= base {
+        least
+    } else {
+        base + (least - base).div_ceil(64)
+    };
+    next as u64
+}
+
+/// The stretch after a window whose standing queue was `standing_us`, with `windows`
+/// passed since it started (those after the first saw no request: each takes an eighth
+/// off too). `s` in sixteenths; 0 reads as 1.
+pub fn next_stretch(s: u32, standing_us: u32, windows: u64) -> u32 {
+    let s = s.max(ONE);
+    let s = if standing_us > TARGET_US {
+        (s.saturating_mul(step(standing_us)) / ONE).min(MAX_STRETCH)
+    } else if standing_us < TARGET_US / 4 {
+        decay(s)
+    } else {
+        s
+    };
+    decayed(s, windows.saturating_sub(1))
+}
+
+fn decay(s: u32) -> u32 {
+    // At least one sixteenth: a stretch under 2 eases too.
+    s.saturating_sub((s / 32).max(1)).max(ONE)
+}
+
+fn decayed(mut s: u32, windows: u64) -> u32 {
+    for _ in 0..windows.min(MAX_IDLE) {
+        if s == ONE {
+            break;
+        }
+        s = decay(s);
+    }
+    s
+}
+
+/// The stretch one window's standing queue asks for by itself (sixteenths): 1 + the
+/// queue in whole targets, at most 8, when it is over the target; else 1.
+pub fn step(standing_us: u32) -> u32 {
+    if standing_us > TARGET_US {
+        (1 + standing_us / TARGET_US).min(MAX_STEP) * ONE
+    } else {
+        ONE
+    }
+}
+
+/// A turn interval stretched by `s` (sixteenths), saturating.
+pub fn stretched(interval_us: u64, s: u32) -> u64 {
+    interval_us.saturating_mul(s.max(ONE) as u64) / ONE as u64
+}
+
+/// Notes that a request of pool `p` waited `queued_us` in the server's queue before it
+/// reached the application, at `now_ms`.
+pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
+    let q = queued_us.min(u32::MAX as u64) as u32;
+    // Relaxed, all: an estimate that publishes nothing. The CAS makes one sample close
+    // a window, so one caller folds it into the base and the stretch.
+    let mut cur = p.queue_window.load(Relaxed);
+    let closed = loop {
+        let step = sample(cur, q, now_ms);
+        let Some(word) = step.word else { return };
+        match p
+            .queue_window
+            .compare_exchange_weak(cur, word, Relaxed, Relaxed)
+        {
+            Ok(_) => break step.closed,
+            Err(x) => cur = x,
+        }
+    };
+    let Some((least, windows)) = closed else {
+        return;
+    };
+    let base = next_base(p.queue_base.load(Relaxed), least);
+    p.queue_base.store(base, Relaxed);
+    let standing = least.saturating_sub(base as u32);
+    let old = p.queue_stretch.load(Relaxed);
+    let s = next_stretch(old as u32, standing, windows);
+    p.queue_stretch.store((standing as u64) << 32 | s as u64, Relaxed);
+}
+
+/// The stretch of an over-share refusal of a request that waited `queued_us` in the
+/// server's queue ([`UNKNOWN`]: not known), and the standing queue it answers: the
+/// pool's ([`current`]), or the request's own wait taken as a window of its own when
+/// that asks for more. The pool's stretch needs a window to close before it sees a
+/// queue; the requests that a queue held longest see it at once (a tenant whose
+/// clients all arrive at one instant fills the server's queue before any window can).
+pub fn for_request(p: &PoolRec, now_ms: u64, queued_us: u32) -> (u32, u32) {
+    let (s, standing) = current(p, now_ms);
+    if queued_us == UNKNOWN {
+        return (s, standing);
+    }
+    // Relaxed: an estimate (see `note`).
+    let own = queued_us.saturating_sub(p.queue_base.load(Relaxed) as u32);
+    let own_step = step(own);
+    if own_step > s {
+        (own_step, own)
+    } else {
+        (s, standing)
+    }
+}
+
+/// The stretch of pool `p` at `now_ms` (sixteenths, at least [`ONE`]) and the standing
+/// queue of the last closed window, µs. Windows that passed since the last sample
+/// with no request decay it, as the next sample will.
+pub fn current(p: &PoolRec, now_ms: u64) -> (u32, u32) {
+    // Relaxed: estimates (see `note`).
+    let word = p.queue_stretch.load(Relaxed);
+    let (s, standing) = ((word as u32).max(ONE), (word >> 32) as u32);
+    if s == ONE {
+        return (s, standing);
+    }
+    let start = (p.queue_window.load(Relaxed) >> 32) as u32;
+    let elapsed = (now_ms as u32).wrapping_sub(start);
+    if start == 0 || (elapsed as i32) < 2 * WINDOW_MS as i32 {
+        return (s, standing);
+    }
+    (decayed(s, elapsed as u64 / WINDOW_MS - 1), standing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start_of(word: u64) -> u32 {
+        (word >> 32) as u32
+    }
+
+    #[test]
+    fn a_window_keeps_its_least_wait() {
+        assert_eq!(WINDOW_MS, 25, "the times below are in windows of 25 ms");
+        let s = sample(0, 900, 1_000);
+        let w = s.word.unwrap();
+        assert_eq!((start_of(w), w as u32, s.closed), (1_000, 900, None));
+        // Longer waits in the window change nothing; a shorter one is kept.
+        assert_eq!(sample(w, 5_000, 1_010).word, None);
+        let w = sample(w, 300, 1_024).word.unwrap();
+        assert_eq!((start_of(w), w as u32), (1_000, 300));
+        // The first sample at or past the window's end closes it and opens the next.
+        let s = sample(w, 7_000, 1_025);
+        assert_eq!(s.closed, Some((300, 1)));
+        let w = s.word.unwrap();
+        assert_eq!((start_of(w), w as u32), (1_025, 7_000));
+        // Windows that saw no request are counted.
+        assert_eq!(sample(w, 1, 1_110).closed, Some((7_000, 3)));
+        // A sample stamped a little before the window's start (another process's
+        // clock read) counts in it.
+        assert_eq!(sample(w, 5, 1_099).word.map(|w| w as u32), Some(5));
+    }
+
+    #[test]
+    fn windows_close_across_the_wrap_of_the_low_32_bits() {
+        let before = (1u64 << 32) - 40;
+        let w = sample(0, 50, before).word.unwrap();
+        assert_eq!(sample(w, 10, before + 24).word.map(|w| w as u32), Some(10));
+        assert_eq!(sample(w, 10, before + 25).closed, Some((50, 1)));
+    }
+
+    #[test]
+    fn the_base_is_the_least_wait_and_rises_slowly() {
+        // From 0: a first window already queued is read as a queue.
+        assert_eq!(next_base(0, 5_000), 79);
+        let b = 800;
+        assert_eq!(next_base(b, 400), 400);
+        // 1/64 of the difference, rounded up: a constant offset is taken in within a
+        // few hundred windows, a queue the stretch drains within a few is not.
+        assert_eq!(next_base(b, 800 + 6_400), 900);
+        assert_eq!(next_base(b, 801), 801);
+        let mut b = 0;
+        for _ in 0..400 {
+            b = next_base(b, 3_000);
+        }
+        assert!((2_900..=3_000).contains(&b), "{b}");
+    }
+
+    #[test]
+    fn a_request_that_waited_long_is_stretched_at_once() {
+        assert_eq!(step(TARGET_US), ONE);
+        assert_eq!(step(TARGET_US + 1), 2 * ONE);
+        assert_eq!(step(20 * TARGET_US), MAX_STEP * ONE);
+        let r = crate::region::HeapRegion::new(1, 1, 1, 1);
+        let p = crate::region::Region::pool(&r, 0);
+        // Nothing noted: the pool's stretch is 1, and so is that of a request that
+        // waited under the target; one that waited 5 ms asks for 6 by itself.
+        assert_eq!(for_request(p, 1_000, UNKNOWN), (ONE, 0));
+        assert_eq!(for_request(p, 1_000, TARGET_US), (ONE, 0));
+        assert_eq!(for_request(p, 1_000, 5_000), (6 * ONE, 5_000));
+        // A pool stretched further than that wins.
+        note(p, 30_000, 1_000);
+        note(p, 30_000, 1_000 + WINDOW_MS);
+        assert_eq!(current(p, 1_000 + WINDOW_MS).0, 8 * ONE);
+        assert_eq!(for_request(p, 1_000 + WINDOW_MS, 5_000).0, 8 * ONE);
+    }
+
+    #[test]
+    fn a_standing_queue_multiplies_the_stretch_and_a_clear_one_eases_it() {
+        // Over the target: times 1 + the queue in whole targets, at most 8.
+        assert_eq!(next_stretch(0, TARGET_US + 1, 1), 2 * ONE);
+        assert_eq!(next_stretch(2 * ONE, 3 * TARGET_US, 1), 8 * ONE);
+        assert_eq!(next_stretch(2 * ONE, 50_000, 1), 16 * ONE);
+        assert_eq!(next_stretch(MAX_STRETCH / 2, 50_000, 1), MAX_STRETCH);
+        // At the target, down to a quarter of it: as it was.
+        assert_eq!(next_stretch(64 * ONE, TARGET_US, 1), 64 * ONE);
+        assert_eq!(next_stretch(64 * ONE, TARGET_US / 4, 1), 64 * ONE);
+        // Under a quarter: 1/32 off, never under 1.
+        assert_eq!(next_stretch(64 * ONE, TARGET_US / 4 - 1, 1), 62 * ONE);
+        assert_eq!(next_stretch(ONE, 0, 1), ONE);
+        assert_eq!(next_stretch(ONE + 1, 0, 1), ONE);
+        // Windows with no request: 1/32 each, after the closed window's verdict.
+        assert_eq!(next_stretch(64 * ONE, 0, 3), 1024 - 32 - 31 - 30);
+        assert_eq!(next_stretch(8 * ONE, 50_000, 2), 64 * ONE - 2 * ONE);
+        assert_eq!(next_stretch(MAX_STRETCH, 50_000, 1_000_000), ONE);
+    }
+
+    #[test]
+    fn a_stretch_grows_fast_and_eases_slowly() {
+        // A queue of 10 ms: from 1 to the most in three windows (75 ms).
+        let mut s = ONE;
+        for _ in 0..3 {
+            s = next_stretch(s, 10_000, 1);
+        }
+        assert_eq!(s, MAX_STRETCH);
+        // Cleared: halved in about 22 windows (half a second), back to 1 in 175.
+        let mut n = 0;
+        while s > MAX_STRETCH / 2 {
+            s = next_stretch(s, 0, 1);
+            n += 1;
+        }
+        assert_eq!(n, 22);
+        while s > ONE && n < 1_000 {
+            s = next_stretch(s, 0, 1);
+            n += 1;
+        }
+        assert!((150..=200).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn a_stretch_multiplies_the_interval() {
+        assert_eq!(stretched(500, ONE), 500);
+        assert_eq!(stretched(500, 0), 500);
+        assert_eq!(stretched(500, 40), 1_250);
+        assert_eq!(stretched(u64::MAX, MAX_STRETCH), u64::MAX / ONE as u64);
+    }
+}
