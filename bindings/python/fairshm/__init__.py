@@ -156,7 +156,9 @@ class Refused(Exception):
     def __getattr__(self, name):
         # The numbers behind the refusal: units, in_use, held, capacity, floor, weight,
         # active_weight, short_units, waited_ms; and the estimate behind the retry-after:
-        # queued (the tenant's refused requests with turns ahead), interval_us.
+        # queued (the tenant's refused requests with turns ahead), interval_us, and how
+        # far the server's standing queue spread the turns: queue_stretch_pct (100: not
+        # at all) and server_queue_us (see Table.note_queue).
         facts = self.__dict__.get("_facts")
         if facts is not None and name in _FACT_NAMES:
             return getattr(facts, name)
@@ -215,7 +217,8 @@ class Refused(Exception):
 
 
 _FACT_NAMES = ("units", "in_use", "held", "capacity", "floor", "weight", "active_weight",
-               "short_units", "waited_ms", "queued", "interval_us")
+               "short_units", "waited_ms", "queued", "interval_us", "queue_stretch_pct",
+               "server_queue_us")
 
 
 class Cancel:
@@ -309,6 +312,7 @@ class Lease:
 
 
 _try_acquire = lib.fairshm_try_acquire
+_try_acquire_queued = lib.fairshm_try_acquire_queued
 _acquire = lib.fairshm_acquire
 _release = lib.fairshm_release
 
@@ -429,9 +433,11 @@ class Table:
             self._fail(rc)
         return rc
 
-    def try_acquire(self, pool, tenant, units=1, hold_ms=0):
+    def try_acquire(self, pool, tenant, units=1, hold_ms=0, queued_us=None):
         """A lease, or ``Refused`` at once. ``units`` and ``hold_ms`` are integers from 0
-        (``ValueError`` otherwise: ctypes would wrap them)."""
+        (``ValueError`` otherwise: ctypes would wrap them). ``queued_us``: how long the
+        request waited in the server's own queue, when known (see ``note_queue``); an
+        over-share refusal's ``retry_after_ms`` is then stretched by it at once."""
         if not (0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
             _check_request(units, hold_ms)
         try:
@@ -440,12 +446,31 @@ class Table:
         except KeyError:
             p, t = self.pool(pool), self.tenant(tenant)
         lease, refusal, lref, rref = _out.bufs
-        rc = _try_acquire(self._h, p, t, units, hold_ms, lref, rref)
+        if queued_us is None:
+            rc = _try_acquire(self._h, p, t, units, hold_ms, lref, rref)
+        else:
+            _check("queued_us", queued_us, _U64)
+            rc = _try_acquire_queued(self._h, p, t, units, hold_ms, queued_us, lref, rref)
         if rc == 0:
             return Lease(self, lease.value)
         if rc == 1:
             raise Refused(self, _copy(refusal), pool, tenant)
         self._fail(rc)
+
+    def note_queue(self, pool, queued_us):
+        """Notes that a request for ``pool`` waited ``queued_us`` microseconds in the
+        server's own queue (from the front proxy's ``X-Request-Start`` to the app):
+        while such waits show a standing queue, a tenant over its share is told to come
+        back later, so that its retries stay out of that queue. The middlewares call it
+        for every request that carries the header."""
+        _check("queued_us", queued_us, _U64)
+        try:
+            p = self._pools[pool]
+        except KeyError:
+            p = self.pool(pool)
+        rc = lib.fairshm_note_queue(self._h, p, queued_us)
+        if rc:
+            self._fail(rc)
 
     def acquire(self, pool, tenant, units=1, hold_ms=0, timeout=None, cancel=None):
         """A lease, waiting up to ``timeout`` seconds (None or infinity: for ever) for room;

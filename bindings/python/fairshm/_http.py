@@ -1,10 +1,45 @@
-"""What both middlewares answer when a request is refused: 429 with ``Retry-After``
-(whole seconds, rounded up, as HTTP requires), ``Retry-After-Ms`` from the same number,
-and a short JSON body with the reason and the explanation."""
+"""What both middlewares share: the 429 they answer a refused request with
+(``Retry-After`` in whole seconds, rounded up, as HTTP requires, ``Retry-After-Ms`` from
+the same number, and a short JSON body with the reason and the explanation), and how
+they read the front proxy's ``X-Request-Start``."""
 
 import json
+import math
+import time
 
 from . import _check_request
+
+# A wait longer than this is not a queue but a wrong stamp (or clocks far apart).
+MAX_QUEUED_US = 60_000_000
+
+
+def queued_us(value, now_us=None):
+    """How long a request waited in the server's queue, in microseconds, from the value
+    of its ``X-Request-Start`` header (str or bytes; ``now_us``: the wall clock in
+    microseconds, default now), or ``None`` when the value is not a stamp. Takes the
+    forms front proxies send, with or without ``t=``: seconds with a fraction (nginx's
+    ``t=${msec}``) and whole seconds, milliseconds (Heroku) or microseconds (Apache's
+    ``%t``), told apart by their size. A stamp ahead of the clock (a proxy whose clock
+    runs ahead) waited 0; one more than a minute behind is not a stamp."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    v = value.strip()
+    if v.startswith("t="):
+        v = v[2:]
+    try:
+        x = float(v)
+    except ValueError:
+        return None
+    if not math.isfinite(x) or x <= 0:
+        return None
+    start = x if x > 1e15 else x * 1e3 if x > 1e12 else x * 1e6
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    waited = now - start
+    if waited > MAX_QUEUED_US:
+        return None
+    return max(0, int(waited))
 
 
 def refusal_response(refused):
@@ -28,9 +63,11 @@ def refusal_response(refused):
 
 class Permits:
     """What both middlewares hold: the table, the pool, the request-to-tenant function,
-    and the units and declared hold of each request's permit."""
+    the units and declared hold of each request's permit, and whether to read the
+    front proxy's ``X-Request-Start`` (``queue_header``; leave it on only behind a
+    proxy that sets the header itself, as nginx's ``proxy_set_header`` does)."""
 
-    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0):
+    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0, queue_header=True):
         self.app = app
         self.table = table
         self.pool = pool
@@ -39,3 +76,21 @@ class Permits:
         _check_request(units, hold_ms)
         self.units = units
         self.hold_ms = hold_ms
+        self.queue_header = queue_header
+
+    def waited(self, stamp):
+        """The request's wait in the server's queue, µs, from its ``X-Request-Start``
+        value ``stamp`` (None: no header), or None when not known or not read."""
+        if self.queue_header and stamp is not None:
+            return queued_us(stamp)
+        return None
+
+    def acquire(self, name, stamp):
+        """The request's lease (``Refused`` if refused), for tenant ``name`` (None: not
+        limited, and no lease), passing its wait in the server's queue on."""
+        q = self.waited(stamp)
+        if name is None:
+            if q is not None:
+                self.table.note_queue(self.pool, q)
+            return None
+        return self.table.try_acquire(self.pool, name, self.units, self.hold_ms, queued_us=q)

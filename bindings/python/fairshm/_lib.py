@@ -29,6 +29,8 @@ class Refusal(ctypes.Structure):
         ("pool", c_uint32),
         ("tenant", c_uint32),
         ("interval_us", c_uint64),
+        ("queue_stretch_pct", c_uint32),
+        ("server_queue_us", c_uint32),
     ]
 
 
@@ -101,7 +103,12 @@ _sigs = {
             POINTER(c_uint64), POINTER(Refusal),
         ],
     ),
+    "fairshm_try_acquire_queued": (
+        c_int32,
+        [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64, c_uint64, POINTER(c_uint64), POINTER(Refusal)],
+    ),
     "fairshm_release": (c_int32, [c_void_p, c_uint64]),
+    "fairshm_note_queue": (c_int32, [c_void_p, c_uint32, c_uint64]),
     "fairshm_begin_call": (c_int32, [c_void_p, c_uint64, c_uint64]),
     "fairshm_end_call": (c_int32, [c_void_p, c_uint64, c_uint64]),
     "fairshm_resident_status": (c_int32, [c_void_p, c_uint64, POINTER(c_uint32)]),

@@ -7,7 +7,7 @@ whole response (or failed).
 
 ``tenant`` maps a request's scope to its tenant's name; ``None`` lets it through. A
 refused request gets 429 with ``Retry-After``. Other scopes (lifespan, websocket) pass
-through untouched.
+through untouched. ``X-Request-Start`` is read as by the WSGI middleware.
 """
 
 from . import Refused
@@ -15,16 +15,16 @@ from ._http import Permits, refusal_response
 
 
 class FairshmASGIMiddleware(Permits):
-    """``FairshmASGIMiddleware(app, table, pool, tenant, units=1, hold_ms=0)``."""
+    """``FairshmASGIMiddleware(app, table, pool, tenant, units=1, hold_ms=0, queue_header=True)``."""
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
-        name = self.tenant(scope)
-        if name is None:
-            return await self.app(scope, receive, send)
+        stamp = None
+        if self.queue_header:
+            stamp = next((v for k, v in scope.get("headers", ()) if k.lower() == b"x-request-start"), None)
         try:
-            lease = self.table.try_acquire(self.pool, name, self.units, self.hold_ms)
+            lease = self.acquire(self.tenant(scope), stamp)
         except Refused as r:
             headers, body = refusal_response(r)
             await send(
@@ -36,6 +36,8 @@ class FairshmASGIMiddleware(Permits):
             )
             await send({"type": "http.response.body", "body": body})
             return
+        if lease is None:
+            return await self.app(scope, receive, send)
         try:
             await self.app(scope, receive, send)
         finally:

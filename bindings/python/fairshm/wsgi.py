@@ -5,7 +5,9 @@
                             tenant=lambda environ: environ.get("HTTP_X_TENANT"))
 
 ``tenant`` maps a request to its tenant's name; ``None`` lets the request through
-unlimited. A refused request gets 429 with ``Retry-After``. The permit is released when
+unlimited. A refused request gets 429 with ``Retry-After``. Behind a front proxy that
+stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
+table (``Table.note_queue``): a standing queue makes an over-share tenant's hints longer. The permit is released when
 the server closes the response (``close()``, which PEP 3333 requires even of a streamed
 body), or at once if the application raises.
 """
@@ -15,18 +17,17 @@ from ._http import Permits, refusal_response
 
 
 class FairshmMiddleware(Permits):
-    """``FairshmMiddleware(app, table, pool, tenant, units=1, hold_ms=0)``."""
+    """``FairshmMiddleware(app, table, pool, tenant, units=1, hold_ms=0, queue_header=True)``."""
 
     def __call__(self, environ, start_response):
-        name = self.tenant(environ)
-        if name is None:
-            return self.app(environ, start_response)
         try:
-            lease = self.table.try_acquire(self.pool, name, self.units, self.hold_ms)
+            lease = self.acquire(self.tenant(environ), environ.get("HTTP_X_REQUEST_START"))
         except Refused as r:
             headers, body = refusal_response(r)
             start_response("429 Too Many Requests", headers)
             return [body]
+        if lease is None:
+            return self.app(environ, start_response)
         try:
             body = self.app(environ, start_response)
         except BaseException:

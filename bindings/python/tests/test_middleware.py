@@ -161,3 +161,48 @@ def test_both_wsgi_answers_pass_the_pep_3333_validator(table):
         assert b"".join(b) == b"hello"
         b.close()
     assert in_use(table) == 0
+
+
+def test_queued_us_reads_the_stamps_front_proxies_send():
+    from fairshm._http import queued_us
+
+    now = 1_700_000_000_000_000  # µs
+    for stamp in ("t=1699999999.970", "1699999999.970", b"t=1699999999.97",
+                  "t=1699999999970", "t=1699999999970000", " t=1699999999970 "):
+        assert abs(queued_us(stamp, now) - 30_000) <= 1, stamp
+    assert queued_us("t=1700000001.5", now) == 0  # a proxy's clock ahead of ours
+    for bad in (None, "", "t=", "soon", "t=0", "-5", "nan", "inf", "t=1600000000"):
+        assert queued_us(bad, now) is None, bad
+
+
+def test_wsgi_passes_the_server_queue_and_a_long_wait_stretches_the_hint(table):
+    import time
+
+    def stamp(ms_ago):
+        return "t=%.6f" % (time.time() - ms_ago / 1000.0)
+
+    mw = FairshmMiddleware(wsgi_app, table, "requests", tenant_of)
+    bodies = [mw({"HTTP_X_TENANT": "acme", "HTTP_X_REQUEST_START": stamp(0)}, StartResponse())
+              for _ in range(4)]
+    # Over its share, a request that waited 30 ms in the server's queue: its hint is
+    # stretched 8x (1 + its wait in whole ms, at most 8 at once), and said so.
+    sr = StartResponse()
+    doc = json.loads(b"".join(mw({"HTTP_X_TENANT": "acme", "HTTP_X_REQUEST_START": stamp(30)}, sr)))
+    assert sr.status.startswith("429")
+    assert "server's queue" in doc["explanation"] and "8.00x" in doc["explanation"], doc
+    with pytest.raises(fairshm.Refused) as r:
+        table.try_acquire("requests", "acme", queued_us=30_000)
+    assert r.value.queue_stretch_pct == 800 and r.value.server_queue_us >= 29_000
+    # Without the header, or with its reading turned off, nothing is stretched.
+    for m, env in ((mw, {"HTTP_X_TENANT": "acme"}),
+                   (FairshmMiddleware(wsgi_app, table, "requests", tenant_of, queue_header=False),
+                    {"HTTP_X_TENANT": "acme", "HTTP_X_REQUEST_START": stamp(30)})):
+        sr = StartResponse()
+        doc = json.loads(b"".join(m(env, sr)))
+        assert sr.status.startswith("429") and "server's queue" not in doc["explanation"], doc
+    with pytest.raises(ValueError):
+        table.note_queue("requests", -1)
+    table.note_queue("requests", 500)
+    for b in bodies:
+        b.close()
+    assert in_use(table) == 0

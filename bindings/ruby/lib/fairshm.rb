@@ -128,7 +128,7 @@ module Fairshm
     end
 
     %i[units in_use held capacity floor weight short_units active_weight waited_ms queued
-       interval_us].each do |f|
+       interval_us queue_stretch_pct server_queue_us].each do |f|
       define_method(f) { facts[f] }
     end
 
@@ -371,9 +371,21 @@ module Fairshm
       rc
     end
 
+    # Notes that a request for +pool_name+ waited +queued_us+ microseconds in the
+    # server's own queue (from the front proxy's X-Request-Start to the app): while
+    # such waits show a standing queue, a tenant over its share is told to come back
+    # later, so that its retries stay out of that queue. The Rack middleware calls it
+    # for every request that carries the header.
+    def note_queue(pool_name, queued_us)
+      Fairshm.check_int("queued_us", queued_us, U64_MAX)
+      p = @pools[pool_name] || pool(pool_name)
+      rc = Native::NOTE_QUEUE.call(@handle, p, queued_us)
+      raise_for(rc) unless rc.zero?
+    end
+
     # A Lease, or raises Refused at once.
-    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0)
-      got = attempt(pool_name, tenant_name, units: units, hold_ms: hold_ms)
+    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil)
+      got = attempt(pool_name, tenant_name, units: units, hold_ms: hold_ms, queued_us: queued_us)
       raise got if got.is_a?(Refused)
 
       got
@@ -382,12 +394,19 @@ module Fairshm
     # A Lease, or the Refused, returned instead of raised (errors still raise). For a
     # caller that answers refusals on its hot path, as the Rack middleware does: a
     # raised exception captures its backtrace, most of what a refusal costs in Ruby.
-    def attempt(pool_name, tenant_name, units: 1, hold_ms: 0)
+    # +queued_us+: how long the request waited in the server's own queue, when known
+    # (see note_queue); an over-share refusal's retry_after_ms is then stretched by it.
+    def attempt(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil)
       Fairshm.check_request(units, hold_ms)
       p = @pools[pool_name] || pool(pool_name)
       t = @tenants[tenant_name] || tenant(tenant_name)
       lease, refusal = Fairshm.buffers
-      rc = Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
+      rc = if queued_us.nil?
+             Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
+           else
+             Fairshm.check_int("queued_us", queued_us, U64_MAX)
+             Native::TRY_ACQUIRE_QUEUED.call(@handle, p, t, units, hold_ms, queued_us, lease, refusal)
+           end
       return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
 
       refused_or_raise(rc, refusal, pool_name, tenant_name)

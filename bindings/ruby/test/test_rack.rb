@@ -10,6 +10,43 @@ class TestRack < Minitest::Test
                                 table: @table, pool: "requests", tenant: ->(env) { env["HTTP_X_TENANT"] })
   end
 
+  def test_queued_us_reads_the_stamps_front_proxies_send
+    now = 1_700_000_000_000_000
+    ["t=1699999999.970", "1699999999.970", "t=1699999999970", "t=1699999999970000",
+     " t=1699999999970 "].each do |stamp|
+      assert_in_delta 30_000, Fairshm::RackMiddleware.queued_us(stamp, now), 1, stamp
+    end
+    assert_equal 0, Fairshm::RackMiddleware.queued_us("t=1700000001.5", now)
+    [nil, "", "t=", "soon", "t=0", "-5", "NaN", "Infinity", "t=1600000000"].each do |bad|
+      assert_nil Fairshm::RackMiddleware.queued_us(bad, now), bad.inspect
+    end
+  end
+
+  def test_a_long_wait_in_the_server_queue_stretches_an_over_share_hint
+    stamp = ->(ms_ago) { format("t=%.6f", Time.now.to_f - ms_ago / 1000.0) }
+    mw = app
+    bodies = Array.new(4) { mw.call("HTTP_X_TENANT" => "acme", "HTTP_X_REQUEST_START" => stamp.call(0))[2] }
+    status, _, body = mw.call("HTTP_X_TENANT" => "acme", "HTTP_X_REQUEST_START" => stamp.call(30))
+    assert_equal 429, status
+    why = JSON.parse(body.join)["explanation"]
+    assert_includes why, "server's queue"
+    assert_includes why, "8.00x"
+    got = @table.attempt("requests", "acme", queued_us: 30_000)
+    assert_equal 800, got.queue_stretch_pct
+    assert_operator got.server_queue_us, :>=, 29_000
+    off = Fairshm::RackMiddleware.new(->(_env) { [200, {}, ["ok"]] }, table: @table, pool: "requests",
+                                                                     tenant: ->(_env) { "acme" }, queue_header: false)
+    [[mw, { "HTTP_X_TENANT" => "acme" }], [off, { "HTTP_X_REQUEST_START" => stamp.call(30) }]].each do |m, env|
+      status, _, body = m.call(env)
+      assert_equal 429, status
+      refute_includes JSON.parse(body.join)["explanation"], "server's queue"
+    end
+    assert_raises(ArgumentError) { @table.note_queue("requests", -1) }
+    @table.note_queue("requests", 500)
+    bodies.each(&:close)
+    assert_equal 0, in_use
+  end
+
   def test_holds_until_close_and_answers_429_with_retry_after
     mw = app
     bodies = Array.new(4) do

@@ -48,6 +48,8 @@ module Fairshm
     TRY_ACQUIRE = fn("fairshm_try_acquire", [P, U32, U32, U32, U64, P, P], I32)
     ACQUIRE = fn("fairshm_acquire", [P, U32, U32, U32, U64, U64, U32, P, P, P], I32, need_gvl: false)
     RELEASE = fn("fairshm_release", [P, U64], I32)
+    NOTE_QUEUE = fn("fairshm_note_queue", [P, U32, U64], I32)
+    TRY_ACQUIRE_QUEUED = fn("fairshm_try_acquire_queued", [P, U32, U32, U32, U64, U64, P, P], I32)
     BEGIN_CALL = fn("fairshm_begin_call", [P, U64, U64], I32)
     END_CALL = fn("fairshm_end_call", [P, U64, U64], I32)
     RESIDENT_STATUS = fn("fairshm_resident_status", [P, U64, P], I32)
@@ -91,13 +93,14 @@ module Fairshm
 
     # fairshm_refusal: reason, rule, units, queued, retry_after_ms, in_use, held,
     # capacity, floor, weight, short_units, active_weight, waited_ms, pool, tenant,
-    # interval_us.
-    REFUSAL_SIZE = 80
-    REFUSAL_PACK = "L4QL6QQL2Q"
+    # interval_us, queue_stretch_pct, server_queue_us.
+    REFUSAL_SIZE = 88
+    REFUSAL_PACK = "L4QL6QQL2QL2"
     # Byte offset of retry_after_ms in REFUSAL_PACK (after its four u32s); reason is at 0.
     REFUSAL_RETRY_AFTER_AT = 16
     REFUSAL_FIELDS = %i[reason rule units queued retry_after_ms in_use held capacity floor weight
-                        short_units active_weight waited_ms pool tenant interval_us].freeze
+                        short_units active_weight waited_ms pool tenant interval_us
+                        queue_stretch_pct server_queue_us].freeze
 
     def self.last_error
       LAST_ERROR.call.to_s.force_encoding(Encoding::UTF_8)

@@ -13,8 +13,16 @@ module Fairshm
   #       tenant: ->(env) { env["HTTP_X_TENANT"] }
   #
   # +tenant+ maps a request's env to its tenant's name; nil lets it through unlimited.
+  # Behind a front proxy that stamps X-Request-Start (nginx:
+  # proxy_set_header X-Request-Start "t=${msec}";), each request's wait in the
+  # server's queue is passed to the table (Table#note_queue): a standing queue makes
+  # an over-share tenant's hints longer. +queue_header: false+ ignores the header
+  # (leave it on only behind a proxy that sets it itself).
   class RackMiddleware
-    def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0)
+    # A wait longer than this is not a queue but a wrong stamp (or clocks far apart).
+    MAX_QUEUED_US = 60_000_000
+
+    def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0, queue_header: true)
       # A wrong number is a configuration error, found at start-up, not per request.
       Fairshm.check_request(units, hold_ms)
       @app = app
@@ -23,13 +31,19 @@ module Fairshm
       @tenant = tenant
       @units = units
       @hold_ms = hold_ms
+      @queue_header = queue_header
     end
 
     def call(env)
       name = @tenant.call(env)
-      return @app.call(env) if name.nil?
+      stamp = env["HTTP_X_REQUEST_START"] if @queue_header
+      q = stamp ? RackMiddleware.queued_us(stamp) : nil
+      if name.nil?
+        @table.note_queue(@pool, q) if q
+        return @app.call(env)
+      end
 
-      lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms)
+      lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms, queued_us: q)
       # Returned, not raised: no backtrace is captured for a 429.
       return RackMiddleware.refused(lease) if lease.is_a?(Refused)
 
@@ -40,6 +54,28 @@ module Fairshm
         raise
       end
       [status, headers, ReleasingBody.new(body, lease)]
+    end
+
+    # How long a request waited in the server's queue, in microseconds, from the value
+    # of its X-Request-Start header (+now_us+: the wall clock in microseconds), or nil
+    # when the value is not a stamp. Takes the forms front proxies send, with or
+    # without "t=": seconds with a fraction (nginx's t=${msec}) and whole seconds,
+    # milliseconds (Heroku) or microseconds (Apache's %t), told apart by their size. A
+    # stamp ahead of the clock waited 0; one more than a minute behind is not a stamp.
+    def self.queued_us(value, now_us = Process.clock_gettime(Process::CLOCK_REALTIME, :microsecond))
+      v = value.to_s.strip
+      v = v[2..] if v.start_with?("t=")
+      x = Float(v, exception: false)
+      return nil if x.nil? || !x.finite? || x <= 0
+
+      start = if x > 1e15 then x
+              elsif x > 1e12 then x * 1e3
+              else x * 1e6
+              end
+      waited = now_us - start
+      return nil if waited > MAX_QUEUED_US
+
+      [waited.to_i, 0].max
     end
 
     def self.refused(refused)
