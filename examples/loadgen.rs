@@ -13,9 +13,15 @@
 //! Built with `cargo build --release --features internals --example loadgen`.
 //!
 //! Prints one JSON object per tenant on stdout: attempts, 200s, 429s, errors, the
-//! latency percentiles in ms, and the percentiles of the server queue: per attempt, from
+//! latency percentiles in ms (of the requests served, and of those refused and not yet
+//! served when the run ended, `unfinished`, at what they had waited by then), and the percentiles of the server queue: per attempt, from
 //! its send to when the app says it reached it (`X-Entered-Ns`, CLOCK_MONOTONIC: the
 //! servers run on this host), so what a request waited before any middleware ran.
+//!
+//! Every attempt carries `X-Request-Start: t=SECONDS.MICROS` (the wall clock when it was
+//! sent), as a front proxy such as nginx stamps it, so that the middleware can tell the
+//! library how long it waited in the server's queue; `LOADGEN_REQUEST_START=0` leaves
+//! it out.
 //!
 //! With `LOADGEN_TRACE` set, also prints every answered attempt on stderr once the run
 //! is over, one line each, `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US`
@@ -41,6 +47,9 @@ struct Tally {
     errors: u64,
     hint_ms_total: u64,
     latencies_us: Vec<u64>,
+    /// Requests refused and not yet served when the run ended (their latency so far is
+    /// in `latencies_us` too: a lower bound).
+    unfinished: u64,
     /// Attempts each served request took.
     tries: Vec<u32>,
     /// Each answered attempt's wait in the server's queue, µs.
@@ -67,13 +76,27 @@ struct Answer {
     entered_ns: Option<u64>,
 }
 
-fn attempt(addr: &str, tenant: &str) -> std::io::Result<Answer> {
+fn attempt(addr: &str, tenant: &str, stamp: bool) -> std::io::Result<Answer> {
+    // As a front proxy does when it takes a request in (nginx: `proxy_set_header
+    // X-Request-Start "t=${msec}"`), in µs: the wall clock, which the app reads too.
+    let start = if stamp {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!(
+            "X-Request-Start: t={}.{:06}\r\n",
+            t.as_secs(),
+            t.subsec_micros()
+        )
+    } else {
+        String::new()
+    };
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     s.set_nodelay(true)?;
     write!(
         s,
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nX-Tenant: {tenant}\r\nConnection: close\r\n\r\n"
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nX-Tenant: {tenant}\r\n{start}Connection: close\r\n\r\n"
     )?;
     let mut buf = Vec::with_capacity(1024);
     s.read_to_end(&mut buf)?;
@@ -112,12 +135,19 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
         loop {
             tries += 1;
             if stop.load(Ordering::Relaxed) {
+                if tries > 1 {
+                    // Refused and not served by the end: what it has waited so far is
+                    // a lower bound of its latency, which leaving it out would hide
+                    // (the longer its hints, the likelier a request is cut off).
+                    t.unfinished += 1;
+                    t.latencies_us.push(start.elapsed().as_micros() as u64);
+                }
                 return t;
             }
             t.attempts += 1;
             // The library's clock: CLOCK_MONOTONIC, the one the apps stamp with.
             let sent = fairshm::clock::now_ns();
-            let answer = attempt(&addr, &tenant);
+            let answer = attempt(&addr, &tenant, stamped());
             let queued = match answer {
                 Ok(Answer {
                     entered_ns: Some(e),
@@ -161,6 +191,13 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
         }
     }
     t
+}
+
+/// Whether attempts carry `X-Request-Start`, as behind a front proxy: unless
+/// `LOADGEN_REQUEST_START=0` (read once).
+fn stamped() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("LOADGEN_REQUEST_START").is_none_or(|v| v != "0"))
 }
 
 /// Whether `LOADGEN_TRACE` asks for a line per answered attempt (read once).
@@ -229,6 +266,7 @@ fn main() {
             all.errors += t.errors;
             all.hint_ms_total += t.hint_ms_total;
             all.latencies_us.extend(t.latencies_us);
+            all.unfinished += t.unfinished;
             all.tries.extend(t.tries);
             all.queued_us.extend(t.queued_us);
         }
@@ -246,7 +284,7 @@ fn main() {
             "{{\"tenant\":\"{name}\",\"connections\":{n},\"mode\":\"{mode}\",\"seconds\":{secs},\
              \"attempts\":{},\"ok\":{},\"refused\":{},\"errors\":{},\"mean_hint_ms\":{:.1},\
              \"p50_ms\":{:.2},\"p90_ms\":{:.2},\"p99_ms\":{:.2},\"max_ms\":{:.2},\
-             \"served_first_try\":{first_try},\"tries_p99\":{tries_p99},\
+             \"unfinished\":{},\"served_first_try\":{first_try},\"tries_p99\":{tries_p99},\
              \"stamped\":{},\"queue_p50_ms\":{:.2},\"queue_p99_ms\":{:.2}}}",
             all.attempts,
             all.ok,
@@ -257,6 +295,7 @@ fn main() {
             pct(l, 0.90),
             pct(l, 0.99),
             pct(l, 1.0),
+            all.unfinished,
             all.queued_us.len(),
             pct(&all.queued_us, 0.50),
             pct(&all.queued_us, 0.99),
