@@ -139,7 +139,7 @@ pub fn turn_ms(queued: u32, interval_us: u64) -> u64 {
 }
 
 /// A hash of a turn (SplitMix64's finaliser): the jitter's source.
-fn spread(x: u64) -> u64 {
+pub fn spread(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

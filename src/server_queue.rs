@@ -21,8 +21,9 @@
 //! while the hints already given run out multiplies it again); one under a quarter of
 //! the target takes 1/32 off, and so does each window that saw no request at all; in
 //! between, it stays. The stretch multiplies the hint of an over-share refusal (at most
-//! [`MAX_STRETCH`] times, and never past `retry::MAX_HINT_MS`): its waiting clients
-//! then come back that much less often, and the retries the server answers with a 429
+//! [`MAX_STRETCH`] times), which then gets a jitter of up to half of it, and never past
+//! [`MAX_STRETCHED_MS`] ([`stretched_hint`]): its waiting clients then come back that
+//! much less often, and not together, and the retries the server answers with a 429
 //! fall by as much. It eases slowly: a stretch that eased too far lets a queue stand
 //! again, which the light tenant waits in. A tenant under its share is never stretched:
 //! it gets in as soon as anything is released (seed 000).
@@ -44,6 +45,11 @@ pub const UNKNOWN: u32 = u32::MAX;
 pub const ONE: u32 = 16;
 /// The most the stretch multiplies a turn interval by (in sixteenths).
 pub const MAX_STRETCH: u32 = 256 * ONE;
+/// The longest hint a stretch gives, ms. A standing queue drains in well under a
+/// second once the retries stay away; a client told to stay away longer gains the
+/// others nothing and waits for nothing (the turn clock's own hints, which count the
+/// tenant's backlog, may be longer, and are left so).
+pub const MAX_STRETCHED_MS: u64 = 1_000;
 /// The most one window multiplies the stretch by.
 const MAX_STEP: u32 = 8;
 /// At most this many windows without a request are decayed at once (more change
@@ -145,6 +151,18 @@ pub fn step(standing_us: u32) -> u32 {
 /// A turn interval stretched by `s` (sixteenths), saturating.
 pub fn stretched(interval_us: u64, s: u32) -> u64 {
     interval_us.saturating_mul(s.max(ONE) as u64) / ONE as u64
+}
+
+/// An over-share hint of `hint_ms` stretched by `s` (sixteenths), with a jitter of up
+/// to half of it (a hash of the turn `turn_at_us`), and at most [`MAX_STRETCHED_MS`]
+/// (a hint already longer is left as it is). Refusals given at about one instant with
+/// about one turn (a tenant's clients that arrived together, before its turn clock
+/// built a backlog) would otherwise come back together, the stretch later, into the
+/// queue the stretch was to keep clear.
+pub fn stretched_hint(hint_ms: u64, s: u32, turn_at_us: u64) -> u64 {
+    let h = stretched(hint_ms, s).min(MAX_STRETCHED_MS * 2 / 3);
+    let jitter = crate::retry::spread(turn_at_us ^ 0x5EED) % (h / 2 + 1);
+    (h + jitter).min(MAX_STRETCHED_MS).max(hint_ms)
 }
 
 /// Notes that a request of pool `p` waited `queued_us` in the server's queue before it
@@ -329,6 +347,25 @@ mod tests {
             n += 1;
         }
         assert!((150..=200).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn a_stretched_hint_is_spread_over_half_of_it() {
+        let hints: Vec<u64> = (0..1_000u64)
+            .map(|turn| stretched_hint(3, 32 * ONE, 1_000_000 + turn))
+            .collect();
+        // 3 ms x 32 = 96 ms, plus up to 48.
+        assert!(hints.iter().all(|h| (96..=144).contains(h)), "{hints:?}");
+        let spread = hints.iter().max().unwrap() - hints.iter().min().unwrap();
+        assert!(spread >= 40, "turns given together come back spread: {spread} ms");
+        assert_eq!(stretched_hint(3, ONE, 7), 3 + crate::retry::spread(7 ^ 0x5EED) % 2);
+        // At most a second, spread below it; a longer hint is left as it was.
+        let long: Vec<u64> = (0..1_000u64)
+            .map(|turn| stretched_hint(40, MAX_STRETCH, turn))
+            .collect();
+        assert!(long.iter().all(|h| (666..=MAX_STRETCHED_MS).contains(h)));
+        assert!(long.iter().max().unwrap() - long.iter().min().unwrap() >= 200);
+        assert_eq!(stretched_hint(5_000, MAX_STRETCH, 1), 5_000);
     }
 
     #[test]

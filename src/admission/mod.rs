@@ -279,7 +279,7 @@ pub fn try_acquire<R: Region>(
                 (server_queue::ONE, 0)
             };
             if stretch > server_queue::ONE {
-                hint = server_queue::stretched(hint, stretch).min(retry::MAX_HINT_MS);
+                hint = server_queue::stretched_hint(hint, stretch, turn.turn_at_us);
             }
             // Over its share, the tenant's share grows when another leaves the active
             // set: not before `set_changes_at`, and then only if the tenant whose
