@@ -43,7 +43,7 @@ pub const TARGET_US: u32 = 1_000;
 pub const UNKNOWN: u32 = u32::MAX;
 /// A stretch of 1 (the unit of the stretch word: sixteenths).
 pub const ONE: u32 = 16;
-/// The most the stretch multiplies a turn interval by (in sixteenths).
+/// The most the stretch multiplies a hint by (in sixteenths).
 pub const MAX_STRETCH: u32 = 256 * ONE;
 /// The longest hint a stretch gives, ms. A standing queue drains in well under a
 /// second once the retries stay away; a client told to stay away longer gains the
@@ -150,9 +150,9 @@ pub fn step(standing_us: u32) -> u32 {
     }
 }
 
-/// A turn interval stretched by `s` (sixteenths), saturating.
-pub fn stretched(interval_us: u64, s: u32) -> u64 {
-    interval_us.saturating_mul(s.max(ONE) as u64) / ONE as u64
+/// A hint (or any duration) stretched by `s` (sixteenths), saturating.
+pub fn stretched(hint: u64, s: u32) -> u64 {
+    hint.saturating_mul(s.max(ONE) as u64) / ONE as u64
 }
 
 /// An over-share hint of `hint_ms` stretched by `s` (sixteenths), with a jitter of up
@@ -371,7 +371,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stretch_multiplies_the_interval() {
+    fn a_stretch_multiplies_the_hint() {
         assert_eq!(stretched(500, ONE), 500);
         assert_eq!(stretched(500, 0), 500);
         assert_eq!(stretched(500, 40), 1_250);

@@ -62,8 +62,8 @@ pub struct PoolSnap {
     pub grants: u64,
     pub refusals: u64,
     /// The server's queue, from the waits the middlewares noted (`Table::note_queue`):
-    /// the standing queue of the last closed window over its base (µs), and how far
-    /// apart it spreads an over-share tenant's turns now, in percent (100: not at all).
+    /// the standing queue of the last closed window over its base (µs), and how far it
+    /// stretches an over-share tenant's hint now, in percent (100: not at all).
     pub server_queue_us: u32,
     pub queue_stretch_pct: u32,
     /// The residents of an `evict` pool (`None` for a pool that refuses).

@@ -23,17 +23,12 @@ impl Engine {
 
     /// Notes that a request of `pool` waited `queued_us` in the server's own queue before
     /// it reached the application, at `now` (ms): what the front proxy's
-    /// `X-Request-Start` says. While such waits show a standing queue, the turns of a
-    /// tenant over its share are spread further apart (see `server_queue`), so that its
-    /// retries stay out of that queue. Cheap when nothing changes: a load.
+    /// `X-Request-Start` says. While such waits show a standing queue, the hint of a
+    /// tenant over its share is stretched (see `server_queue`), so that its retries stay
+    /// out of that queue. Cheap when nothing changes: a load.
     pub fn note_queue(&self, pool: PoolId, queued_us: u64, now: u64) -> Result<()> {
         self.writable("noting the server's queue")?;
-        if pool.index() >= self.seg.geometry().pools {
-            return Err(Error::InvalidRequest(format!(
-                "pool handle {} is not of this table",
-                pool.index()
-            )));
-        }
+        self.check_pool_handle(pool)?;
         crate::server_queue::note(self.seg.pool(pool.index()), queued_us, now.max(1));
         Ok(())
     }
@@ -55,6 +50,16 @@ impl Engine {
             units,
             now.max(1),
         ))
+    }
+
+    pub(super) fn check_pool_handle(&self, pool: PoolId) -> Result<()> {
+        if pool.index() >= self.seg.geometry().pools {
+            return Err(Error::InvalidRequest(format!(
+                "pool handle {} is not of this table",
+                pool.index()
+            )));
+        }
+        Ok(())
     }
 
     pub(super) fn check_tenant_handle(&self, tenant: TenantId) -> Result<()> {
