@@ -161,8 +161,9 @@ typedef struct {
   uint32_t tenant;
   // How often a turn of this tenant's comes, in µs (the retry-after's estimate).
   uint64_t interval_us;
-  // How far apart the server's standing queue spread the turns of a tenant over its
-  // share, in percent (100: not at all), and that queue, µs (`fairshm_note_queue`).
+  // How far the server's queue stretched the hint of a tenant over its share, in
+  // percent (100: not at all), and that queue, µs: the last window's mean wait over
+  // its usual (`fairshm_note_queue`).
   uint32_t queue_stretch_pct;
   uint32_t server_queue_us;
 } fairshm_refusal;
@@ -290,7 +291,7 @@ int32_t fairshm_try_acquire_queued(const fairshm_table *t,
 
 // Notes that a request for `pool` waited `queued_us` in the server's own queue (from
 // the front proxy's `X-Request-Start` to the application): while such waits show a
-// standing queue, a tenant over its share is told to come back later, so its retries
+// queue, a tenant over its share is told to come back later, so its retries
 // stay out of that queue. `FAIRSHM_OK`, or a negative error.
 //
 // # Safety

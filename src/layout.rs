@@ -139,9 +139,12 @@ pub struct PoolRec {
     /// The base of the waits: the least seen, rising slowly (µs; from 0).
     pub queue_base: AtomicU64,
     /// The stretch of over-share turns (sixteenths, low half; 0 reads as 1) and the
-    /// standing queue of the last closed window (µs, high half).
+    /// queue of the last closed window: its mean wait over the base (µs, high half).
     pub queue_stretch: AtomicU64,
-    pub reserved: [AtomicU64; 6],
+    /// The waits noted in the current window: their count (high 24 bits) and their
+    /// sum (µs, each at most `server_queue::MAX_SAMPLE_US`; low 40 bits).
+    pub queue_sum: AtomicU64,
+    pub reserved: [AtomicU64; 5],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -481,7 +484,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         created_unix_ms, creator_pid, n_regions, registry, reserved32, reserved, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
-        waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch,
+        waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch, queue_sum,
         reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,

@@ -124,9 +124,9 @@ pub struct Refused {
     /// that turn over for it (its own if over its share, the pool's if not), over its
     /// share stretched by its refusals per grant, at most twice (see `retry`).
     pub interval_us: u32,
-    /// How far the server's standing queue stretched the hint of a tenant over its
+    /// How far the server's queue stretched the hint of a tenant over its
     /// share, in percent (100: not at all; see `Table::note_queue`), and that queue: the
-    /// least wait in the server's queue over the last window, beyond its usual, µs.
+    /// mean wait in the server's queue over the last window, beyond its usual, µs.
     pub queue_stretch_pct: u32,
     pub server_queue_us: u32,
 }

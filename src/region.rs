@@ -100,6 +100,7 @@ impl HeapRegion {
                     queue_window: a64(),
                     queue_base: a64(),
                     queue_stretch: a64(),
+                    queue_sum: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),

@@ -62,7 +62,7 @@ pub struct PoolSnap {
     pub grants: u64,
     pub refusals: u64,
     /// The server's queue, from the waits the middlewares noted (`Table::note_queue`):
-    /// the standing queue of the last closed window over its base (µs), and how far it
+    /// the last closed window's queue, its mean wait over the base (µs), and how far it
     /// stretches an over-share tenant's hint now, in percent (100: not at all).
     pub server_queue_us: u32,
     pub queue_stretch_pct: u32,

@@ -301,7 +301,7 @@ impl Table {
 
     /// Notes that a request for `pool` waited `queued_us` in the server's own queue
     /// (from the front proxy's `X-Request-Start` to the application) before it asked:
-    /// while such waits show a standing queue, a tenant over its share is told to come
+    /// while such waits show a queue, a tenant over its share is told to come
     /// back later, so that its retries stay out of that queue (see "Retry-after" in
     /// `shm-layout.md`). The middlewares call it for every request that carries the
     /// header.

@@ -390,8 +390,8 @@ fn first_hint(name: &str, notes: &[(u64, u64)], queued: Option<u64>, now: u64) -
     }
 }
 
-/// A standing queue in the server (a window whose least wait is over 1 ms) stretches
-/// an over-share tenant's hint by 1 + that queue in whole ms (at most 8 a window),
+/// A queue in the server (a window whose mean wait is over 1 ms past the base)
+/// stretches an over-share tenant's hint by 1 + that queue in whole ms (at most 8 a window),
 /// never a tenant under its share; clear windows ease it.
 #[test]
 fn a_standing_server_queue_stretches_over_share_hints() {
@@ -401,11 +401,12 @@ fn a_standing_server_queue_stretches_over_share_hints() {
         (Reason::OverShare, 100)
     );
     // A window of 25 ms whose every request waited 30 ms: the base starts at 0 and
-    // takes in 1/64 of it (469 µs), the standing queue is the rest, the stretch 8.
+    // takes in 1/64 of its least (469 µs); the queue is the window's mean (each wait
+    // counted at most 8 ms) over the base, the stretch 8.
     let notes = [(30_000, 1_020), (31_000, 1_030), (30_000, 1_045)];
     let r = first_hint("queue-standing", &notes, None, 1_045);
     assert_eq!(r.queue_stretch_pct, 800, "{r:?}");
-    assert_eq!(r.server_queue_us, 30_000 - 469);
+    assert_eq!(r.server_queue_us, 8_000 - 469);
     // The same turn, 8x the hint, and a jitter of up to half of that.
     let h = plain.retry_after_ms;
     assert!(

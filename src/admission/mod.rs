@@ -79,7 +79,7 @@ pub struct RefusalFacts {
     pub queued: u32,
     /// The interval between the tenant's turns, µs.
     pub interval_us: u32,
-    /// How far the server's standing queue stretched an over-share tenant's hint
+    /// How far the server's queue stretched an over-share tenant's hint
     /// (sixteenths: 16 is not at all; see `server_queue`), and that queue, µs.
     pub queue_stretch: u32,
     pub standing_us: u32,

@@ -23,7 +23,7 @@ impl Engine {
 
     /// Notes that a request of `pool` waited `queued_us` in the server's own queue before
     /// it reached the application, at `now` (ms): what the front proxy's
-    /// `X-Request-Start` says. While such waits show a standing queue, the hint of a
+    /// `X-Request-Start` says. While such waits show a queue, the hint of a
     /// tenant over its share is stretched (see `server_queue`), so that its retries stay
     /// out of that queue. Cheap when nothing changes: a load.
     pub fn note_queue(&self, pool: PoolId, queued_us: u64, now: u64) -> Result<()> {

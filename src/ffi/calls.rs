@@ -240,7 +240,7 @@ unsafe fn try_acquire(
 
 /// Notes that a request for `pool` waited `queued_us` in the server's own queue (from
 /// the front proxy's `X-Request-Start` to the application): while such waits show a
-/// standing queue, a tenant over its share is told to come back later, so its retries
+/// queue, a tenant over its share is told to come back later, so its retries
 /// stay out of that queue. `FAIRSHM_OK`, or a negative error.
 ///
 /// # Safety

@@ -45,8 +45,9 @@ pub struct fairshm_refusal {
     pub tenant: u32,
     /// How often a turn of this tenant's comes, in µs (the retry-after's estimate).
     pub interval_us: u64,
-    /// How far apart the server's standing queue spread the turns of a tenant over its
-    /// share, in percent (100: not at all), and that queue, µs (`fairshm_note_queue`).
+    /// How far the server's queue stretched the hint of a tenant over its share, in
+    /// percent (100: not at all), and that queue, µs: the last window's mean wait over
+    /// its usual (`fairshm_note_queue`).
     pub queue_stretch_pct: u32,
     pub server_queue_us: u32,
 }

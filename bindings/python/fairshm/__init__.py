@@ -157,7 +157,7 @@ class Refused(Exception):
         # The numbers behind the refusal: units, in_use, held, capacity, floor, weight,
         # active_weight, short_units, waited_ms; and the estimate behind the retry-after:
         # queued (the tenant's refused requests with turns ahead), interval_us, and how
-        # far the server's standing queue spread the turns: queue_stretch_pct (100: not
+        # far the server's queue stretched the hint: queue_stretch_pct (100: not
         # at all) and server_queue_us (see Table.note_queue).
         facts = self.__dict__.get("_facts")
         if facts is not None and name in _FACT_NAMES:
