@@ -460,7 +460,7 @@ class Table:
     def note_queue(self, pool, queued_us):
         """Notes that a request for ``pool`` waited ``queued_us`` microseconds in the
         server's own queue (from the front proxy's ``X-Request-Start`` to the app):
-        while such waits show a standing queue, a tenant over its share is told to come
+        while such waits show a queue, a tenant over its share is told to come
         back later, so that its retries stay out of that queue. The middlewares call it
         for every request that carries the header."""
         _check("queued_us", queued_us, _U64)

@@ -7,7 +7,7 @@
 ``tenant`` maps a request to its tenant's name; ``None`` lets the request through
 unlimited. A refused request gets 429 with ``Retry-After``. Behind a front proxy that
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
-table (``Table.note_queue``): a standing queue makes an over-share tenant's hints longer. The permit is released when
+table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when
 the server closes the response (``close()``, which PEP 3333 requires even of a streamed
 body), or at once if the application raises.
 """

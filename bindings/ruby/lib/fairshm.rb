@@ -373,7 +373,7 @@ module Fairshm
 
     # Notes that a request for +pool_name+ waited +queued_us+ microseconds in the
     # server's own queue (from the front proxy's X-Request-Start to the app): while
-    # such waits show a standing queue, a tenant over its share is told to come back
+    # such waits show a queue, a tenant over its share is told to come back
     # later, so that its retries stay out of that queue. The Rack middleware calls it
     # for every request that carries the header.
     def note_queue(pool_name, queued_us)

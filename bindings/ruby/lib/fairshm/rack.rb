@@ -15,7 +15,7 @@ module Fairshm
   # +tenant+ maps a request's env to its tenant's name; nil lets it through unlimited.
   # Behind a front proxy that stamps X-Request-Start (nginx:
   # proxy_set_header X-Request-Start "t=${msec}";), each request's wait in the
-  # server's queue is passed to the table (Table#note_queue): a standing queue makes
+  # server's queue is passed to the table (Table#note_queue): a queue there makes
   # an over-share tenant's hints longer. +queue_header: false+ ignores the header
   # (leave it on only behind a proxy that sets it itself).
   class RackMiddleware
