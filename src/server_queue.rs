@@ -119,9 +119,9 @@ pub fn next_base(base: u64, least: u32) -> u64 {
     next as u64
 }
 
-/// The stretch after a window whose queue (mean wait over the base) was `queue_us`, with `windows`
-/// passed since it started (those after the first saw no request: each takes 1/128
-/// off too). `s` in sixteenths; 0 reads as 1.
+/// The stretch after a window whose queue (mean wait over the base) was `queue_us`,
+/// with `windows` passed since it started (those after the first saw no request: each
+/// takes 1/128 off too). `s` in sixteenths; 0 reads as 1.
 pub fn next_stretch(s: u32, queue_us: u32, windows: u64) -> u32 {
     let s = s.max(ONE);
     let s = if queue_us > TARGET_US {

@@ -25,7 +25,7 @@ impl Engine {
     /// it reached the application, at `now` (ms): what the front proxy's
     /// `X-Request-Start` says. While such waits show a queue, the hint of a
     /// tenant over its share is stretched (see `server_queue`), so that its retries stay
-    /// out of that queue. Cheap when nothing changes: a load.
+    /// out of that queue. Cheap: a load and an add (Relaxed) on the pool's queue words.
     pub fn note_queue(&self, pool: PoolId, queued_us: u64, now: u64) -> Result<()> {
         self.writable("noting the server's queue")?;
         self.check_pool_handle(pool)?;
