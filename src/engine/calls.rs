@@ -53,23 +53,11 @@ impl Engine {
     }
 
     pub(super) fn check_pool_handle(&self, pool: PoolId) -> Result<()> {
-        if pool.index() >= self.seg.geometry().pools {
-            return Err(Error::InvalidRequest(format!(
-                "pool handle {} is not of this table",
-                pool.index()
-            )));
-        }
-        Ok(())
+        check_handle("pool", pool.index(), self.seg.geometry().pools)
     }
 
     pub(super) fn check_tenant_handle(&self, tenant: TenantId) -> Result<()> {
-        if tenant.index() >= self.seg.geometry().tenants {
-            return Err(Error::InvalidRequest(format!(
-                "tenant handle {} is not of this table",
-                tenant.index()
-            )));
-        }
-        Ok(())
+        check_handle("tenant", tenant.index(), self.seg.geometry().tenants)
     }
 
     /// The refusal of an acquire that `tenant`'s rates refused (`l`).
@@ -151,4 +139,14 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// A `what` handle of index `index` is of a table with `count` of them.
+fn check_handle(what: &str, index: usize, count: usize) -> Result<()> {
+    if index >= count {
+        return Err(Error::InvalidRequest(format!(
+            "{what} handle {index} is not of this table"
+        )));
+    }
+    Ok(())
 }
