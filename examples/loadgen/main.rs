@@ -6,7 +6,9 @@
 //! refused (429) attempt is retried per the tenant's mode:
 //! - `polite`: waits what the response asks (`Retry-After-Ms`, else `Retry-After`
 //!   seconds), as a client that honours `Retry-After` does;
-//! - `eager`: retries at once, as wrk or hey do.
+//! - `eager`: retries at once, as wrk or hey do;
+//! - `fifo`: the whole tenant pauses for each hint, keeps its requests in one
+//!   first-in-first-out queue and adapts how many it has in flight (see `fifo.rs`).
 //!
 //!   loadgen ADDR SECONDS TENANT:CONNECTIONS:MODE...
 //!
@@ -38,6 +40,19 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+mod fifo;
+
+/// How a tenant's connections retry a 429.
+#[derive(Clone)]
+enum Mode {
+    /// Each connection waits its own hint.
+    Polite,
+    /// Retries at once.
+    Eager,
+    /// Through the tenant's gate (`fifo.rs`).
+    Fifo(Arc<fifo::Fifo>),
+}
 
 #[derive(Default)]
 struct Tally {
@@ -127,15 +142,32 @@ fn attempt(addr: &str, tenant: &str, stamp: bool) -> std::io::Result<Answer> {
     })
 }
 
-fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>) -> Tally {
+fn connection(
+    addr: String,
+    tenant: String,
+    mode: Mode,
+    conn: usize,
+    stop: Arc<AtomicBool>,
+) -> Tally {
     let mut t = Tally::default();
     while !stop.load(Ordering::Relaxed) {
         let start = Instant::now();
         let mut tries = 0;
         loop {
             tries += 1;
-            if stop.load(Ordering::Relaxed) {
-                if tries > 1 {
+            let gated = match &mode {
+                Mode::Fifo(g) => !g.enter(start, conn, &stop),
+                _ => false,
+            };
+            if stop.load(Ordering::Relaxed) || gated {
+                if let (Mode::Fifo(g), false) = (&mode, gated) {
+                    // Let go just as the run ended: not sent, so give the slot back.
+                    g.done(None, None);
+                }
+                // In the tenant's queue, a request waits from when it was made.
+                let waited =
+                    matches!(mode, Mode::Fifo(_)) && start.elapsed() >= Duration::from_millis(1);
+                if tries > 1 || waited {
                     // Refused and not served by the end: what it has waited so far is
                     // a lower bound of its latency, which leaving it out would hide
                     // (the longer its hints, the likelier a request is cut off).
@@ -168,6 +200,10 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
                     queued_us: queued,
                 });
             }
+            if let Mode::Fifo(g) = &mode {
+                let a = answer.as_ref().ok();
+                g.done(a.map(|a| a.status), a.and_then(|a| a.hint_ms));
+            }
             match answer.map(|a| (a.status, a.hint_ms)) {
                 Ok((200, _)) => {
                     t.ok += 1;
@@ -177,10 +213,15 @@ fn connection(addr: String, tenant: String, polite: bool, stop: Arc<AtomicBool>)
                 }
                 Ok((429, hint)) => {
                     t.refused += 1;
-                    if polite {
-                        let ms = hint.unwrap_or(1000);
-                        t.hint_ms_total += ms;
-                        std::thread::sleep(Duration::from_millis(ms));
+                    let ms = hint.unwrap_or(1000);
+                    match mode {
+                        Mode::Polite => {
+                            t.hint_ms_total += ms;
+                            std::thread::sleep(Duration::from_millis(ms));
+                        }
+                        // The gate holds the whole tenant back (`Fifo::done`).
+                        Mode::Fifo(_) => t.hint_ms_total += ms,
+                        Mode::Eager => {}
                     }
                 }
                 _ => {
@@ -217,7 +258,7 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
-        eprintln!("usage: loadgen ADDR SECONDS TENANT:CONNECTIONS:polite|eager...");
+        eprintln!("usage: loadgen ADDR SECONDS TENANT:CONNECTIONS:polite|eager|fifo...");
         std::process::exit(2);
     }
     let addr = args[0].clone();
@@ -230,15 +271,21 @@ fn main() {
             panic!("tenant spec {spec:?} is not NAME:CONNECTIONS:MODE");
         };
         let n: usize = n.parse().expect("CONNECTIONS is a number");
-        let polite = match mode {
-            "polite" => true,
-            "eager" => false,
-            m => panic!("mode {m:?} is not polite or eager"),
+        let how = match mode {
+            "polite" => Mode::Polite,
+            "eager" => Mode::Eager,
+            "fifo" => Mode::Fifo(Arc::default()),
+            m => panic!("mode {m:?} is not polite, eager or fifo"),
         };
         let threads: Vec<_> = (0..n)
-            .map(|_| {
-                let (a, t, s) = (addr.clone(), name.to_owned(), Arc::clone(&stop));
-                std::thread::spawn(move || connection(a, t, polite, s))
+            .map(|conn| {
+                let (a, t, s, m) = (
+                    addr.clone(),
+                    name.to_owned(),
+                    Arc::clone(&stop),
+                    how.clone(),
+                );
+                std::thread::spawn(move || connection(a, t, m, conn, s))
             })
             .collect();
         tenants.push((name.to_owned(), n, mode.to_owned(), threads));

@@ -1,0 +1,170 @@
+//! The `fifo` client of `loadgen`: a tenant that honours `Retry-After` as a pause of
+//! the whole tenant ("waits that long before that tenant's next request"), keeps one
+//! first-in-first-out queue of all its requests, and adapts how many it has in flight.
+//!
+//! Each of the tenant's connections is a closed loop, as in the other modes, but its
+//! request goes through the tenant's gate before every attempt:
+//! - the gate lets the oldest waiting request go first (a refused request keeps the
+//!   time it was first made, so it goes back to the head of the queue);
+//! - no request goes before the latest hint the tenant was given has run out (the
+//!   pause is the tenant's: a 429 stops its fresh requests too, not only the refused
+//!   one);
+//! - at most `window` requests are on the wire at once, a window that grows by one per
+//!   200 until the first 429 and by 1/window per 200 after it, and is halved by a 429
+//!   (at least 1): the additive-increase, multiplicative-decrease rule of TCP and of
+//!   adaptive-concurrency clients, so that the tenant keeps about what it is admitted
+//!   in flight and queues the rest at home instead of in the server.
+//!   `LOADGEN_FIFO_INCREASE` (default 1) scales the increase after the first 429, and
+//!   `LOADGEN_FIFO_DECREASE` (default 0.5) is the factor of a 429.
+//!
+//! The latency of a request runs from when its connection made it, so that the time it
+//! waited in the tenant's own queue counts.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// The most a waiter sleeps before it looks again (the stop flag; a lost wake-up).
+const NAP: Duration = Duration::from_millis(50);
+
+/// One tenant's gate (see the module docs).
+pub struct Fifo {
+    state: Mutex<State>,
+}
+
+struct State {
+    /// No request goes before this.
+    resume_at: Instant,
+    /// Requests on the wire.
+    in_flight: u32,
+    /// How many may be on the wire.
+    window: f64,
+    /// Growing by one per 200, until the first 429.
+    slow_start: bool,
+    /// A 200 after the first 429 adds this over the window (`LOADGEN_FIFO_INCREASE`,
+    /// default 1: one a window's worth of 200s).
+    increase: f64,
+    /// A 429 multiplies the window by this (`LOADGEN_FIFO_DECREASE`, default 0.5).
+    decrease: f64,
+    /// The waiting requests, oldest first: (made at, connection).
+    waiting: BTreeMap<(Instant, usize), Waiter>,
+}
+
+struct Waiter {
+    thread: Thread,
+    go: Arc<AtomicBool>,
+}
+
+impl Default for Fifo {
+    fn default() -> Self {
+        Fifo {
+            state: Mutex::new(State {
+                resume_at: Instant::now(),
+                in_flight: 0,
+                window: 1.0,
+                slow_start: true,
+                increase: knob("LOADGEN_FIFO_INCREASE", 1.0),
+                decrease: knob("LOADGEN_FIFO_DECREASE", 0.5),
+                waiting: BTreeMap::new(),
+            }),
+        }
+    }
+}
+
+/// A number from the environment, else `default`.
+fn knob(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .unwrap_or(default)
+}
+
+impl State {
+    /// Lets the oldest waiting requests go, as many as the window and the pause allow.
+    fn dispatch(&mut self) {
+        if Instant::now() < self.resume_at {
+            return;
+        }
+        while (self.in_flight as f64) < self.window.floor().max(1.0) {
+            let Some((_, w)) = self.waiting.pop_first() else {
+                return;
+            };
+            self.in_flight += 1;
+            w.go.store(true, Ordering::Relaxed);
+            w.thread.unpark();
+        }
+    }
+
+    /// Wakes the head of the queue, so that it times the pause anew.
+    fn nudge_head(&self) {
+        if let Some((_, w)) = self.waiting.first_key_value() {
+            w.thread.unpark();
+        }
+    }
+}
+
+impl Fifo {
+    /// Waits until the request made at `made` by connection `conn` may go. False when
+    /// `stop` was set first (the request is then out of the queue).
+    pub fn enter(&self, made: Instant, conn: usize, stop: &AtomicBool) -> bool {
+        let key = (made, conn);
+        let go = Arc::new(AtomicBool::new(false));
+        let mut st = self.state.lock().unwrap();
+        st.waiting.insert(
+            key,
+            Waiter {
+                thread: std::thread::current(),
+                go: Arc::clone(&go),
+            },
+        );
+        loop {
+            st.dispatch();
+            // Relaxed: set and read under the state's lock.
+            if go.load(Ordering::Relaxed) {
+                return true;
+            }
+            if stop.load(Ordering::Relaxed) {
+                st.waiting.remove(&key);
+                return false;
+            }
+            // The head times the pause; the others wait for `dispatch` to wake them.
+            let now = Instant::now();
+            let nap = match st.waiting.first_key_value() {
+                Some((k, _)) if *k == key && st.resume_at > now => (st.resume_at - now).min(NAP),
+                _ => NAP,
+            };
+            drop(st);
+            std::thread::park_timeout(nap);
+            st = self.state.lock().unwrap();
+        }
+    }
+
+    /// An attempt that `enter` let go was answered: `status` (None: no answer) and its
+    /// hint (ms) if it was a 429.
+    pub fn done(&self, status: Option<u16>, hint_ms: Option<u64>) {
+        let mut st = self.state.lock().unwrap();
+        st.in_flight -= 1;
+        match status {
+            Some(200) => {
+                st.window += if st.slow_start {
+                    1.0
+                } else {
+                    st.increase / st.window
+                };
+                st.window = st.window.min(4096.0);
+            }
+            Some(429) => {
+                st.slow_start = false;
+                st.window = (st.window * st.decrease).max(1.0);
+                let until = Instant::now() + Duration::from_millis(hint_ms.unwrap_or(1000));
+                st.resume_at = st.resume_at.max(until);
+                st.nudge_head();
+            }
+            _ => {}
+        }
+        st.dispatch();
+    }
+}
