@@ -10,12 +10,14 @@
 //!   pause is the tenant's: a 429 stops its fresh requests too, not only the refused
 //!   one);
 //! - at most `window` requests are on the wire at once, a window that grows by one per
-//!   200 until the first 429 and by 1/window per 200 after it, and is halved by a 429
-//!   (at least 1): the additive-increase, multiplicative-decrease rule of TCP and of
-//!   adaptive-concurrency clients, so that the tenant keeps about what it is admitted
-//!   in flight and queues the rest at home instead of in the server.
-//!   `LOADGEN_FIFO_INCREASE` (default 1) scales the increase after the first 429, and
-//!   `LOADGEN_FIFO_DECREASE` (default 0.5) is the factor of a 429.
+//!   200 until the first 429 and by a quarter over the window per 200 after it (one a
+//!   four windows' worth of 200s), and is multiplied by 0.7 by a 429 (at least 1): the
+//!   additive-increase, multiplicative-decrease rule of TCP and of adaptive-concurrency
+//!   clients, so that the tenant keeps about what it is admitted in flight and queues
+//!   the rest at home instead of in the server. `LOADGEN_FIFO_INCREASE` (default 0.25)
+//!   and `LOADGEN_FIFO_DECREASE` (default 0.7) set the two. TCP's own (1 and 0.5) made
+//!   the tenant's extra request wait in the server's queue more often, which raised the
+//!   library's queue stretch and with it every pause (see the README).
 //!
 //! The latency of a request runs from when its connection made it, so that the time it
 //! waited in the tenant's own queue counts.
@@ -43,10 +45,9 @@ struct State {
     window: f64,
     /// Growing by one per 200, until the first 429.
     slow_start: bool,
-    /// A 200 after the first 429 adds this over the window (`LOADGEN_FIFO_INCREASE`,
-    /// default 1: one a window's worth of 200s).
+    /// A 200 after the first 429 adds this over the window (`LOADGEN_FIFO_INCREASE`).
     increase: f64,
-    /// A 429 multiplies the window by this (`LOADGEN_FIFO_DECREASE`, default 0.5).
+    /// A 429 multiplies the window by this (`LOADGEN_FIFO_DECREASE`).
     decrease: f64,
     /// The waiting requests, oldest first: (made at, connection).
     waiting: BTreeMap<(Instant, usize), Waiter>,
@@ -65,8 +66,8 @@ impl Default for Fifo {
                 in_flight: 0,
                 window: 1.0,
                 slow_start: true,
-                increase: knob("LOADGEN_FIFO_INCREASE", 1.0),
-                decrease: knob("LOADGEN_FIFO_DECREASE", 0.5),
+                increase: knob("LOADGEN_FIFO_INCREASE", 0.25),
+                decrease: knob("LOADGEN_FIFO_DECREASE", 0.7),
                 waiting: BTreeMap::new(),
             }),
         }
