@@ -169,3 +169,78 @@ impl Fifo {
         st.dispatch();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// Enters `gate` from a thread of its own as connection `conn`, with a request made
+    /// at `made`; sends `conn` on `tx` once let go.
+    fn enter_async(gate: &Arc<Fifo>, made: Instant, conn: usize, tx: &mpsc::Sender<usize>) {
+        let (gate, tx) = (Arc::clone(gate), tx.clone());
+        std::thread::spawn(move || {
+            let never = AtomicBool::new(false);
+            assert!(gate.enter(made, conn, &never));
+            tx.send(conn).unwrap();
+        });
+    }
+
+    /// Waits until `gate` has `n` requests waiting (at most 5 s).
+    fn until_waiting(gate: &Fifo, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gate.state.lock().unwrap().waiting.len() != n {
+            assert!(Instant::now() < deadline, "never saw {n} waiting");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn the_oldest_request_goes_first_and_the_window_bounds_the_wire() {
+        let gate = Arc::new(Fifo::default());
+        let t0 = Instant::now();
+        let never = AtomicBool::new(false);
+        // The window starts at 1: the first request goes at once.
+        assert!(gate.enter(t0, 0, &never));
+        let (tx, rx) = mpsc::channel();
+        // The younger request queues first, the older one after it.
+        enter_async(&gate, t0 + Duration::from_millis(2), 2, &tx);
+        until_waiting(&gate, 1);
+        enter_async(&gate, t0 + Duration::from_millis(1), 1, &tx);
+        until_waiting(&gate, 2);
+        assert!(rx.try_recv().is_err(), "a request went past a full window");
+        // A 429 with a hint of 0: the window stays 1 (0.7 at least 1), one goes: the
+        // oldest, though it queued last.
+        gate.done(Some(429), Some(0));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1));
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        // Its 200 makes room (1.25 after the first 429: still one on the wire).
+        gate.done(Some(200), None);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(2));
+    }
+
+    #[test]
+    fn a_429_pauses_the_whole_tenant_for_its_hint() {
+        let gate = Arc::new(Fifo::default());
+        let never = AtomicBool::new(false);
+        assert!(gate.enter(Instant::now(), 0, &never));
+        // Grow the window first, so that only the pause can hold a request back.
+        gate.done(Some(200), None);
+        assert!(gate.enter(Instant::now(), 0, &never));
+        let refused_at = Instant::now();
+        gate.done(Some(429), Some(60));
+        // A fresh request of another connection, made after the 429, waits it out.
+        assert!(gate.enter(Instant::now(), 1, &never));
+        assert!(refused_at.elapsed() >= Duration::from_millis(60));
+    }
+
+    #[test]
+    fn a_stop_takes_a_waiting_request_out_of_the_queue() {
+        let gate = Fifo::default();
+        let never = AtomicBool::new(false);
+        assert!(gate.enter(Instant::now(), 0, &never));
+        let stop = AtomicBool::new(true);
+        assert!(!gate.enter(Instant::now(), 1, &stop));
+        assert!(gate.state.lock().unwrap().waiting.is_empty());
+    }
+}

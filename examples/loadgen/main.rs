@@ -2,7 +2,9 @@
 //!
 //! Each tenant has N connections (threads); each sends `GET /` with `X-Tenant`, one
 //! request at a time on a new connection, until the duration ends. A request's latency
-//! runs from its first attempt to its 200, including the waits between attempts. A
+//! runs from its first attempt to its 200, including the waits between attempts (in
+//! `fifo` mode from when the connection made it, its wait in the tenant's queue
+//! included). A
 //! refused (429) attempt is retried per the tenant's mode:
 //! - `polite`: waits what the response asks (`Retry-After-Ms`, else `Retry-After`
 //!   seconds), as a client that honours `Retry-After` does;
@@ -62,8 +64,9 @@ struct Tally {
     errors: u64,
     hint_ms_total: u64,
     latencies_us: Vec<u64>,
-    /// Requests refused and not yet served when the run ended (their latency so far is
-    /// in `latencies_us` too: a lower bound).
+    /// Requests refused, or (`fifo`) held in the tenant's queue for a ms or more, and not
+    /// yet served when the run ended (their latency so far is in `latencies_us` too: a
+    /// lower bound).
     unfinished: u64,
     /// Attempts each served request took.
     tries: Vec<u32>,
