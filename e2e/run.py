@@ -8,7 +8,8 @@ permits (on pools this small the library's default floor, 5% at least 1, is one 
 the `polite-f1` phase runs with it). Puma runs with `e2e/puma.rb` (`queue_requests
 false`: a worker accepts only what a thread of it can serve now), limiter or not.
 The load client is `loadgen` (see examples/loadgen/): `polite` connections wait the
-Retry-After they are given, `eager` ones retry at once (as wrk or hey). Per server,
+Retry-After they are given, `eager` ones retry at once (as wrk or hey), `fifo` ones
+pause their whole tenant for it and keep its requests in one queue. Per server,
 the phases are:
 
   solo       light alone (its p99 alone), limiter on
@@ -247,7 +248,9 @@ def drop_segment(segment):
         pass
 
 
-def polite_phase(loadgen, addr, seconds, segment, mode="polite"):
+def two_tenant_phase(loadgen, addr, seconds, segment, mode="polite"):
+    """The heavy and the light tenant at once, both with `mode` clients, traced (for the
+    burst guard) and sampled (the permits the heavy tenant holds, the queue stretch)."""
     sampler = Sampler(segment)
     sampler.start()
     res = load(loadgen, addr, seconds, ["heavy:%d:%s" % (HEAVY, mode), "light:%d:%s" % (LIGHT, mode)],
@@ -266,9 +269,9 @@ def run_server(kind, seconds, loadgen, log_dir):
     try:
         results["solo"] = load(loadgen, srv.addr, seconds, ["light:%d:polite" % LIGHT])
         time.sleep(2)  # the activity window forgets the tenant
-        results["fifo"] = polite_phase(loadgen, srv.addr, seconds, segment, "fifo")
+        results["fifo"] = two_tenant_phase(loadgen, srv.addr, seconds, segment, "fifo")
         time.sleep(2)
-        results["polite"] = polite_phase(loadgen, srv.addr, seconds, segment)
+        results["polite"] = two_tenant_phase(loadgen, srv.addr, seconds, segment)
         time.sleep(2)
         results["eager"] = load(loadgen, srv.addr, seconds,
                                 ["heavy:%d:eager" % HEAVY, "light:%d:eager" % LIGHT])
@@ -284,7 +287,7 @@ def run_server(kind, seconds, loadgen, log_dir):
         drop_segment(segment)
     srv = Server(kind, segment, log_dir, None, "-f1")
     try:
-        results["polite-f1"] = polite_phase(loadgen, srv.addr, seconds, segment)
+        results["polite-f1"] = two_tenant_phase(loadgen, srv.addr, seconds, segment)
         end = pool_stats(segment)
         leftover += end["in_use"]
         floors["polite-f1"] = end["floor"]
