@@ -4,16 +4,22 @@
 //!
 //! Each tenant has a turn clock per pool (`TenantPoolRec::turn_at_us`): the turn
 //! promised to its latest refused request. A refusal takes the next turn, one
-//! *interval* after the later of that clock and now, and the hint is the time until
-//! it. The interval is how often a permit that can serve this tenant comes free:
+//! *interval* after that clock, or half an interval after now when the clock is not
+//! ahead of now, and the hint is the time until it. The interval is how often a permit
+//! that can serve this tenant comes free:
 //! - `over_share`: only the tenant's own releases make room for it (it is at or past
 //!   its share), so the interval is its mean hold over the units it holds;
 //! - `pool_full`: any release does, so the mean hold over the units in use.
 //!
 //! So a tenant with a backlog of B refused requests hands out turns spread over B
 //! intervals: its clients come back about as fast as its permits turn over (Little's
-//! law: B waiting, served at held / hold per ms, wait B x hold / held), and never
-//! sooner than the rule can honour (one interval: the first of its releases). The hint
+//! law: B waiting, served at held / hold per ms, wait B x hold / held), and not sooner
+//! than the rule can be expected to honour: releases come one interval apart, and a
+//! refusal comes on average half an interval after the last, so the first of them is
+//! due half an interval from now, the k-th k - 1/2 intervals from now. (Until
+//! 2026-12-02 the first turn was a whole interval away: a client that pauses its whole
+//! tenant for a hint then left its permits free for half an interval a refusal; see
+//! the README's "A client that pauses the whole tenant".) The hint
 //! adds a jitter of up to a quarter interval, a hash of the turn, so that clients given
 //! neighbouring turns do not come back in lockstep. Everything is integer arithmetic
 //! under the caller's `now`, so a recorded sequence of refusals replays to the same
@@ -118,8 +124,18 @@ pub fn next_turn(turn_at_us: u64, now_ms: u64, interval_us: u64) -> Turn {
     let now_us = now_ms.saturating_mul(1000);
     let horizon = now_us.saturating_add(MAX_HINT_MS * 1000);
     let start = turn_at_us.clamp(now_us, horizon);
-    let queued = ((start - now_us) / interval_us).min(u32::MAX as u64) as u32;
-    let turn = start.saturating_add(interval_us).min(horizon);
+    // The turns ahead: the clock is half an interval past now after one turn, and one
+    // interval further per turn after it (rounded, so a clock partly drained counts the
+    // turn it is in).
+    let queued = ((start - now_us + interval_us / 2) / interval_us).min(u32::MAX as u64) as u32;
+    // With no turn ahead, now is on average half an interval after the tenant's last
+    // release (releases come one interval apart), so its next is half an interval away.
+    let step = if start == now_us {
+        interval_us.div_ceil(2)
+    } else {
+        interval_us
+    };
+    let turn = start.saturating_add(step).min(horizon);
     let jitter = spread(turn) % (interval_us / 4 + 1);
     let hint_us = (turn - now_us + jitter).min(MAX_HINT_MS * 1000);
     Turn {
@@ -131,11 +147,13 @@ pub fn next_turn(turn_at_us: u64, now_ms: u64, interval_us: u64) -> Turn {
 }
 
 /// When the turn of a refusal with `queued` turns ahead of it is due at the earliest,
-/// in ms rounded up: one interval per turn ahead and one for its own. A hint of
+/// in ms rounded up: one interval per turn ahead and half of one for the first. A hint of
 /// [`next_turn`] is never shorter (it adds its jitter to the turn); one that is was cut
 /// afterwards (at [`MAX_HINT_MS`], or by the caller).
 pub fn turn_ms(queued: u32, interval_us: u64) -> u64 {
-    (queued as u64 + 1).saturating_mul(interval_us).div_ceil(1000)
+    (2 * queued as u64 + 1)
+        .saturating_mul(interval_us)
+        .div_ceil(2000)
 }
 
 /// A hash of a turn (SplitMix64's finaliser): the jitter's source.
@@ -174,10 +192,10 @@ mod tests {
             clock = t.turn_at_us;
             hints.push(t.hint_ms);
         }
-        assert_eq!(clock, 1_000_000 + 4 * 2_500);
-        // Turn k is due (k + 1) x 2.5 ms from now, plus a jitter under 625 µs.
+        assert_eq!(clock, 1_000_000 + 1_250 + 3 * 2_500);
+        // Turn k is due (k + 1/2) x 2.5 ms from now, plus a jitter under 625 µs.
         for (k, h) in hints.iter().enumerate() {
-            let base = (k as u64 + 1) * 2_500;
+            let base = k as u64 * 2_500 + 1_250;
             assert!(
                 (base.div_ceil(1000)..=(base + 625).div_ceil(1000)).contains(h),
                 "hint {k}: {h}"
@@ -207,10 +225,10 @@ mod tests {
     fn the_clock_drains_as_time_passes_and_never_lags_now() {
         let i = 1_000;
         let t = next_turn(0, 50, i);
-        assert_eq!((t.turn_at_us, t.queued), (51_000, 0));
+        assert_eq!((t.turn_at_us, t.queued), (50_500, 0));
         // 10 ms later the old turn is past: the next one starts from now.
         let u = next_turn(t.turn_at_us, 60, i);
-        assert_eq!((u.turn_at_us, u.queued), (61_000, 0));
+        assert_eq!((u.turn_at_us, u.queued), (60_500, 0));
         // A clock 5 turns ahead of now queues the refusal behind them.
         let v = next_turn(65_000, 60, i);
         assert_eq!((v.turn_at_us, v.queued), (66_000, 5));
@@ -218,12 +236,15 @@ mod tests {
     }
 
     #[test]
-    fn hints_are_never_shorter_than_one_interval_nor_zero() {
+    fn hints_are_never_shorter_than_half_an_interval_nor_zero() {
         for (hold, units, turning) in [(1, 1, 1000), (5_000, 1, 4), (30_000, 3, 2), (0, 1, 1)] {
             let i = interval_us(hold_us(hold, 0), units, turning);
             let t = next_turn(0, 7, i);
             assert!(t.hint_ms >= 1);
-            assert!(t.hint_ms * 1000 >= i, "hint {} ms, interval {i} µs", t.hint_ms);
+            assert!(t.hint_ms * 2000 >= i, "hint {} ms, interval {i} µs", t.hint_ms);
+            // The next refusal's turn is a whole interval after the first.
+            let u = next_turn(t.turn_at_us, 7, i);
+            assert_eq!(u.turn_at_us - t.turn_at_us, i);
         }
     }
 

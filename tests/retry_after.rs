@@ -62,8 +62,8 @@ fn over_share_refusals_get_turns_one_interval_apart() {
         hints.push(r.retry_after_ms);
     }
     for (k, h) in hints.iter().enumerate() {
-        // Turn k is due (k + 1) x 2 ms from now, plus a jitter under half a ms.
-        let base = (k as u64 + 1) * 2;
+        // Turn k is due (k + 1/2) x 2 ms from now, plus a jitter under half a ms.
+        let base = 2 * k as u64 + 1;
         assert!(*h == base || *h == base + 1, "hint {k}: {h} ms");
     }
     // The explanation says what the estimate rests on.
@@ -85,16 +85,17 @@ fn the_clock_drains_as_time_passes() {
     for _ in 0..10 {
         refused(e, p, heavy, 1_020);
     }
-    // 10 turns of 2 ms (all at one instant: no gap between refusals known yet): due by
-    // 1_040. At 1_030, 10 ms of turns are still ahead: four of the interval that the
+    // 10 turns of 2 ms (all at one instant: no gap between refusals known yet), the
+    // first 1 ms away: due by 1_039. At 1_030, 9 ms of turns are still ahead: four of
+    // the interval that the
     // gap of 10 ms since the last refusal gives (one refusal per five turnovers:
     // 2 ms x 1.2, see `retry`).
     let r = refused(e, p, heavy, 1_030);
     assert_eq!((r.interval_us, r.queued), (2_400, 4));
-    // Long after, the queue is empty again: the next turn is one interval away.
+    // Long after, the queue is empty again: the next turn is half an interval away.
     let r = refused(e, p, heavy, 2_000);
     assert_eq!(r.queued, 0);
-    assert!((2..=3).contains(&r.retry_after_ms), "{r:?}");
+    assert!((1..=2).contains(&r.retry_after_ms), "{r:?}");
 }
 
 #[test]
@@ -111,13 +112,13 @@ fn pool_full_turns_follow_the_pools_releases() {
     }
     grant(e, p, light, 1_020);
     // Light holds 1 < its share: refused pool_full, and any of the 8 in use can free
-    // room: one turn every 16 / 8 = 2 ms.
+    // room: one turn every 16 / 8 = 2 ms, the first half of one away.
     let r = refused(e, p, light, 1_021);
     assert_eq!(
         (r.reason, r.interval_us, r.queued),
         (Reason::PoolFull, 2_000, 0)
     );
-    assert!((2..=3).contains(&r.retry_after_ms), "{r:?}");
+    assert!((1..=2).contains(&r.retry_after_ms), "{r:?}");
 }
 
 #[test]
@@ -229,7 +230,7 @@ fn a_lone_tenant_is_told_its_whole_backlog() {
         grant(e, p, heavy, 1_000);
     }
     // No release observed and no hold declared: the default 10 ms over 4 held units,
-    // one permit every 2.5 ms; refusal k is told (k + 1) x 2.5 ms and a jitter.
+    // one permit every 2.5 ms; refusal k is told (k + 1/2) x 2.5 ms and a jitter.
     let mut last = None;
     for k in 0..600u64 {
         let r = refused(e, p, heavy, 1_010);
@@ -237,7 +238,7 @@ fn a_lone_tenant_is_told_its_whole_backlog() {
             (r.reason, r.queued, r.interval_us),
             (Reason::OverShare, k as u32, 2_500)
         );
-        let turn = ((k + 1) * 2_500).div_ceil(1000);
+        let turn = (k * 2_500 + 1_250).div_ceil(1000);
         assert!(
             (turn..=turn + 1).contains(&r.retry_after_ms),
             "refusal {k}: hint {} ms, turn {turn} ms",
@@ -276,10 +277,10 @@ fn setup_light_quiet(seg: &Seg) -> Table {
     t
 }
 
-/// When a refusal's turn is due, ms rounded up: one interval per turn ahead and one for
-/// its own (a hint is never shorter unless it was cut).
+/// When a refusal's turn is due, ms rounded up: one interval per turn ahead and half of
+/// one for the first (a hint is never shorter unless it was cut).
 fn turn_ms(r: &Refused) -> u64 {
-    ((r.queued as u64 + 1) * r.interval_us as u64).div_ceil(1000)
+    ((2 * r.queued as u64 + 1) * r.interval_us as u64).div_ceil(2000)
 }
 
 /// A deep backlog of refusals at `now`: the last one.
