@@ -11,13 +11,16 @@
 //!   one);
 //! - at most `window` requests are on the wire at once, a window that grows by one per
 //!   200 until the first 429 and by a quarter over the window per 200 after it (one a
-//!   four windows' worth of 200s), and is multiplied by 0.7 by a 429 (at least 1): the
-//!   additive-increase, multiplicative-decrease rule of TCP and of adaptive-concurrency
-//!   clients, so that the tenant keeps about what it is admitted in flight and queues
-//!   the rest at home instead of in the server. `LOADGEN_FIFO_INCREASE` (default 0.25)
-//!   and `LOADGEN_FIFO_DECREASE` (default 0.7) set the two. TCP's own (1 and 0.5) made
-//!   the tenant's extra request wait in the server's queue more often, which raised the
-//!   library's queue stretch and with it every pause (see the README).
+//!   four windows' worth of 200s), and that a 429 takes down by a tenth, and by one at
+//!   least (the request it refused), never below 1: an additive-increase,
+//!   multiplicative-decrease window, as TCP's and adaptive-concurrency clients' are
+//!   (0.9 is the backoff ratio of Netflix's `concurrency-limits` AIMD limit), so that
+//!   the tenant keeps about what it is admitted in flight and queues the rest at home
+//!   instead of in the server. `LOADGEN_FIFO_INCREASE` (default 0.25) and
+//!   `LOADGEN_FIFO_DECREASE` (default 0.9) set the two. TCP's own (1 and 0.5) made the
+//!   tenant's extra request wait in the server's queue more often, which raised the
+//!   library's queue stretch and with it every pause, and halving a window of 12
+//!   (Puma 4x4) left permits free for long (see the README).
 //!
 //! The latency of a request runs from when its connection made it, so that the time it
 //! waited in the tenant's own queue counts.
@@ -47,7 +50,8 @@ struct State {
     slow_start: bool,
     /// A 200 after the first 429 adds this over the window (`LOADGEN_FIFO_INCREASE`).
     increase: f64,
-    /// A 429 multiplies the window by this (`LOADGEN_FIFO_DECREASE`).
+    /// A 429 multiplies the window by this, and takes one at least
+    /// (`LOADGEN_FIFO_DECREASE`).
     decrease: f64,
     /// The waiting requests, oldest first: (made at, connection).
     waiting: BTreeMap<(Instant, usize), Waiter>,
@@ -67,7 +71,7 @@ impl Default for Fifo {
                 window: 1.0,
                 slow_start: true,
                 increase: knob("LOADGEN_FIFO_INCREASE", 0.25),
-                decrease: knob("LOADGEN_FIFO_DECREASE", 0.7),
+                decrease: knob("LOADGEN_FIFO_DECREASE", 0.9),
                 waiting: BTreeMap::new(),
             }),
         }
@@ -159,7 +163,7 @@ impl Fifo {
             }
             Some(429) => {
                 st.slow_start = false;
-                st.window = (st.window * st.decrease).max(1.0);
+                st.window = (st.window * st.decrease).min(st.window - 1.0).max(1.0);
                 let until = Instant::now() + Duration::from_millis(hint_ms.unwrap_or(1000));
                 st.resume_at = st.resume_at.max(until);
                 st.nudge_head();
@@ -209,7 +213,7 @@ mod tests {
         enter_async(&gate, t0 + Duration::from_millis(1), 1, &tx);
         until_waiting(&gate, 2);
         assert!(rx.try_recv().is_err(), "a request went past a full window");
-        // A 429 with a hint of 0: the window stays 1 (0.7 at least 1), one goes: the
+        // A 429 with a hint of 0: the window stays 1 (never below), one goes: the
         // oldest, though it queued last.
         gate.done(Some(429), Some(0));
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1));
