@@ -164,7 +164,7 @@ impl Refused {
             queued: f.queued,
             interval_us: f.interval_us,
             queue_stretch_pct: stretch_pct(f.queue_stretch),
-            server_queue_us: f.standing_us,
+            server_queue_us: f.server_queue_us,
         }
     }
 

@@ -232,9 +232,9 @@ pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
 /// queue; the requests that a queue held longest see it at once (a tenant whose
 /// clients all arrive at one instant fills the server's queue before any window can).
 pub fn for_request(p: &PoolRec, now_ms: u64, queued_us: u32) -> (u32, u32) {
-    let (s, standing) = current(p, now_ms);
+    let (s, pool_queue) = current(p, now_ms);
     if queued_us == UNKNOWN {
-        return (s, standing);
+        return (s, pool_queue);
     }
     // Relaxed: an estimate (see `note`).
     let own = queued_us.saturating_sub(p.queue_base.load(Relaxed) as u32);
@@ -242,7 +242,7 @@ pub fn for_request(p: &PoolRec, now_ms: u64, queued_us: u32) -> (u32, u32) {
     if own_step > s {
         (own_step, own)
     } else {
-        (s, standing)
+        (s, pool_queue)
     }
 }
 
@@ -252,16 +252,16 @@ pub fn for_request(p: &PoolRec, now_ms: u64, queued_us: u32) -> (u32, u32) {
 pub fn current(p: &PoolRec, now_ms: u64) -> (u32, u32) {
     // Relaxed: estimates (see `note`).
     let word = p.queue_stretch.load(Relaxed);
-    let (s, standing) = ((word as u32).max(ONE), (word >> 32) as u32);
+    let (s, queue_us) = ((word as u32).max(ONE), (word >> 32) as u32);
     if s == ONE {
-        return (s, standing);
+        return (s, queue_us);
     }
     let start = (p.queue_window.load(Relaxed) >> 32) as u32;
     let elapsed = (now_ms as u32).wrapping_sub(start);
     if start == 0 || (elapsed as i32) < 2 * WINDOW_MS as i32 {
-        return (s, standing);
+        return (s, queue_us);
     }
-    (decayed(s, elapsed as u64 / WINDOW_MS - 1), standing)
+    (decayed(s, elapsed as u64 / WINDOW_MS - 1), queue_us)
 }
 
 #[cfg(test)]

@@ -26,8 +26,8 @@
 //! waited in the tenant's own queue counts.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -53,13 +53,10 @@ struct State {
     /// A 429 multiplies the window by this, and takes one at least
     /// (`LOADGEN_FIFO_DECREASE`).
     decrease: f64,
-    /// The waiting requests, oldest first: (made at, connection).
-    waiting: BTreeMap<(Instant, usize), Waiter>,
-}
-
-struct Waiter {
-    thread: Thread,
-    go: Arc<AtomicBool>,
+    /// The waiting requests, oldest first: (made at, connection), and the thread to
+    /// wake when it may go. Only `dispatch` and a stop take a request out, so a waiter
+    /// that finds its key gone was let go.
+    waiting: BTreeMap<(Instant, usize), Thread>,
 }
 
 impl Default for Fifo {
@@ -94,19 +91,18 @@ impl State {
             return;
         }
         while (self.in_flight as f64) < self.window.floor().max(1.0) {
-            let Some((_, w)) = self.waiting.pop_first() else {
+            let Some((_, thread)) = self.waiting.pop_first() else {
                 return;
             };
             self.in_flight += 1;
-            w.go.store(true, Ordering::Relaxed);
-            w.thread.unpark();
+            thread.unpark();
         }
     }
 
     /// Wakes the head of the queue, so that it times the pause anew.
     fn nudge_head(&self) {
-        if let Some((_, w)) = self.waiting.first_key_value() {
-            w.thread.unpark();
+        if let Some((_, thread)) = self.waiting.first_key_value() {
+            thread.unpark();
         }
     }
 }
@@ -116,21 +112,14 @@ impl Fifo {
     /// `stop` was set first (the request is then out of the queue).
     pub fn enter(&self, made: Instant, conn: usize, stop: &AtomicBool) -> bool {
         let key = (made, conn);
-        let go = Arc::new(AtomicBool::new(false));
         let mut st = self.state.lock().unwrap();
-        st.waiting.insert(
-            key,
-            Waiter {
-                thread: std::thread::current(),
-                go: Arc::clone(&go),
-            },
-        );
+        st.waiting.insert(key, std::thread::current());
         loop {
             st.dispatch();
-            // Relaxed: set and read under the state's lock.
-            if go.load(Ordering::Relaxed) {
+            if !st.waiting.contains_key(&key) {
                 return true;
             }
+            // Relaxed: the run's end flag, which publishes nothing.
             if stop.load(Ordering::Relaxed) {
                 st.waiting.remove(&key);
                 return false;
@@ -177,7 +166,7 @@ impl Fifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
+    use std::sync::{Arc, mpsc};
 
     /// Enters `gate` from a thread of its own as connection `conn`, with a request made
     /// at `made`; sends `conn` on `tx` once let go.

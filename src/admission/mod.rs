@@ -82,7 +82,7 @@ pub struct RefusalFacts {
     /// How far the server's queue stretched an over-share tenant's hint
     /// (sixteenths: 16 is not at all; see `server_queue`), and that queue, µs.
     pub queue_stretch: u32,
-    pub standing_us: u32,
+    pub server_queue_us: u32,
 }
 
 /// Takes the tenant's next turn on its clock (see `retry`).
@@ -271,9 +271,9 @@ pub fn try_acquire<R: Region>(
             };
             let turn = take_turn(tp, a.now, interval);
             let mut hint = turn.hint_ms;
-            // Over its share, a standing queue in the server stretches the hint (see
+            // Over its share, a queue in the server stretches the hint (see
             // `server_queue`): a retry back sooner would wait there ahead of others.
-            let (stretch, standing) = if code == fair_share::OVER_SHARE {
+            let (stretch, queue_us) = if code == fair_share::OVER_SHARE {
                 server_queue::for_request(r.pool(a.pool), a.now, a.queued_us)
             } else {
                 (server_queue::ONE, 0)
@@ -310,7 +310,7 @@ pub fn try_acquire<R: Region>(
                 queued: turn.queued,
                 interval_us: turn.interval_us.min(u32::MAX as u64) as u32,
                 queue_stretch: stretch,
-                standing_us: standing,
+                server_queue_us: queue_us,
             };
             Ok(Admitted::Refused { facts, claimed })
         }
