@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::atomic::Ordering::SeqCst;
 
-use common::{Seg, fork_child, one_pool, wait};
+use common::{Seg, fork_child, one_pool};
 use fairshm::layout::pool_word;
 use fairshm::region::Region;
 use fairshm::{Request, Table};
@@ -25,8 +25,10 @@ fn eight_processes_never_exceed_the_pool_and_end_at_zero() {
     // holding, [3] grants.
     let witness = common::shared_words(4);
     let n = ops();
-    let children: Vec<_> = (0..PROCS)
-        .map(|i| {
+    // A guard: a failed wait kills and reaps the other workers.
+    let mut children = common::Children(Vec::with_capacity(PROCS));
+    for i in 0..PROCS {
+        children.push({
             let (name, w) = (seg.name.clone(), witness);
             fork_child(move || {
                 let t = Table::open(&name).unwrap();
@@ -49,11 +51,13 @@ fn eight_processes_never_exceed_the_pool_and_end_at_zero() {
                 }
                 0
             })
-        })
-        .collect();
-    for c in children {
-        assert_eq!(wait(c), 0, "a worker failed");
+        });
     }
+    let codes = children.wait_all();
+    assert!(
+        codes.iter().all(|&c| c == 0),
+        "a worker failed: wait codes {codes:?}"
+    );
     let grants = witness[3].load(SeqCst);
     eprintln!(
         "{PROCS} processes x {n} attempts: {grants} grants, max held {} (witness), max in_use {}",

@@ -22,44 +22,46 @@ fn capacity(t: &Table, pool: &str) -> u32 {
     t.snapshot().pool(pool).unwrap().capacity
 }
 
-/// Forks `n` workers that register and then wait to be killed.
-fn workers(name: &str, n: usize) -> Vec<nix::unistd::Pid> {
-    (0..n)
-        .map(|_| {
-            let (rd, wr) = nix::unistd::pipe().unwrap();
-            let (name, wr_fd) = (name.to_owned(), wr.as_raw_fd());
-            let pid = common::fork_child(move || {
-                // Kept open: dropping the table would deregister the worker.
-                let t = Table::open(&name).unwrap();
-                t.register().unwrap();
-                // SAFETY: our copy of the pipe's write end; closing it tells the parent
-                // we are registered.
-                unsafe { libc::close(wr_fd) };
-                loop {
-                    std::thread::sleep(std::time::Duration::from_secs(60));
-                    let _ = &t;
-                }
-            });
-            drop(wr);
-            // SAFETY: `rd` is an open pipe end; the File takes it over.
-            let mut f = unsafe { std::fs::File::from_raw_fd(rd.as_raw_fd()) };
-            std::mem::forget(rd);
-            let mut buf = [0u8; 1];
-            assert_eq!(
-                f.read(&mut buf).unwrap(),
-                0,
-                "worker registered and closed its pipe"
-            );
-            pid
-        })
-        .collect()
+/// Forks `n` workers that register and then wait to be killed. They sleep forever, so
+/// they are held by a guard that kills and reaps them if the test fails first.
+fn workers(name: &str, n: usize) -> common::Children {
+    let mut out = common::Children(Vec::with_capacity(n));
+    for _ in 0..n {
+        let (rd, wr) = nix::unistd::pipe().unwrap();
+        let (name, wr_fd) = (name.to_owned(), wr.as_raw_fd());
+        let pid = common::fork_child(move || {
+            // Kept open: dropping the table would deregister the worker.
+            let t = Table::open(&name).unwrap();
+            t.register().unwrap();
+            // SAFETY: our copy of the pipe's write end; closing it tells the parent
+            // we are registered.
+            unsafe { libc::close(wr_fd) };
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                let _ = &t;
+            }
+        });
+        drop(wr);
+        // Listed before the read below can fail the test.
+        out.push(pid);
+        // SAFETY: `rd` is an open pipe end; the File takes it over.
+        let mut f = unsafe { std::fs::File::from_raw_fd(rd.as_raw_fd()) };
+        std::mem::forget(rd);
+        let mut buf = [0u8; 1];
+        assert_eq!(
+            f.read(&mut buf).unwrap(),
+            0,
+            "worker registered and closed its pipe"
+        );
+    }
+    out
 }
 
-fn kill(pids: &[nix::unistd::Pid]) {
-    for &p in pids {
-        nix::sys::signal::kill(p, nix::sys::signal::SIGKILL).unwrap();
-        common::wait(p);
-    }
+/// SIGKILLs and reaps the first `n` of `pids`.
+fn kill(pids: &mut common::Children, n: usize) {
+    let first: Vec<_> = pids.drain(..n).collect();
+    let mut first = common::Children(first);
+    first.kill_all();
 }
 
 #[test]
@@ -69,9 +71,9 @@ fn five_workers_at_half_quota_get_three_tickets_and_follow_deaths() {
     let cfg = Config::with_pools(vec![PoolConfig::per_worker("mysql", 0.5, 0)]);
     let t = seg.create(&cfg); // the parent only observes: it never registers
     assert_eq!(capacity(&t, "mysql"), 0);
-    let pids = workers(&seg.name, 5);
+    let mut pids = workers(&seg.name, 5);
     assert_eq!(capacity(&t, "mysql"), 3, "ceil(0.5 * 5)");
-    kill(&pids[..4]);
+    kill(&mut pids, 4);
     // The live worker's anchor reaps its dead siblings (this call may find some left).
     assert!(t.reap_dead().unwrap().len() <= 4);
     common::wait_until(
@@ -81,7 +83,7 @@ fn five_workers_at_half_quota_get_three_tickets_and_follow_deaths() {
         || t.snapshot().processes.len() == 1,
     );
     assert_eq!(capacity(&t, "mysql"), 1, "ceil(0.5 * 1)");
-    kill(&pids[4..]);
+    kill(&mut pids, 1);
     t.reap_dead().unwrap();
     assert_eq!(capacity(&t, "mysql"), 0);
 }
@@ -92,12 +94,12 @@ fn min_tickets_is_capped_at_the_worker_count() {
     let seg = Seg::new("mintickets");
     let cfg = Config::with_pools(vec![PoolConfig::per_worker("redis", 0.1, 2)]);
     let t = seg.create(&cfg);
-    let one = workers(&seg.name, 1);
+    let mut one = workers(&seg.name, 1);
     assert_eq!(capacity(&t, "redis"), 1, "min(1 worker, max(ceil(0.1), 2))");
-    let two = workers(&seg.name, 2);
+    let mut two = workers(&seg.name, 2);
     assert_eq!(capacity(&t, "redis"), 2, "min(3, max(ceil(0.3), 2))");
-    kill(&one);
-    kill(&two);
+    kill(&mut one, 1);
+    kill(&mut two, 2);
     t.reap_dead().unwrap();
 }
 
@@ -107,7 +109,7 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
     let seg = Seg::new("shrink");
     let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
     let t = seg.create(&cfg);
-    let pids = workers(&seg.name, 2);
+    let mut pids = workers(&seg.name, 2);
     t.register().unwrap(); // three workers now: capacity 3
     assert_eq!(capacity(&t, "flights"), 3);
     let held: Vec<_> = (0..3)
@@ -117,7 +119,7 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
                 .unwrap()
         })
         .collect();
-    kill(&pids);
+    kill(&mut pids, 2);
     t.reap_dead().unwrap();
     assert_eq!(capacity(&t, "flights"), 1);
     assert_eq!(

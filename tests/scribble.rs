@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use common::{Seg, fork_child, wait};
+use common::{Children, Seg, fork_child};
 use fairshm::layout::op_word;
 use fairshm::region::Region;
 use fairshm::{Config, PoolConfig, Request, Table};
@@ -131,22 +131,27 @@ fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64]) -> i32 {
 
 fn run_workers(name: &str, ms: u64, c: &'static [AtomicU64], scribble: bool) {
     let until = Instant::now() + Duration::from_millis(ms);
-    let mut pids: Vec<_> = (0..WORKERS)
-        .map(|i| {
-            let name = name.to_owned();
-            fork_child(move || worker(&name, 0x9E37_79B9 * (i as u64 + 1), until, c))
-        })
-        .collect();
+    // A guard: if a wait below fails the test, the other children are killed and
+    // reaped, not left running.
+    let mut pids = Children(Vec::with_capacity(WORKERS + 1));
+    for i in 0..WORKERS {
+        let name = name.to_owned();
+        pids.push(fork_child(move || {
+            worker(&name, 0x9E37_79B9 * (i as u64 + 1), until, c)
+        }));
+    }
     if scribble {
         let name = name.to_owned();
         pids.push(fork_child(move || scribbler(&name, until, c)));
     }
     // The children run until `until`; the waits below have their own deadline after it.
     std::thread::sleep(until.saturating_duration_since(Instant::now()));
-    for pid in pids {
-        // 0: finished; anything else is a panic (101) or a signal (128 + n).
-        assert_eq!(wait(pid), 0, "a worker or the scribbler ended abnormally");
-    }
+    // 0: finished; anything else is a panic (101) or a signal (128 + n).
+    let codes = pids.wait_all();
+    assert!(
+        codes.iter().all(|&c| c == 0),
+        "a worker or the scribbler ended abnormally: wait codes {codes:?}"
+    );
 }
 
 fn errors(c: &[AtomicU64]) -> Vec<(&'static str, u64)> {

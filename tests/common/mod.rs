@@ -141,6 +141,18 @@ pub fn wait_until(
 pub struct Children(pub Vec<nix::unistd::Pid>);
 
 impl Children {
+    /// Waits for each child in turn ([`wait`]: a deadline, then killed) and returns
+    /// their wait codes. A child leaves the list only once reaped, so if a wait fails
+    /// the test, the guard's drop kills and reaps those still listed.
+    pub fn wait_all(&mut self) -> Vec<i32> {
+        let mut codes = Vec::with_capacity(self.0.len());
+        while let Some(&pid) = self.0.first() {
+            codes.push(wait(pid));
+            self.0.remove(0);
+        }
+        codes
+    }
+
     /// SIGKILLs and reaps every child still listed; returns their wait codes.
     pub fn kill_all(&mut self) -> Vec<i32> {
         self.0
