@@ -378,12 +378,27 @@ fn a_holder_does_not_shorten_hints() {
 /// The hint of heavy's first over-share refusal at `now` on a fresh `setup` table, with
 /// `queued` its own wait in the server's queue (`None`: not known), after `notes`.
 fn first_hint(name: &str, notes: &[(u64, u64)], queued: Option<u64>, now: u64) -> Refused {
+    nth_hint(name, notes, 0, queued, now)
+}
+
+/// As [`first_hint`], after `earlier` refusals of heavy at `now` whose waits are not
+/// known (a backlog of that many turns).
+fn nth_hint(
+    name: &str,
+    notes: &[(u64, u64)],
+    earlier: usize,
+    queued: Option<u64>,
+    now: u64,
+) -> Refused {
     let seg = Seg::new(name);
     let t = setup(&seg);
     let (p, heavy, _) = handles(&t);
     let e = t.engine();
     for &(q, at) in notes {
         e.note_queue(p, q, at).unwrap();
+    }
+    for _ in 0..earlier {
+        refused(e, p, heavy, now);
     }
     match e.acquire_queued(p, heavy, 1, 0, now, queued).unwrap() {
         Outcome::Refused(r) => r,
@@ -432,14 +447,29 @@ fn a_standing_server_queue_stretches_over_share_hints() {
     assert_eq!(later.queue_stretch_pct, 662, "{later:?}");
     let gone = first_hint("queue-gone", &notes, None, 1_045 + 200 * 25);
     assert_eq!(gone.queue_stretch_pct, 100, "{gone:?}");
-    // ...and a request whose own wait asks for more gets that at once.
-    let own = first_hint("queue-own", &[], Some(5_000), 1_045);
+    // ...and a request whose own wait asks for more gets that at once, when its tenant
+    // has a backlog (turns promised ahead of it: its refused requests, whose retries
+    // may be what the queue holds)...
+    let second = nth_hint("queue-second", &[], 1, None, 1_045);
+    assert_eq!((second.queued, second.queue_stretch_pct), (1, 100));
+    let own = nth_hint("queue-own", &[], 1, Some(5_000), 1_045);
     assert_eq!(own.queue_stretch_pct, 600, "1 + 5 ms over a base of 0");
-    assert!((6 * h..=9 * h).contains(&own.retry_after_ms), "{own:?}");
+    let h2 = second.retry_after_ms;
+    assert!((6 * h2..=9 * h2).contains(&own.retry_after_ms), "{own:?}");
     assert_eq!(
-        first_hint("queue-own-low", &[], Some(1_000), 1_045).queue_stretch_pct,
+        nth_hint("queue-own-low", &[], 1, Some(1_000), 1_045).queue_stretch_pct,
         100
     );
+    // ...but not with none: no refused request of its tenant is waiting, so the queue
+    // it waited in is not of its tenant's retries (a worker was busy), and a client that
+    // pauses its whole tenant for the hint would idle the tenant's permits for it.
+    let alone = first_hint("queue-own-first", &[], Some(5_000), 1_045);
+    assert_eq!(
+        (alone.queued, alone.queue_stretch_pct),
+        (0, 100),
+        "{alone:?}"
+    );
+    assert_eq!(alone.retry_after_ms, h);
 }
 
 /// Under its share a tenant refused by a full pool gets in as soon as anything is

@@ -58,8 +58,9 @@ pub struct Attempt {
     /// The pool evicts residents instead of refusing (see `residents`).
     pub evict: bool,
     /// How long this request waited in the server's queue, µs, when the caller knows
-    /// ([`server_queue::UNKNOWN`] if not): an over-share refusal's hint is stretched by
-    /// it as by a window of its own (see `server_queue`).
+    /// ([`server_queue::UNKNOWN`] if not): an over-share refusal of a tenant with a
+    /// backlog has its hint stretched by it as by a window of its own (see
+    /// `server_queue::for_request`).
     pub queued_us: u32,
 }
 
@@ -274,7 +275,7 @@ pub fn try_acquire<R: Region>(
             // Over its share, a queue in the server stretches the hint (see
             // `server_queue`): a retry back sooner would wait there ahead of others.
             let (stretch, queue_us) = if code == fair_share::OVER_SHARE {
-                server_queue::for_request(r.pool(a.pool), a.now, a.queued_us)
+                server_queue::for_request(r.pool(a.pool), a.now, a.queued_us, turn.queued)
             } else {
                 (server_queue::ONE, 0)
             };
