@@ -184,8 +184,18 @@ def test_wsgi_passes_the_server_queue_and_a_long_wait_stretches_the_hint(table):
     mw = FairshmMiddleware(wsgi_app, table, "requests", tenant_of)
     bodies = [mw({"HTTP_X_TENANT": "acme", "HTTP_X_REQUEST_START": stamp(0)}, StartResponse())
               for _ in range(4)]
-    # Over its share, a request that waited 30 ms in the server's queue: its hint is
-    # stretched 8x (1 + its wait in whole ms, at most 8 at once), and said so.
+    # Over its share, refused: a first refusal's own wait stretches nothing (no refused
+    # request of its tenant is waiting, so its tenant's retries are not what it waited
+    # behind)...
+    sr = StartResponse()
+    doc = json.loads(b"".join(mw({"HTTP_X_TENANT": "acme", "HTTP_X_REQUEST_START": stamp(30)}, sr)))
+    assert sr.status.startswith("429") and "server's queue" not in doc["explanation"], doc
+    # ...and with a backlog of refused requests (two more turns promised), a request that
+    # waited 30 ms in the server's queue has its hint stretched 8x (1 + its wait in whole
+    # ms, at most 8 at once), and said so.
+    for _ in range(2):
+        with pytest.raises(fairshm.Refused):
+            table.try_acquire("requests", "acme")
     sr = StartResponse()
     doc = json.loads(b"".join(mw({"HTTP_X_TENANT": "acme", "HTTP_X_REQUEST_START": stamp(30)}, sr)))
     assert sr.status.startswith("429")

@@ -26,6 +26,13 @@ class TestRack < Minitest::Test
     stamp = ->(ms_ago) { format("t=%.6f", Time.now.to_f - ms_ago / 1000.0) }
     mw = app
     bodies = Array.new(4) { mw.call("HTTP_X_TENANT" => "acme", "HTTP_X_REQUEST_START" => stamp.call(0))[2] }
+    # A first refusal's own wait stretches nothing: no refused request of its tenant is
+    # waiting, so its tenant's retries are not what it waited behind...
+    status, _, body = mw.call("HTTP_X_TENANT" => "acme", "HTTP_X_REQUEST_START" => stamp.call(30))
+    assert_equal 429, status
+    refute_includes JSON.parse(body.join)["explanation"], "server's queue"
+    # ...with a backlog of refused requests (two more turns promised), it stretches 8x.
+    2.times { assert_kind_of Fairshm::Refused, @table.attempt("requests", "acme") }
     status, _, body = mw.call("HTTP_X_TENANT" => "acme", "HTTP_X_REQUEST_START" => stamp.call(30))
     assert_equal 429, status
     why = JSON.parse(body.join)["explanation"]
