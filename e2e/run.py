@@ -38,13 +38,16 @@ non-zero when an enforced one is missed:
   - polite and polite-f1, where the heavy tenant's mean hint is 100 ms or more: no 10 ms
     holds more than 8 times its average retries per 10 ms (a bound of at least a
     quarter of its connections): the hints are spread over its turns, not piled on one
-    instant (read from loadgen's LOADGEN_TRACE).
-When only the timed guards (the light tenant's and the retry bursts) fail, the server
-is measured once more, whole, and the second measurement is judged; both are printed
-(and in --json).
-Reported, not enforced (see the README): the light p99 ratio <= 1.5 (polite, fifo); the
-heavy tenant keeps >= 90% of the throughput its share allows, and its p99 within 2x of
-the ideal queueing delay (connections x hold / permits), each with either client.
+    instant (read from loadgen's LOADGEN_TRACE);
+  - fifo (the client issue 9 describes: it waits a hint "before that tenant's next
+    request"), issue 14's three targets: the light p99 ratio <= 1.5; the heavy tenant
+    keeps >= 90% of the throughput its share allows, and its p99 is within 2x of the
+    ideal queueing delay (connections x hold / permits).
+When only the timed guards (the light tenant's, the retry bursts and fifo's targets)
+fail, the server is measured once more, whole, and the second measurement is judged;
+both are printed (and in --json).
+Reported, not enforced (see the README): issue 14's targets with polite clients, whose
+heavy p99 seed 000's rule puts out of reach.
 
     python e2e/run.py [--servers gunicorn,puma-4x1,puma-2x2,puma-4x4] [--seconds 10] [--check]
 """
@@ -323,26 +326,27 @@ def heavy_share(d, seconds, pool, floor, per_permit):
     return allowed, (HEAVY * hold_ms / allowed if allowed > 0 else 0)
 
 
-def heavy_targets(phase, d, seconds, pool, floor, per_permit, solo):
-    """Issue 14's reported targets for phase results `d`: the heavy tenant keeps 90% of
-    the throughput its share allows, and its p99 is within 2x of its ideal queueing
-    delay; with `solo`, also the light tenant's p99 within 1.5x of it."""
+def heavy_targets(phase, d, seconds, pool, floor, per_permit, solo, enforced=False):
+    """Issue 14's targets for phase results `d`: the heavy tenant keeps 90% of the
+    throughput its share allows, and its p99 is within 2x of its ideal queueing delay;
+    with `solo`, also the light tenant's p99 within 1.5x of it. `enforced`: --check
+    fails on a miss (else they are reported only)."""
     out = []
     if solo:
         ratio = d["light"]["p99_ms"] / solo
         out.append(("%s: light p99 with heavy present / alone = %.2f (target <= 1.5)" % (phase, ratio),
-                    ratio <= 1.5, False))
+                    ratio <= 1.5, enforced))
     allowed, ideal = heavy_share(d, seconds, pool, floor, per_permit)
     got = d["heavy"]["ok"] / seconds
     out.append(("%s: heavy throughput %.0f/s >= 90%% of its share's %.0f/s (%.1f permits: in use "
                 "under %d - %d, less the light tenant's busy ones)"
                 % (phase, got, allowed * per_permit, allowed, pool, floor),
-                got >= 0.9 * allowed * per_permit, False))
+                got >= 0.9 * allowed * per_permit, enforced))
     hp99 = d["heavy"]["p99_ms"]
     out.append(("%s: heavy p99 %.0f ms <= 2 x the ideal queueing delay (%.0f ms) = %.0f ms (with %d "
                 "requests unserved at the end, at their wait so far)"
                 % (phase, hp99, ideal, 2 * ideal, d["heavy"].get("unfinished", 0)),
-                hp99 <= 2 * ideal, False))
+                hp99 <= 2 * ideal, enforced))
     return out
 
 
@@ -429,12 +433,17 @@ def report(kind, pool, seconds, results, leftover, floors):
                        % (phase, d["heavy"]["refused"]), d["heavy"]["refused"] > 0, True))
     most = results["heavy"]["heavy"]["max_in_use"]
     checks.append(("heavy alone holds the whole pool: max in use %d of %d" % (most, pool), most == pool, True))
-    # Issue 14's heavy-tenant targets, with either client (see `heavy_share`); the
-    # light tenant's 1.5x with polite clients is the first check above.
+    # Issue 14's three targets, with either client (see `heavy_share`); the light
+    # tenant's 1.5x with polite clients is the first check above. Enforced for the
+    # client issue 9 describes, which waits a hint "before that tenant's next request"
+    # (`fifo`: the whole tenant pauses), as timed guards (a miss measures the server
+    # once more, see `main`); reported for `polite`, whose heavy p99 seed 000 puts out
+    # of reach (see the README).
     per_permit = results["heavy"]["heavy"]["ok"] / seconds / pool
-    for phase in ("polite", "fifo"):
-        checks += heavy_targets(phase, results[phase], seconds, pool, floor, per_permit,
-                                solo if phase == "fifo" else None)
+    checks += heavy_targets("polite", pol, seconds, pool, floor, per_permit, None)
+    fifo = heavy_targets("fifo", results["fifo"], seconds, pool, floor, per_permit, solo, True)
+    checks += fifo
+    timed += fifo
     _, ideal = heavy_share(pol, seconds, pool, floor, per_permit)
     # Why the p99 target above is missed (see the README): by Little's law the heavy
     # tenant's closed loops wait HEAVY / throughput on average, which is the ideal
