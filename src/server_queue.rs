@@ -227,7 +227,8 @@ pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
 
 /// The stretch of an over-share refusal of a request that waited `queued_us` in the
 /// server's queue ([`UNKNOWN`]: not known), with `backlog` turns of its tenant
-/// promised ahead of it (`retry::Turn::queued`), and the queue it answers: the pool's
+/// promised ahead of it (`retry::Turn::queued`, which counts a turn due within half an
+/// interval as come), and the queue it answers: the pool's
 /// ([`current`]), or, with a backlog, the request's own wait taken as a window of its
 /// own when that asks for more. The pool's stretch needs a window to close before it
 /// sees a queue; the requests that a queue held longest see it at once (a tenant whose

@@ -59,9 +59,7 @@ fn workers(name: &str, n: usize) -> common::Children {
 
 /// SIGKILLs and reaps the first `n` of `pids`.
 fn kill(pids: &mut common::Children, n: usize) {
-    let first: Vec<_> = pids.drain(..n).collect();
-    let mut first = common::Children(first);
-    first.kill_all();
+    common::Children(pids.drain(..n).collect()).kill_all();
 }
 
 #[test]
