@@ -20,7 +20,7 @@
 //!   `LOADGEN_FIFO_DECREASE` (default 0.9) set the two. TCP's own (1 and 0.5) made the
 //!   tenant's extra request wait in the server's queue more often, which raised the
 //!   library's queue stretch and with it every pause, and halving a window of 12
-//!   (Puma 4x4) left permits free for long (see the README).
+//!   (Puma 4x4) left permits free for long (see `docs/fairness-through-servers.md`).
 //!
 //! The latency of a request runs from when its connection made it, so that the time it
 //! waited in the tenant's own queue counts.
