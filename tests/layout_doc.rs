@@ -69,6 +69,27 @@ fn every_field_is_documented_at_its_offset_and_size() {
 }
 
 #[test]
+fn the_documented_layout_version_is_the_real_one() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shm-layout.md")).unwrap();
+    let v = fairshm::layout::LAYOUT_VERSION;
+    let title = doc.lines().next().unwrap_or_default();
+    assert!(
+        title.ends_with(&format!("(version {v})")),
+        "the title names the layout version {v}: {title}"
+    );
+    // The header table's `version` row states the value the creator writes.
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| 8 | 4 | version |"))
+        .expect("the header's version row");
+    assert!(
+        row.contains(&format!("layout version, {v} ")),
+        "the version row names {v}: {row}"
+    );
+}
+
+#[test]
 fn the_documented_default_size_is_the_real_one() {
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/shm-layout.md")).unwrap();
