@@ -86,7 +86,8 @@
 #define FAIRSHM_CREATE 1
 
 // Open it if it exists (checking its config against the one given, if any), else
-// create it.
+// create it. A file there that its creator never made ready (it was killed while
+// creating it) is replaced, once nothing has it open or mapped.
 #define FAIRSHM_OPEN_OR_CREATE 2
 
 // Open read-only, as an observer: never registers, changes nothing.

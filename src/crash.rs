@@ -10,6 +10,10 @@ pub use crate::guaranteed::shared::CRASH_LABELS as GUARANTEED_LABELS;
 pub use crate::ops::CRASH_LABELS as LABELS;
 pub use crate::ops::RESIDENT_CRASH_LABELS as RESIDENT_LABELS;
 
+/// The steps of a segment's creation a creator can die after: the file created, its
+/// size set (a header of zeros), everything written but `ready`.
+pub const CREATE_LABELS: &[&str] = &["create.opened", "create.sized", "create.written"];
+
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);
 static PLAN: Mutex<Option<(&'static str, u64)>> = Mutex::new(None);
@@ -19,7 +23,8 @@ pub fn arm(label: &'static str, skip: u64) {
     assert!(
         LABELS.contains(&label)
             || GUARANTEED_LABELS.contains(&label)
-            || RESIDENT_LABELS.contains(&label),
+            || RESIDENT_LABELS.contains(&label)
+            || CREATE_LABELS.contains(&label),
         "unknown crash point {label:?}"
     );
     *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip));

@@ -22,7 +22,11 @@ use crate::layout::{
 use crate::region::Region;
 use crate::sync::Ordering::*;
 
+mod abandoned;
 mod open;
+
+pub use abandoned::{Abandoned, holders, remove_if_never_ready, remove_if_version};
+pub(crate) use abandoned::is_never_ready_error;
 
 /// Where segments live.
 pub const SHM_DIR: &str = "/dev/shm";
@@ -174,6 +178,8 @@ impl Segment {
             .mode(mode)
             .open(&path)
             .map_err(io(name, "create"))?;
+        #[cfg(feature = "crash-points")]
+        crate::crash::hit("create.opened");
         match Self::build(name, cfg, mode, &file) {
             Ok(seg) => Ok(seg),
             Err(e) => {
@@ -190,6 +196,8 @@ impl Segment {
         let geo = cfg.geometry();
         file.set_len(geo.total_size as u64)
             .map_err(io(name, "ftruncate"))?;
+        #[cfg(feature = "crash-points")]
+        crate::crash::hit("create.sized");
         let seg = Self::map(name, file, geo, cfg.clone(), false)?;
         let bytes = cfg.encode();
         // SAFETY:
@@ -220,6 +228,8 @@ impl Segment {
         h.n_regions.store(dir.len() as u32, Relaxed);
         h.created_unix_ms.store(crate::clock::unix_ms(), Relaxed);
         h.creator_pid.store(std::process::id(), Relaxed);
+        #[cfg(feature = "crash-points")]
+        crate::crash::hit("create.written");
         // Release: everything above is visible to an opener that sees READY.
         h.ready.store(READY, Release);
         Ok(seg)

@@ -102,12 +102,30 @@ impl Table {
         Segment::open_read_only(name, segment::READY_WAIT).map(Self::from_segment)
     }
 
-    /// Opens segment `name`, creating it with `cfg` if it does not exist.
+    /// Opens segment `name`, creating it with `cfg` if it does not exist. A file there
+    /// that its creator never made ready (killed between creating the file and marking
+    /// it ready: `NotReady`, a zero header, a file shorter than a header) is replaced
+    /// once, after the usual wait for its creator, if no process has it open or mapped:
+    /// a creator at work always has, a dead one never (see `segment::abandoned`). Every
+    /// other error is returned as it is, `ConfigMismatch` included.
     pub fn open_or_create(name: &str, cfg: &Config) -> Result<Table> {
-        match Self::create(name, cfg) {
-            Err(Error::AlreadyExists { .. }) => Self::open_expecting(name, cfg),
-            other => other,
+        // Rounds: a replaced file may be raced for by other starters; one of them
+        // creates it and the others open theirs.
+        for _ in 0..3 {
+            match Self::create(name, cfg) {
+                Err(Error::AlreadyExists { .. }) => {}
+                other => return other,
+            }
+            match Self::open_expecting(name, cfg) {
+                Err(e) if segment::is_never_ready_error(&e) => {
+                    if segment::remove_if_never_ready(name)? != segment::Abandoned::Removed {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
         }
+        Self::open_expecting(name, cfg)
     }
 
     /// Removes segment `name` from `/dev/shm` (mappings stay valid).
