@@ -168,6 +168,54 @@ fn a_segment_mapped_by_a_live_process_is_refused_unless_forced() {
     drop(t);
 }
 
+/// Writes `bytes` at `offset` of segment `name`'s file.
+fn rewrite(name: &str, offset: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{name}"))
+        .unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+#[test]
+fn leftovers_of_another_version_or_a_dead_creator_are_cleaned_when_unheld() {
+    // Another layout version (an upgrade left it): unreadable, yet fairshm's.
+    let old = Seg::new("tool-oldversion");
+    drop(old.create(&config()));
+    rewrite(&old.name, 8, &99u32.to_le_bytes());
+    let path = format!("/dev/shm/{}", old.name);
+    assert_eq!(code(&shmtool(&["inspect", &old.name])), 4);
+    // While a live process has it open, clean refuses (exit 5) and names it.
+    let f = std::fs::File::open(&path).unwrap();
+    let o = shmtool(&["clean", &old.name]);
+    assert_eq!(code(&o), 5);
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&std::process::id().to_string()));
+    drop(f);
+    let o = shmtool(&["clean", &old.name]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout(&o).contains(&format!("removed {}", old.name)));
+    assert!(!std::path::Path::new(&path).exists());
+
+    // A creator that died before `ready`: removed by name, and by --stale.
+    let never = Seg::new("tool-neverready");
+    drop(never.create(&config()));
+    rewrite(&never.name, 12, &0u32.to_le_bytes());
+    assert_eq!(code(&shmtool(&["clean", &never.name])), 0);
+    assert!(!std::path::Path::new(&format!("/dev/shm/{}", never.name)).exists());
+    let stale = Seg::new("tool-stalever");
+    drop(stale.create(&config()));
+    rewrite(&stale.name, 8, &1u32.to_le_bytes());
+    let o = shmtool(&["clean", "--stale", "--prefix", &stale.name]);
+    assert!(
+        stdout(&o).contains(&format!("removed {}", stale.name)),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!std::path::Path::new(&format!("/dev/shm/{}", stale.name)).exists());
+}
+
 #[test]
 fn exit_codes_are_the_documented_ones() {
     let help = stdout(&shmtool(&["--help"]));

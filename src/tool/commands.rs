@@ -62,13 +62,18 @@ pub fn reaped_text(freed: &[Reaped]) -> String {
     out
 }
 
-/// `clean --stale`: removes every readable segment under /dev/shm (whose name starts
-/// with `prefix`, if given) that no live process uses, and says for each what it did.
-/// Files that are not readable segments are never touched.
+/// `clean --stale`: removes every segment under /dev/shm (whose name starts with
+/// `prefix`, if given) that no live process uses, and says for each what it did:
+/// readable ones, ones of another layout version and ones their creator never made
+/// ready (see [`clean`]). Files without a fairshm header are never touched.
 pub fn clean_stale(prefix: Option<&str>) -> Result<String> {
     let mut out = String::new();
     for l in list()? {
-        if l.unreadable.is_some() || prefix.is_some_and(|p| !l.name.starts_with(p)) {
+        let leftover = l
+            .header
+            .as_ref()
+            .is_some_and(|h| h.layout_version != crate::layout::LAYOUT_VERSION || !h.ready);
+        if (l.unreadable.is_some() && !leftover) || prefix.is_some_and(|p| !l.name.starts_with(p)) {
             continue;
         }
         let _ = match clean(&l.name, false) {

@@ -165,28 +165,18 @@ pub fn list_dir(dir: &Path) -> Result<Vec<Listed>> {
     Ok(out)
 }
 
-/// The pids of the processes other than this one that map the file at `path` (read
-/// from `/proc/*/maps`; processes whose maps this user may not read are not seen).
+/// The pids of the processes other than this one that have the file at `path` open
+/// or mapped (see `segment::holders`; processes whose `/proc` entries this
+/// user may not read are not seen).
 pub fn mapped_by(path: &Path) -> Vec<u32> {
-    let me = std::process::id();
-    let want = path.to_string_lossy().into_owned();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(path) else {
         return Vec::new();
     };
-    let mut out: Vec<u32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
-                maps.lines().any(|l| {
-                    let l = l.strip_suffix(" (deleted)").unwrap_or(l);
-                    l.ends_with(&want) && l[..l.len() - want.len()].ends_with(' ')
-                })
-            })
-        })
-        .collect();
-    out.sort_unstable();
-    out
+    let me = std::process::id();
+    let mut pids = crate::segment::holders(path, (m.dev(), m.ino()), None);
+    pids.retain(|&p| p != me);
+    pids
 }
 
 /// What [`clean`] did with one segment.
@@ -200,14 +190,20 @@ pub enum Clean {
 }
 
 /// Removes segment `name` if no live process uses it: none registered alive (or
-/// dying) in its process table, and none mapping it. With `force`, removes it anyway
-/// (its users keep their mappings; new openers will not find it). A file that is not
-/// a readable segment is never removed: `Err`. (A process that opens the segment
+/// dying) in its process table, and none with it open or mapped. With `force`, removes
+/// it anyway (its users keep their mappings; new openers will not find it). A segment
+/// of another layout version (left by an upgrade or a downgrade), or one its creator
+/// never made ready (killed while creating it), is removed the same way, judged by who
+/// has it open or mapped (see `segment::abandoned`). Any other file that is not a
+/// readable segment is never removed: `Err`. (A process that opens the segment
 /// between the check and the removal keeps a mapping of a removed file, as with
 /// `--force`: clean segments when no server is starting.)
 pub fn clean(name: &str, force: bool) -> Result<Clean> {
     let path = path_of(name);
-    let t = Table::open_observer(name)?;
+    let t = match Table::open_observer(name) {
+        Ok(t) => t,
+        Err(e) => return clean_unreadable(name, force, e),
+    };
     let snap = t.try_snapshot()?;
     drop(t);
     let mut pids: Vec<u32> = snap
@@ -224,4 +220,25 @@ pub fn clean(name: &str, force: bool) -> Result<Clean> {
     }
     Table::unlink(name)?;
     Ok(Clean::Removed)
+}
+
+/// [`clean`] of a segment that `open_observer` refused with `e`: one of another layout
+/// version or one never made ready goes when nothing holds it (or with `force`); any
+/// other file stays, and `e` is returned.
+fn clean_unreadable(name: &str, force: bool, e: Error) -> Result<Clean> {
+    use crate::segment::{self, Abandoned};
+    let judged = match &e {
+        Error::VersionMismatch { found, .. } => segment::remove_if_version(name, *found)?,
+        other if segment::is_never_ready_error(other) => segment::remove_if_never_ready(name)?,
+        _ => return Err(e),
+    };
+    match judged {
+        Abandoned::Removed => Ok(Clean::Removed),
+        Abandoned::NotAbandoned => Err(e),
+        Abandoned::Held(_) if force => {
+            Table::unlink(name)?;
+            Ok(Clean::Removed)
+        }
+        Abandoned::Held(pids) => Ok(Clean::InUse { pids }),
+    }
 }
