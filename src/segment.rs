@@ -26,7 +26,7 @@ mod abandoned;
 mod open;
 
 pub use abandoned::{Abandoned, holders, remove_if_never_ready, remove_if_version};
-pub(crate) use abandoned::is_never_ready_error;
+pub(crate) use abandoned::{is_never_ready_error, read_start};
 
 /// Where segments live.
 pub const SHM_DIR: &str = "/dev/shm";

@@ -1,7 +1,6 @@
 //! Opening validates everything it will trust; each failure has its own typed error.
 mod common;
 
-use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 
 use common::{Seg, one_pool};
@@ -9,12 +8,7 @@ use fairshm::segment::path_of;
 use fairshm::{Config, Error, Table};
 
 fn rewrite(seg: &Seg, offset: u64, bytes: &[u8]) {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path_of(&seg.name))
-        .unwrap();
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(bytes).unwrap();
+    common::rewrite(&seg.name, offset, bytes)
 }
 
 #[test]

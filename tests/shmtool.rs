@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use cli::{assert_schema, check_prometheus, code, config, holder, json, sample, shmtool, stdout};
-use common::{Children, Seg, wait_until};
+use common::{Children, Seg, rewrite, wait_until};
 use fairshm::{Config, PoolConfig, Request};
 
 #[test]
@@ -166,17 +166,6 @@ fn a_segment_mapped_by_a_live_process_is_refused_unless_forced() {
     assert_eq!(code(&shmtool(&["clean", &seg.name, "--force"])), 0);
     assert!(!std::path::Path::new(&format!("/dev/shm/{}", seg.name)).exists());
     drop(t);
-}
-
-/// Writes `bytes` at `offset` of segment `name`'s file.
-fn rewrite(name: &str, offset: u64, bytes: &[u8]) {
-    use std::io::{Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/dev/shm/{name}"))
-        .unwrap();
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(bytes).unwrap();
 }
 
 #[test]

@@ -71,8 +71,8 @@ fn never_ready(f: &mut File) -> std::io::Result<bool> {
     Ok(magic == MAGIC && ready != READY)
 }
 
-/// The file's first bytes, up to a header's worth.
-fn read_start(f: &mut File) -> std::io::Result<Vec<u8>> {
+/// The file's first bytes, up to a header's worth (fewer if it is shorter).
+pub(crate) fn read_start(f: &mut File) -> std::io::Result<Vec<u8>> {
     let mut b = vec![0u8; HEADER];
     let mut got = 0;
     while got < HEADER {

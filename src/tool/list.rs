@@ -1,7 +1,6 @@
 //! Finding segments by their header, and removing those no live process uses.
 
 use std::fs::OpenOptions;
-use std::io::Read;
 use std::mem::offset_of;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -50,16 +49,8 @@ pub fn read_header(path: &Path) -> std::result::Result<HeaderInfo, String> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| e.to_string())?;
-    let mut b = vec![0u8; HEADER];
-    let mut got = 0;
-    while got < HEADER {
-        match f.read(&mut b[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
-    }
+    let b = crate::segment::read_start(&mut f).map_err(|e| e.to_string())?;
+    let got = b.len();
     if got < HEADER {
         return Err(format!("{got} bytes, shorter than a header ({HEADER})"));
     }

@@ -29,6 +29,17 @@ impl Drop for Seg {
     }
 }
 
+/// Writes `bytes` at `offset` of segment `name`'s file (a test's scribble).
+pub fn rewrite(name: &str, offset: u64, bytes: &[u8]) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{name}"))
+        .unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
 /// One pool `requests` of `cap` permits, default floor (5%, at least 1) and window.
 pub fn one_pool(cap: u32) -> Config {
     Config::with_pools(vec![PoolConfig::new("requests", cap)])
