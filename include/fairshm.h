@@ -87,7 +87,7 @@
 
 // Open it if it exists (checking its config against the one given, if any), else
 // create it. A file there that its creator never made ready (it was killed while
-// creating it) is replaced, once nothing has it open or mapped.
+// creating it) is replaced once the creator is gone.
 #define FAIRSHM_OPEN_OR_CREATE 2
 
 // Open read-only, as an observer: never registers, changes nothing.

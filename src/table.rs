@@ -3,6 +3,7 @@
 //! [`OwnedLease`]), refusals with names and explanations, and the blocking acquire.
 
 use std::borrow::Borrow;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,9 +105,9 @@ impl Table {
 
     /// Opens segment `name`, creating it with `cfg` if it does not exist. A file there
     /// that its creator never made ready (killed between creating the file and marking
-    /// it ready: `NotReady`, a zero header, a file shorter than a header) is replaced
-    /// once, after the usual wait for its creator, if no process has it open or mapped:
-    /// a creator at work always has, a dead one never (see `segment::abandoned`). Every
+    /// it ready: `NotReady`, a zero header, a file shorter than a header) is replaced,
+    /// after the usual wait for its creator, if the creator is gone: a creator holds
+    /// the file's `flock` until the segment is ready (see `segment::abandoned`). Every
     /// other error is returned as it is, `ConfigMismatch` included.
     pub fn open_or_create(name: &str, cfg: &Config) -> Result<Table> {
         // Rounds: a replaced file may be raced for by other starters; one of them
@@ -116,9 +117,16 @@ impl Table {
                 Err(Error::AlreadyExists { .. }) => {}
                 other => return other,
             }
+            // The file this open will judge (if another replaces it meanwhile, the
+            // judgement below finds it gone, and the next round opens the new one).
+            let seen = std::fs::symlink_metadata(segment::path_of(name))
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
             match Self::open_expecting(name, cfg) {
                 Err(e) if segment::is_never_ready_error(&e) => {
-                    if segment::remove_if_never_ready(name)? != segment::Abandoned::Removed {
+                    if segment::remove_if_never_ready_seen(name, seen)?
+                        != segment::Abandoned::Removed
+                    {
                         return Err(e);
                     }
                 }

@@ -89,7 +89,7 @@ pub const FAIRSHM_OPEN: u32 = 0;
 pub const FAIRSHM_CREATE: u32 = 1;
 /// Open it if it exists (checking its config against the one given, if any), else
 /// create it. A file there that its creator never made ready (it was killed while
-/// creating it) is replaced, once nothing has it open or mapped.
+/// creating it) is replaced once the creator is gone.
 pub const FAIRSHM_OPEN_OR_CREATE: u32 = 2;
 /// Open read-only, as an observer: never registers, changes nothing.
 pub const FAIRSHM_OBSERVER: u32 = 3;

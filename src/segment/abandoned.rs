@@ -1,11 +1,19 @@
-//! Segments that nothing holds: a creator killed before it marked its segment ready
-//! leaves a file that no open can ever accept (`NotReady`, or a zero header), and a
-//! segment of another layout version (an upgrade or a downgrade left it) is one this
-//! version cannot read. Either wedges its name until someone removes the file.
-//! `Table::open_or_create` replaces a never-ready one, and `shmtool clean` removes
-//! both, once nothing holds the file: no process has it open or mapped. A creator at
-//! work always holds it (it keeps the file open from its exclusive create to the end);
-//! a dead process holds nothing; and a process that uses a segment maps it.
+//! Leftovers that wedge a segment's name. A creator killed before it marked its
+//! segment ready leaves a file that no open can ever accept (`NotReady`, or a zero
+//! header); a segment of another layout version (left by an upgrade or a downgrade) is
+//! one this version cannot read. `Table::open_or_create` replaces the first kind and
+//! `shmtool clean` removes both:
+//! - **never ready:** a creator holds an exclusive `flock` on its file from just after
+//!   its exclusive create until `ready` is stored, and the kernel drops it when the
+//!   creator dies. So a never-ready file whose lock can be taken has no creator at
+//!   work. (Openers waiting for `ready` hold the file open too, so who has it open
+//!   says nothing here.)
+//! - **another version:** every process that uses a segment has it open or mapped, so
+//!   it goes when no process does ([`holders`]).
+//!
+//! Either judgement is made holding that lock, on the file still at the path, so of
+//! several processes that judge the same file, one removes it and the others find it
+//! gone (or a new one in its place, which they leave alone).
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -19,6 +27,9 @@ use crate::error::{Error, Result};
 use crate::layout::{HEADER, MAGIC, READY};
 
 use super::{check_name, io, path_of};
+
+/// How long a judge waits for the lock of a file (see [`lock`]).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The pids of the processes that have the file `(dev, ino)` at `path` open or mapped,
 /// this one included, except through this process's descriptor `skip_fd`. Only the
@@ -92,67 +103,106 @@ pub(crate) fn read_start(f: &mut File) -> std::io::Result<Vec<u8>> {
 pub enum Abandoned {
     /// It was removed (or was gone, or replaced by another, when looked at again).
     Removed,
-    /// It is not what `judge` accepts: left alone.
+    /// It is not such a leftover: left alone.
     NotAbandoned,
-    /// These processes hold it: left alone.
+    /// In use: a creator still holds its lock, or these processes have it open or
+    /// mapped. Left alone.
     Held(Vec<u32>),
 }
 
-/// Removes segment `name`'s file if `judge` accepts it and no process holds it (see
-/// [`holders`]). The judgement is made under an exclusive `flock` of the file and on
-/// the file still at the path, so that of several processes that find the same file
-/// abandoned, one removes it and the others see it gone (or a new one in its place,
-/// which they leave alone). `judge` reads the file from its start.
-fn remove_if(name: &str, judge: impl FnOnce(&mut File) -> std::io::Result<bool>) -> Result<Abandoned> {
-    check_name(name)?;
+/// Opens segment `name`'s file and takes its exclusive lock, waiting at most
+/// [`LOCK_WAIT`] (a creator holds it for the milliseconds of a creation, another judge
+/// for a look). With `seen`, the `(dev, ino)` of the file the caller judged, another
+/// file at the path is an answer: the one seen is gone. `Ok(Err(..))`: what to answer
+/// without a lock.
+fn lock(
+    name: &str,
+    seen: Option<(u64, u64)>,
+) -> Result<std::result::Result<(Flock<File>, std::fs::Metadata), Abandoned>> {
     let path = path_of(name);
-    let f = match OpenOptions::new()
+    let mut f = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&path)
     {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Abandoned::Removed),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err(Abandoned::Removed)),
         Err(e) => return Err(io(name, "open")(e)),
     };
     let meta = f.metadata().map_err(io(name, "fstat"))?;
-    if !meta.file_type().is_file() {
-        return Ok(Abandoned::NotAbandoned);
+    if seen.is_some_and(|s| s != (meta.dev(), meta.ino())) {
+        return Ok(Err(Abandoned::Removed));
     }
-    let mut f = Flock::lock(f, FlockArg::LockExclusive)
-        .map_err(|(_, errno)| io(name, "flock")(std::io::Error::from(errno)))?;
-    // Still the file at the path? Another process may have removed it (and another
+    if !meta.file_type().is_file() {
+        return Ok(Err(Abandoned::NotAbandoned));
+    }
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let locked = loop {
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => break locked,
+            Err((back, nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EINTR))
+                if std::time::Instant::now() < deadline =>
+            {
+                f = back;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
+                drop(back); // not ours to count among the holders
+                return Ok(Err(Abandoned::Held(holders(&path, (meta.dev(), meta.ino()), None))));
+            }
+            Err((_, errno)) => return Err(io(name, "flock")(std::io::Error::from(errno))),
+        }
+    };
+    // Still the file at the path? Another judge may have removed it (and a starter
     // created a new one) while we waited for the lock.
     match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.dev() == meta.dev() && m.ino() == meta.ino() => {}
-        _ => return Ok(Abandoned::Removed),
+        Ok(m) if m.dev() == meta.dev() && m.ino() == meta.ino() => Ok(Ok((locked, meta))),
+        _ => Ok(Err(Abandoned::Removed)),
     }
-    if !judge(&mut f).map_err(io(name, "read"))? {
+}
+
+/// Removes segment `name` if its creator never made it ready and is not at work (see
+/// the module docs).
+pub fn remove_if_never_ready(name: &str) -> Result<Abandoned> {
+    remove_if_never_ready_seen(name, None)
+}
+
+/// [`remove_if_never_ready`] of the file `seen` (`(dev, ino)`), if it is still the one
+/// at the path (`Removed` if it is not: replaced by another starter, say).
+pub(crate) fn remove_if_never_ready_seen(name: &str, seen: Option<(u64, u64)>) -> Result<Abandoned> {
+    check_name(name)?;
+    let (mut f, _) = match lock(name, seen)? {
+        Ok(x) => x,
+        Err(answer) => return Ok(answer),
+    };
+    if !never_ready(&mut f).map_err(io(name, "read"))? {
         return Ok(Abandoned::NotAbandoned);
     }
+    std::fs::remove_file(path_of(name)).map_err(io(name, "unlink"))?;
+    Ok(Abandoned::Removed)
+}
+
+/// Removes segment `name` if it has fairshm's magic and layout version `version` (not
+/// this one's) and no process has it open or mapped.
+pub fn remove_if_version(name: &str, version: u32) -> Result<Abandoned> {
+    debug_assert_ne!(version, crate::layout::LAYOUT_VERSION);
+    check_name(name)?;
+    let (mut f, meta) = match lock(name, None)? {
+        Ok(x) => x,
+        Err(answer) => return Ok(answer),
+    };
+    let b = read_start(&mut f).map_err(io(name, "read"))?;
+    let word = |off: usize, n: usize| b[off..off + n].iter().rev().fold(0u64, |a, &x| a << 8 | x as u64);
+    if b.len() < HEADER || word(0, 8) != MAGIC || word(8, 4) != version as u64 {
+        return Ok(Abandoned::NotAbandoned);
+    }
+    let path = path_of(name);
     let held = holders(&path, (meta.dev(), meta.ino()), Some(f.as_raw_fd()));
     if !held.is_empty() {
         return Ok(Abandoned::Held(held));
     }
     std::fs::remove_file(&path).map_err(io(name, "unlink"))?;
     Ok(Abandoned::Removed)
-}
-
-/// Removes segment `name` if its creator never made it ready and nothing holds it.
-pub fn remove_if_never_ready(name: &str) -> Result<Abandoned> {
-    remove_if(name, never_ready)
-}
-
-/// Removes segment `name` if it has fairshm's magic and layout version `version` (not
-/// this one's) and nothing holds it.
-pub fn remove_if_version(name: &str, version: u32) -> Result<Abandoned> {
-    debug_assert_ne!(version, crate::layout::LAYOUT_VERSION);
-    remove_if(name, |f| {
-        let b = read_start(f)?;
-        Ok(b.len() == HEADER
-            && u64::from_le_bytes(b[..8].try_into().expect("8 bytes")) == MAGIC
-            && u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) == version)
-    })
 }
 
 /// Whether `e` is what an opener gets from a never-ready file (also from other files:

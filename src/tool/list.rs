@@ -183,10 +183,10 @@ pub enum Clean {
 /// Removes segment `name` if no live process uses it: none registered alive (or
 /// dying) in its process table, and none with it open or mapped. With `force`, removes
 /// it anyway (its users keep their mappings; new openers will not find it). A segment
-/// of another layout version (left by an upgrade or a downgrade), or one its creator
-/// never made ready (killed while creating it), is removed the same way, judged by who
-/// has it open or mapped (see `segment::abandoned`). Any other file that is not a
-/// readable segment is never removed: `Err`. (A process that opens the segment
+/// of another layout version (left by an upgrade or a downgrade) goes when no process
+/// has it open or mapped, and one its creator never made ready (killed while creating
+/// it) when that creator is gone (see `segment::abandoned`). Any other file that is
+/// not a readable segment is never removed: `Err`. (A process that opens the segment
 /// between the check and the removal keeps a mapping of a removed file, as with
 /// `--force`: clean segments when no server is starting.)
 pub fn clean(name: &str, force: bool) -> Result<Clean> {
