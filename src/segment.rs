@@ -203,6 +203,16 @@ impl Segment {
             .map_err(io(name, "ftruncate"))?;
         #[cfg(feature = "crash-points")]
         crate::crash::hit("create.sized");
+        // Every page reserved now: on a full tmpfs, the first write to a page never
+        // allocated raises SIGBUS in whichever process makes it (a worker, mid-acquire,
+        // in a lease record first used that day). Reserved, a full tmpfs is a typed
+        // error here, at creation.
+        nix::fcntl::posix_fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            0,
+            geo.total_size as libc::off_t,
+        )
+        .map_err(|errno| io(name, "reserving its pages in /dev/shm (fallocate)")(errno.into()))?;
         let seg = Self::map(name, file, geo, cfg.clone(), false)?;
         let bytes = cfg.encode();
         // SAFETY:

@@ -198,3 +198,55 @@ fn a_region_directory_that_disagrees_with_the_config_is_corrupt() {
         "{e}"
     );
 }
+
+#[test]
+fn a_full_dev_shm_is_a_typed_error_at_creation_not_a_sigbus_later() {
+    // A child in a mount namespace of its own, with a 1 MiB tmpfs over /dev/shm: the
+    // default segment (megabytes) does not fit. Sparse, it used to be created anyway,
+    // and the first write to a page beyond the tmpfs's size raised SIGBUS.
+    let kid = common::fork_child(|| {
+        // SAFETY: unshare and mount read only the flags and NUL-terminated strings
+        // given; they change this child's own mount namespace.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    c"none".as_ptr(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                || libc::mount(
+                    c"tmpfs".as_ptr(),
+                    c"/dev/shm".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    c"size=1m".as_ptr().cast(),
+                ) != 0
+            {
+                return 77;
+            }
+        }
+        let name = "fairshm-test-full-shm";
+        match Table::create(name, &Config::default()) {
+            Err(Error::Io { op, source, .. })
+                if op.contains("fallocate") && source.raw_os_error() == Some(libc::ENOSPC) =>
+            {
+                // Nothing left behind, and the message says what failed.
+                i32::from(path_of(name).exists()) * 2
+            }
+            Err(e) => {
+                eprintln!("unexpected: {e}");
+                3
+            }
+            Ok(_) => 1,
+        }
+    });
+    match common::wait(kid) {
+        77 => eprintln!("SKIPPED: needs root (a mount namespace) to fill a tmpfs"),
+        code => assert_eq!(
+            code, 0,
+            "1: created on a full tmpfs; 2: file left; 3: other error"
+        ),
+    }
+}
