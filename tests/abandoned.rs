@@ -137,7 +137,7 @@ fn starters_racing_for_a_leftover_all_end_on_one_segment() {
                 let name = seg.name.clone();
                 fork_child(move || {
                     while w[0].load(SeqCst) == 0 {
-                        std::hint::spin_loop();
+                        std::thread::sleep(std::time::Duration::from_micros(100));
                     }
                     let cfg = one_pool(2);
                     let t = match Table::open_or_create(&name, &cfg) {
@@ -149,7 +149,7 @@ fn starters_racing_for_a_leftover_all_end_on_one_segment() {
                     };
                     w[1].fetch_add(1, SeqCst);
                     while w[1].load(SeqCst) < STARTERS {
-                        std::hint::spin_loop();
+                        std::thread::sleep(std::time::Duration::from_micros(100));
                     }
                     // Each its own tenant in one pool of 2: on one segment, two grants.
                     let e = t.engine();
