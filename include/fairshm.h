@@ -79,6 +79,10 @@
 // A resident's call on a lease of a pool that does not evict, or an end without a begin.
 #define FAIRSHM_E_NOT_RESIDENT -27
 
+// The caller is in another pid namespace than the segment's creator: it may observe
+// the segment, not register in it nor reap it.
+#define FAIRSHM_E_FOREIGN_PID_NAMESPACE -28
+
 // `fairshm_open`'s `how`: open an existing segment.
 #define FAIRSHM_OPEN 0
 

@@ -133,6 +133,21 @@ pub enum Error {
     #[error("lease {lease}: {why}")]
     NotResident { lease: String, why: &'static str },
 
+    /// This process is in another pid namespace than the segment's creator: pids and
+    /// `/proc` mean something else here (a container sharing `/dev/shm` with another).
+    #[error(
+        "segment {name:?} was created in another pid namespace (pid:[{theirs}], this process \
+         is in pid:[{ours}]): {what} here would judge its processes by pids that mean \
+         nothing here. Run it in the creator's pid namespace, or open the segment as an \
+         observer (read-only) to look at it"
+    )]
+    ForeignPidNamespace {
+        name: String,
+        what: &'static str,
+        ours: u64,
+        theirs: u64,
+    },
+
     #[error("{op} on segment {name:?} failed: {source}")]
     Io {
         name: String,
@@ -176,6 +191,7 @@ impl Error {
             Error::PoolLeasesFull { .. } => 25,
             Error::Revoked { .. } => 26,
             Error::NotResident { .. } => 27,
+            Error::ForeignPidNamespace { .. } => 28,
         }
     }
 
@@ -211,6 +227,7 @@ impl Error {
             Error::PoolLeasesFull { .. } => "pool_leases_full",
             Error::Revoked { .. } => "revoked",
             Error::NotResident { .. } => "not_resident",
+            Error::ForeignPidNamespace { .. } => "foreign_pid_namespace",
         }
     }
 }

@@ -76,7 +76,9 @@ pub struct Header {
     /// process to watch.
     pub registry: AtomicU32,
     pub reserved32: AtomicU32,
-    pub reserved: AtomicU64,
+    /// The creator's pid namespace (`liveness::pid_ns`); 0 if unknown (or a segment
+    /// made before this field was).
+    pub pid_ns: AtomicU64,
     /// The region directory: where each region starts, its record size and count.
     pub regions: [RegionEntry; MAX_REGIONS],
 }
@@ -481,7 +483,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     }
     let mut v = Vec::new();
     fields!(v, Header, "Header": magic, version, ready, total_size, config_checksum,
-        created_unix_ms, creator_pid, n_regions, registry, reserved32, reserved, regions);
+        created_unix_ms, creator_pid, n_regions, registry, reserved32, pid_ns, regions);
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch, queue_sum,

@@ -119,6 +119,15 @@ pub fn wait_exit(procs: &[(u32, u64)], timeout: std::time::Duration) {
     };
 }
 
+/// The identity of this process's pid namespace (the inode of `/proc/self/ns/pid`), 0
+/// if it cannot be read. Pids, start times and `/proc` mean something only inside one
+/// pid namespace: a segment records its creator's, and only processes of that one
+/// register in it or judge its processes (see `Segment::check_pid_ns`).
+pub fn pid_ns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
 /// This process's pid and start time.
 pub fn me() -> (u32, u64) {
     let pid = std::process::id();

@@ -243,6 +243,7 @@ impl Segment {
         h.n_regions.store(dir.len() as u32, Relaxed);
         h.created_unix_ms.store(crate::clock::unix_ms(), Relaxed);
         h.creator_pid.store(std::process::id(), Relaxed);
+        h.pid_ns.store(crate::liveness::pid_ns(), Relaxed);
         #[cfg(feature = "crash-points")]
         crate::crash::hit("create.written");
         // Release: everything above is visible to an opener that sees READY.
@@ -309,6 +310,26 @@ impl Segment {
             });
         }
         Ok(())
+    }
+
+    /// `Err(ForeignPidNamespace)` if this process's pid namespace is not the creator's
+    /// (both known): its pids and `/proc` say nothing of the segment's processes, so it
+    /// must neither register (the others could not judge its pid) nor judge theirs (an
+    /// unanchored one would look dead, one that only maps the segment would not be seen).
+    /// `what` names the refused step.
+    pub fn check_pid_ns(&self, what: &'static str) -> Result<()> {
+        // Relaxed: written before `ready`, which the open read with Acquire.
+        let theirs = self.header().pid_ns.load(Relaxed);
+        let ours = crate::liveness::pid_ns();
+        if theirs == 0 || ours == 0 || theirs == ours {
+            return Ok(());
+        }
+        Err(Error::ForeignPidNamespace {
+            name: self.name.clone(),
+            what,
+            ours,
+            theirs,
+        })
     }
 
     /// The header's `registry` futex word (see `layout::Header`).

@@ -144,6 +144,7 @@ impl Engine {
     #[cold]
     fn register_slow(&self, pid: u64) -> Result<usize> {
         self.writable("registering a worker")?;
+        self.seg.check_pid_ns("registering a worker")?;
         let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = self.registered(pid) {
             return Ok(slot);

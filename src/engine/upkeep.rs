@@ -183,6 +183,7 @@ impl Engine {
     /// [`Engine::reap_dead`], recording `how` (a `layout::noticed` code) in each slot.
     pub(crate) fn reap_dead_as(&self, how: u32) -> Result<Vec<Reaped>> {
         self.writable("reaping")?;
+        self.seg.check_pid_ns("reaping dead processes")?;
         self.seg.check_size()?;
         let reaper = self.reaper(how);
         let mut out = Vec::new();

@@ -82,6 +82,9 @@ pub const FAIRSHM_E_POOL_LEASES_FULL: i32 = -25;
 pub const FAIRSHM_E_REVOKED: i32 = -26;
 /// A resident's call on a lease of a pool that does not evict, or an end without a begin.
 pub const FAIRSHM_E_NOT_RESIDENT: i32 = -27;
+/// The caller is in another pid namespace than the segment's creator: it may observe
+/// the segment, not register in it nor reap it.
+pub const FAIRSHM_E_FOREIGN_PID_NAMESPACE: i32 = -28;
 
 /// `fairshm_open`'s `how`: open an existing segment.
 pub const FAIRSHM_OPEN: u32 = 0;
@@ -319,7 +322,7 @@ pub extern "C" fn fairshm_code_name(code: i32) -> *const c_char {
 }
 
 fn error_name(code: i32) -> &'static CStr {
-    const NAMES: [&CStr; 27] = [
+    const NAMES: [&CStr; 28] = [
         c"invalid_name",
         c"invalid_config",
         c"not_found",
@@ -347,6 +350,7 @@ fn error_name(code: i32) -> &'static CStr {
         c"pool_leases_full",
         c"revoked",
         c"not_resident",
+        c"foreign_pid_namespace",
     ];
     usize::try_from(code - 1)
         .ok()

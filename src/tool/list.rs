@@ -195,6 +195,8 @@ pub fn clean(name: &str, force: bool) -> Result<Clean> {
         Ok(t) => t,
         Err(e) => return clean_unreadable(name, force, e),
     };
+    // From another pid namespace every process of the segment would look dead.
+    t.region().check_pid_ns("judging which processes use it")?;
     let snap = t.try_snapshot()?;
     drop(t);
     let mut pids: Vec<u32> = snap

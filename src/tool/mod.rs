@@ -52,7 +52,8 @@ pub enum Exit {
     Unreadable = 4,
     /// Refused: `clean` of a segment that live processes use, without `--force`.
     InUse = 5,
-    /// Permission denied.
+    /// Permission denied, or a segment of another pid namespace that `reap` or `clean`
+    /// would judge by pids that mean nothing here.
     Permission = 6,
     /// Any other failure (I/O, a busy table that `reap` could not finish).
     Failed = 7,
@@ -74,7 +75,7 @@ impl Exit {
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
                 Exit::Permission
             }
-            Error::WrongOwner { .. } => Exit::Permission,
+            Error::WrongOwner { .. } | Error::ForeignPidNamespace { .. } => Exit::Permission,
             _ => Exit::Failed,
         }
     }
@@ -91,5 +92,5 @@ Exit codes:
   4  not a readable fairshm segment (another file, corrupt, truncated, another layout
      version, still being created)
   5  refused: `clean` of a segment that live processes use, without --force
-  6  permission denied
+  6  permission denied, or a segment of another pid namespace (`reap`, `clean`)
   7  any other failure";
