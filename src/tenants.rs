@@ -180,7 +180,7 @@ fn clear_if(rec: &TenantRec, s: u32, judge: impl Fn(u32) -> bool) -> bool {
             .is_ok()
 }
 
-/// Clears every stale slot (see [`stale`]); returns how many.
+/// Clears every stale slot (see `stale`); returns how many.
 pub fn clear_stale<R: Region>(r: &R, writer_dead: &dyn Fn(usize) -> bool) -> usize {
     clear_all(r, |s| stale(r, s, writer_dead))
 }

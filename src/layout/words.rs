@@ -25,7 +25,7 @@ pub mod noticed {
     }
 }
 
-/// A resident record's word ([`ResidentRec::word`]).
+/// A resident record's word ([`ResidentRec::word`](crate::layout::ResidentRec::word)).
 ///
 /// | bits   | field        | meaning                                                  |
 /// |--------|--------------|----------------------------------------------------------|

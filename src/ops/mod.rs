@@ -3,11 +3,11 @@
 //! of its steps leaves a state that others can finish exactly.
 //!
 //! Two words change per op: the pool's `word` (units in use) and the tenant's `held`
-//! word in that pool. Both are [`op_word`]s: a count plus the *tag* of the last op that
+//! word in that pool. Both are [`op_word`](crate::layout::op_word)s: a count plus the *tag* of the last op that
 //! changed it (lease index, kind, generation). An op changes each word with one CAS
 //! that also writes its own tag, so a process that dies right after a CAS is known to
 //! have made it while its tag is still there. Whoever replaces a tag first *settles* it
-//! ([`settle`]): if the lease it names is still in that op and has not recorded the
+//! (`settle`): if the lease it names is still in that op and has not recorded the
 //! change, the replacer sets the flag (`HELD_DONE` / `POOL_DONE`) in the lease's state
 //! word. So at any instant, for an op in progress, "is this step done?" is answered by
 //! the word's tag or the lease's flag.
@@ -34,7 +34,7 @@
 //! and the release's `HELD -> RELEASING`.
 //!
 //! Invariants (cited as (I1)... below):
-//! 1. **Attribution.** A tag in a word is replaced only after [`settle`] has recorded its
+//! 1. **Attribution.** A tag in a word is replaced only after `settle` has recorded its
 //!    op's change in the lease (or found that op finished). Hence for a lease in
 //!    `ACQUIRING`/`RELEASING`, a step is done iff the word still carries its tag or the
 //!    lease carries the step's flag; the word must be read *before* the flag (a settler
@@ -60,7 +60,7 @@
 //! its word CAS, which happens before any later Acquire read of the word, so a reader
 //! that sees the tag gone also sees the flag (I1). Descriptor fields are read under a
 //! seqlock on the state word's generation (Acquire load, Relaxed fields, Acquire fence,
-//! Acquire re-load), matching the claimant's Release fence in [`claim_lease`].
+//! Acquire re-load), matching the claimant's Release fence in `claim_lease`.
 
 mod acquire;
 mod lease;
