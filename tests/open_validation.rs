@@ -205,27 +205,8 @@ fn a_full_dev_shm_is_a_typed_error_at_creation_not_a_sigbus_later() {
     // default segment (megabytes) does not fit. Sparse, it used to be created anyway,
     // and the first write to a page beyond the tmpfs's size raised SIGBUS.
     let kid = common::fork_child(|| {
-        // SAFETY: unshare and mount read only the flags and NUL-terminated strings
-        // given; they change this child's own mount namespace.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWNS) != 0
-                || libc::mount(
-                    c"none".as_ptr(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
-                || libc::mount(
-                    c"tmpfs".as_ptr(),
-                    c"/dev/shm".as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    0,
-                    c"size=1m".as_ptr().cast(),
-                ) != 0
-            {
-                return 77;
-            }
+        if !common::own_namespaces(0) || !common::mount_here(c"tmpfs", c"/dev/shm", c"size=1m") {
+            return 77;
         }
         let name = "fairshm-test-full-shm";
         match Table::create(name, &Config::default()) {

@@ -67,35 +67,13 @@ fn another_pid_namespace_observes_but_neither_registers_nor_reaps() {
         .unwrap()
         .expect("granted");
     let kid = fork_child(move || {
-        // SAFETY: unshare and mount read only their flags and NUL-terminated strings;
-        // they change this child's namespaces and its own mount of `/`.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0
-                || libc::mount(
-                    c"none".as_ptr(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
-            {
-                return 77;
-            }
+        if !common::own_namespaces(libc::CLONE_NEWPID) {
+            return 77;
         }
         // The first child there is its pid 1; it mounts a /proc of its own, as a
         // container does.
         let inner = fork_child(|| {
-            // SAFETY: as above; this process's mount namespace only.
-            let mounted = unsafe {
-                libc::mount(
-                    c"proc".as_ptr(),
-                    c"/proc".as_ptr(),
-                    c"proc".as_ptr(),
-                    0,
-                    std::ptr::null(),
-                )
-            };
-            if mounted != 0 {
+            if !common::mount_here(c"proc", c"/proc", c"") {
                 return 77;
             }
             from_a_foreign_namespace(&name)

@@ -29,6 +29,44 @@ impl Drop for Seg {
     }
 }
 
+/// Moves this (forked, single-threaded) process into a mount namespace of its own, with
+/// `/` private so that what it mounts is seen by nobody else, and into the other
+/// namespaces of `also` (`libc::CLONE_NEW*` flags; a new pid namespace holds this
+/// process's children). `false` if it may not (not root): the caller skips, saying so.
+pub fn own_namespaces(also: libc::c_int) -> bool {
+    // SAFETY: unshare and mount read only their flags and NUL-terminated strings; they
+    // change this process's own namespaces and its own mount of `/`.
+    unsafe {
+        libc::unshare(libc::CLONE_NEWNS | also) == 0
+            && libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+    }
+}
+
+/// Mounts a filesystem of `fstype` with `options` over `target`, in this process's own
+/// mount namespace (see [`own_namespaces`]). `false` if it may not.
+pub fn mount_here(
+    fstype: &std::ffi::CStr,
+    target: &std::ffi::CStr,
+    options: &std::ffi::CStr,
+) -> bool {
+    // SAFETY: as in `own_namespaces`; every pointer is a NUL-terminated string.
+    unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            options.as_ptr().cast(),
+        ) == 0
+    }
+}
+
 /// Writes `bytes` at `offset` of segment `name`'s file (a test's scribble).
 pub fn rewrite(name: &str, offset: u64, bytes: &[u8]) {
     use std::io::{Seek, SeekFrom, Write};
