@@ -77,9 +77,14 @@ fn never_ready(f: &mut File) -> std::io::Result<bool> {
     if b.len() < HEADER || b[..8].iter().all(|&x| x == 0) {
         return Ok(b.iter().all(|&x| x == 0));
     }
-    let magic = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    let ready = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
-    Ok(magic == MAGIC && ready != READY)
+    Ok(le(&b, 0, 8) == MAGIC && le(&b, 12, 4) != READY as u64)
+}
+
+/// The little-endian integer of `n` bytes (at most 8) at `off` of header bytes `b`
+/// (the caller has checked that `b` holds them).
+fn le(b: &[u8], off: usize, n: usize) -> u64 {
+    debug_assert!(n <= 8 && off + n <= b.len());
+    b[off..off + n].iter().rev().fold(0, |a, &x| a << 8 | x as u64)
 }
 
 /// The file's first bytes, up to a header's worth (fewer if it is shorter).
@@ -192,8 +197,7 @@ pub fn remove_if_version(name: &str, version: u32) -> Result<Abandoned> {
         Err(answer) => return Ok(answer),
     };
     let b = read_start(&mut f).map_err(io(name, "read"))?;
-    let word = |off: usize, n: usize| b[off..off + n].iter().rev().fold(0u64, |a, &x| a << 8 | x as u64);
-    if b.len() < HEADER || word(0, 8) != MAGIC || word(8, 4) != version as u64 {
+    if b.len() < HEADER || le(&b, 0, 8) != MAGIC || le(&b, 8, 4) != version as u64 {
         return Ok(Abandoned::NotAbandoned);
     }
     let path = path_of(name);
