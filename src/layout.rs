@@ -197,7 +197,10 @@ pub struct TenantPoolRec {
     /// one's time (ms, never 0; 0 = none yet), and above them the moving average of
     /// the gaps, µs (see `retry::next_gap`).
     pub refusal_gap: AtomicU64,
-    pub reserved: [AtomicU64; 1],
+    /// The moving average (1/8) of the hints given to this tenant here, µs (0: none
+    /// yet; see `retry::next_hint_avg`). Beside `refusal_gap` it says how many of its
+    /// refused requests are out waiting their hints (`server_queue::others_out`).
+    pub hint_avg_us: AtomicU64,
 }
 
 /// One process slot.
@@ -491,7 +494,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,
-        too_many_residents, revoked, evictions, refusal_gap, reserved);
+        too_many_residents, revoked, evictions, refusal_gap, hint_avg_us);
     fields!(v, ProcRec, "ProcRec": state, start_time, owner_futex, generation,
         registered_ms, death_pids, death_unix_ms, death_info, log_head);
     fields!(v, LeaseRec, "LeaseRec": state, units, pool_tenant, inputs, granted_ms, hold_ms,

@@ -127,7 +127,7 @@ impl HeapRegion {
                     revoked: a64(),
                     evictions: a64(),
                     refusal_gap: a64(),
-                    reserved: [a64()],
+                    hint_avg_us: a64(),
                 })
                 .collect(),
             procs: (0..procs)

@@ -97,6 +97,15 @@ pub fn next_gap(word: u64, now_ms: u64) -> u64 {
     (avg as u64) << 32 | stamp as u64
 }
 
+/// The moving average (weight 1/8) of a tenant's hints, µs
+/// (`TenantPoolRec.hint_avg_us`), after a hint of `hint_ms`; the first hint (an
+/// average of 0) is taken as it is.
+pub fn next_hint_avg(avg_us: u64, hint_ms: u64) -> u64 {
+    let h = hint_ms.min(MAX_HINT_MS) * 1000;
+    let avg = avg_us.min(MAX_HINT_MS * 1000);
+    if avg == 0 { h } else { avg - avg / 8 + h / 8 }
+}
+
 /// The mean gap between refusals in a refusal-gap word, µs; 0 while unknown (fewer
 /// than two refusals, or refusals within the same ms so far).
 pub fn gap_us(word: u64) -> u64 {
@@ -201,6 +210,21 @@ mod tests {
                 "hint {k}: {h}"
             );
         }
+    }
+
+    #[test]
+    fn the_hint_average_moves_an_eighth_and_starts_at_the_first() {
+        assert_eq!(next_hint_avg(0, 3), 3_000);
+        assert_eq!(next_hint_avg(3_000, 11), 3_000 - 375 + 1_375);
+        // A hint past the longest counts as the longest, and so does a word that holds
+        // more (shared memory may hold anything).
+        assert_eq!(next_hint_avg(0, u64::MAX), MAX_HINT_MS * 1000);
+        assert_eq!(next_hint_avg(u64::MAX, MAX_HINT_MS), MAX_HINT_MS * 1000);
+        let mut avg = 0;
+        for _ in 0..64 {
+            avg = next_hint_avg(avg, 700);
+        }
+        assert_eq!(avg, 700_000);
     }
 
     #[test]

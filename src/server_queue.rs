@@ -33,6 +33,8 @@
 //! answers with a 429 fall by as much. It eases slowly: a stretch that eased too far
 //! lets a queue stand again, which the light tenant waits in. A tenant under its
 //! share is never stretched: it gets in as soon as anything is released (seed 000).
+//! Nor is one with no other refused request out ([`others_out`]): its retries come
+//! one at a time, and are not what the queue holds.
 //!
 //! The words are estimates, kept with Relaxed atomics: a lost update skips a sample.
 //! Everything is integer arithmetic under the caller's `now`.
@@ -225,10 +227,35 @@ pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
     p.queue_stretch.store((queue as u64) << 32 | s as u64, Relaxed);
 }
 
+/// Whether the tenant of an over-share refusal has other refused requests out, waiting
+/// their hints: turns promised ahead of this one (`backlog`), or, by Little's law,
+/// more than one out on average: its mean hint (`hint_avg_us`, see
+/// `retry::next_hint_avg`) longer than the mean gap between its refusals (`gap_us`,
+/// `retry::gap_us`; 0, not known yet, counts as no evidence).
+///
+/// Only such a tenant's retries can stand a queue in the server: the stretch exists to
+/// spread them. A tenant whose refusals come farther apart than the hints it is given
+/// has at most about one refused request out at a time: its clients honour a hint as a
+/// pause of the whole tenant (`loadgen`'s `fifo`), and what waited in the server's
+/// queue was not its retries. Stretching its hints keeps nothing out of the queue and
+/// leaves its permits free while it waits. Under Puma 4x1 such a tenant's extra
+/// request waits 0.2 to 0.9 ms for a worker, inside the band where the stretch neither
+/// grows nor eases, so a few windows just over the target (1.1 to 1.5 ms) raised the
+/// stretch and nothing took it back: its hints went from 2.3 ms to 42 to 80 ms, and its
+/// throughput to 26% to 80% of its share's, in 6 of 19 runs (2026-12-03, e2e and
+/// the phase alone; a CI run failed on it). A tenant of per-connection clients
+/// (`polite`) has some sixty out under the same server: hints of 750 ms, refusals
+/// 12 ms apart; of its 1,940 refusals in a run under Puma 4x4, only its first 7 had
+/// none out.
+pub fn others_out(backlog: u32, hint_avg_us: u64, gap_us: u64) -> bool {
+    backlog > 0 || (gap_us > 0 && hint_avg_us > gap_us)
+}
+
 /// The stretch of an over-share refusal of a request that waited `queued_us` in the
 /// server's queue ([`UNKNOWN`]: not known), with `backlog` turns of its tenant
 /// promised ahead of it (`retry::Turn::queued`, which counts a turn due within half an
-/// interval as come), and the queue it answers: the pool's
+/// interval as come), `others_out` as [`others_out`] says (without, none: 1), and the
+/// queue it answers: the pool's
 /// ([`current`]), or, with a backlog, the request's own wait taken as a window of its
 /// own when that asks for more. The pool's stretch needs a window to close before it
 /// sees a queue; the requests that a queue held longest see it at once (a tenant whose
@@ -242,8 +269,17 @@ pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
 /// for a hint (`loadgen`'s `fifo`) then leaves the tenant's permits free for the
 /// stretch: under Puma 4x1 it held its 2 permits 83% of the time with a mean hint of
 /// 4.1 ms, and 87% with 2.2 ms once only a backlog was stretched (2026-12-03).
-pub fn for_request(p: &PoolRec, now_ms: u64, queued_us: u32, backlog: u32) -> (u32, u32) {
+pub fn for_request(
+    p: &PoolRec,
+    now_ms: u64,
+    queued_us: u32,
+    backlog: u32,
+    others_out: bool,
+) -> (u32, u32) {
     let (s, pool_queue) = current(p, now_ms);
+    if !others_out {
+        return (ONE, pool_queue);
+    }
     if queued_us == UNKNOWN || backlog == 0 {
         return (s, pool_queue);
     }
@@ -340,16 +376,42 @@ mod tests {
         // Nothing noted: the pool's stretch is 1, and so is that of a request that
         // waited under the target; one that waited 5 ms asks for 6 by itself, when its
         // tenant has a backlog, and for nothing without one.
-        assert_eq!(for_request(p, 1_000, UNKNOWN, 3), (ONE, 0));
-        assert_eq!(for_request(p, 1_000, TARGET_US, 3), (ONE, 0));
-        assert_eq!(for_request(p, 1_000, 5_000, 1), (6 * ONE, 5_000));
-        assert_eq!(for_request(p, 1_000, 5_000, 0), (ONE, 0));
-        // A pool stretched further than that wins, backlog or not.
+        assert_eq!(for_request(p, 1_000, UNKNOWN, 3, true), (ONE, 0));
+        assert_eq!(for_request(p, 1_000, TARGET_US, 3, true), (ONE, 0));
+        assert_eq!(for_request(p, 1_000, 5_000, 1, true), (6 * ONE, 5_000));
+        assert_eq!(for_request(p, 1_000, 5_000, 0, true), (ONE, 0));
+        // A pool stretched further than that wins, backlog or not, while others of the
+        // tenant's refused requests are out.
         note(p, 30_000, 1_000);
         note(p, 30_000, 1_000 + WINDOW_MS);
         assert_eq!(current(p, 1_000 + WINDOW_MS).0, 8 * ONE);
-        assert_eq!(for_request(p, 1_000 + WINDOW_MS, 5_000, 1).0, 8 * ONE);
-        assert_eq!(for_request(p, 1_000 + WINDOW_MS, 5_000, 0).0, 8 * ONE);
+        assert_eq!(for_request(p, 1_000 + WINDOW_MS, 5_000, 1, true).0, 8 * ONE);
+        assert_eq!(for_request(p, 1_000 + WINDOW_MS, 5_000, 0, true).0, 8 * ONE);
+    }
+
+    #[test]
+    fn a_tenant_with_no_other_refused_request_out_is_not_stretched() {
+        // Turns ahead are others out; so is a mean hint longer than the mean gap
+        // between refusals (Little's law: hint / gap of them out on average).
+        assert!(others_out(1, 0, 0));
+        assert!(others_out(0, 750_000, 12_000));
+        // Refusals farther apart than the hints: about one out at a time, as a client
+        // that pauses its whole tenant for a hint has. An unknown gap is no evidence.
+        assert!(!others_out(0, 2_300, 28_000));
+        assert!(!others_out(0, 40_000, 40_000));
+        assert!(!others_out(0, 2_300, 0));
+        let r = crate::region::HeapRegion::new(1, 1, 1, 1);
+        let p = crate::region::Region::pool(&r, 0);
+        note(p, 30_000, 1_000);
+        note(p, 30_000, 1_000 + WINDOW_MS);
+        let now = 1_000 + WINDOW_MS;
+        let (s, queue) = current(p, now);
+        assert_eq!(s, 8 * ONE);
+        assert!(queue > TARGET_US, "{queue}");
+        // The pool's stretch is 8, and the request itself waited 5 ms: neither
+        // stretches a tenant with nothing else out. The queue is still reported.
+        assert_eq!(for_request(p, now, 5_000, 0, false), (ONE, queue));
+        assert_eq!(for_request(p, now, UNKNOWN, 0, false), (ONE, queue));
     }
 
     #[test]

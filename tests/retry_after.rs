@@ -408,10 +408,11 @@ fn nth_hint(
 
 /// A queue in the server (a window whose mean wait is over 1 ms past the base)
 /// stretches an over-share tenant's hint by 1 + that queue in whole ms (at most 8 a window),
-/// never a tenant under its share; clear windows ease it.
+/// when other refused requests of the tenant are out (here one, refused just before:
+/// a turn ahead), never a tenant under its share; clear windows ease it.
 #[test]
 fn a_standing_server_queue_stretches_over_share_hints() {
-    let plain = first_hint("queue-plain", &[], None, 1_045);
+    let plain = nth_hint("queue-plain", &[], 1, None, 1_045);
     assert_eq!(
         (plain.reason, plain.queue_stretch_pct),
         (Reason::OverShare, 100)
@@ -420,7 +421,7 @@ fn a_standing_server_queue_stretches_over_share_hints() {
     // takes in 1/64 of its least (469 µs); the queue is the window's mean (each wait
     // counted at most 8 ms) over the base, the stretch 8.
     let notes = [(30_000, 1_020), (31_000, 1_030), (30_000, 1_045)];
-    let r = first_hint("queue-standing", &notes, None, 1_045);
+    let r = nth_hint("queue-standing", &notes, 1, None, 1_045);
     assert_eq!(r.queue_stretch_pct, 800, "{r:?}");
     assert_eq!(r.server_queue_us, 8_000 - 469);
     // The same turn, 8x the hint, and a jitter of up to half of that.
@@ -438,20 +439,21 @@ fn a_standing_server_queue_stretches_over_share_hints() {
     // A queue under the target stretches nothing.
     let low = [(900, 1_020), (900, 1_045)];
     assert_eq!(
-        first_hint("queue-low", &low, None, 1_045).queue_stretch_pct,
+        nth_hint("queue-low", &low, 1, None, 1_045).queue_stretch_pct,
         100
     );
     // Windows without a request ease it, 1/128 each (at least a sixteenth): 8x, then
     // 22 windows later 6.62x, 200 windows later none...
-    let later = first_hint("queue-eased", &notes, None, 1_045 + 23 * 25);
+    let later = nth_hint("queue-eased", &notes, 1, None, 1_045 + 23 * 25);
     assert_eq!(later.queue_stretch_pct, 662, "{later:?}");
-    let gone = first_hint("queue-gone", &notes, None, 1_045 + 200 * 25);
+    let gone = nth_hint("queue-gone", &notes, 1, None, 1_045 + 200 * 25);
     assert_eq!(gone.queue_stretch_pct, 100, "{gone:?}");
     // ...and a request whose own wait asks for more gets that at once, when its tenant
     // has a backlog (turns promised ahead of it: its refused requests, whose retries
     // may be what the queue holds)...
     let second = nth_hint("queue-second", &[], 1, None, 1_045);
     assert_eq!((second.queued, second.queue_stretch_pct), (1, 100));
+    assert_eq!(second.retry_after_ms, h);
     let own = nth_hint("queue-own", &[], 1, Some(5_000), 1_045);
     assert_eq!(own.queue_stretch_pct, 600, "1 + 5 ms over a base of 0");
     let h2 = second.retry_after_ms;
@@ -469,7 +471,63 @@ fn a_standing_server_queue_stretches_over_share_hints() {
         (0, 100),
         "{alone:?}"
     );
-    assert_eq!(alone.retry_after_ms, h);
+    // Nor does the pool's queue stretch a tenant's first refusal: nothing else of its
+    // is out.
+    let first = first_hint("queue-first", &notes, Some(5_000), 1_045);
+    assert_eq!(
+        (first.queued, first.queue_stretch_pct, first.server_queue_us),
+        (0, 100, 8_000 - 469),
+        "{first:?}"
+    );
+    assert_eq!(first.retry_after_ms, alone.retry_after_ms);
+}
+
+/// The pool's stretch is for a tenant with other refused requests out: one whose
+/// refusals come farther apart than the hints it is given (a client that honours a
+/// hint as a pause of the whole tenant) has about one out at a time, and its hints
+/// are not stretched, however long the queue stands; the same tenant coming back
+/// before its hints ran out is.
+#[test]
+fn a_tenant_that_pauses_for_its_hints_is_not_stretched() {
+    let seg = Seg::new("queue-paused");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    let pool_stretch = |now| t.snapshot_at(now).pools[0].queue_stretch_pct;
+    // A queue stands in every window (a request that got in at once and one that
+    // waited 30 ms, counted 8: a mean 4 ms over the least); heavy is refused once every
+    // 50 ms.
+    let mut now = 1_020;
+    let window = |now| {
+        e.note_queue(p, 100, now).unwrap();
+        e.note_queue(p, 30_000, now).unwrap();
+    };
+    window(now);
+    let mut hints = Vec::new();
+    for _ in 0..20 {
+        now += 25;
+        window(now);
+        now += 25;
+        window(now);
+        let r = refused(e, p, heavy, now);
+        assert_eq!((r.reason, r.queued), (Reason::OverShare, 0), "{r:?}");
+        assert_eq!(r.queue_stretch_pct, 100, "at {now}: {r:?}");
+        hints.push(r.retry_after_ms);
+    }
+    assert_eq!(pool_stretch(now), 25_600, "the pool's queue stands");
+    assert!(hints.iter().all(|&h| h < 50), "{hints:?}");
+    // Now ten of its requests come at once (clients that do not wait for each other):
+    // the first has nothing of its tenant's out before it; from the third on each has
+    // turns ahead, and is stretched, to the most. (The second's turn ahead, the
+    // first's, is due within half an interval, which counts as come.)
+    now += 25;
+    window(now);
+    let burst: Vec<_> = (0..10).map(|_| refused(e, p, heavy, now)).collect();
+    assert_eq!((burst[0].queued, burst[0].queue_stretch_pct), (0, 100));
+    for r in &burst[2..] {
+        assert!(r.queued > 0, "{r:?}");
+        assert_eq!(r.queue_stretch_pct, 25_600, "{r:?}");
+    }
 }
 
 /// Under its share a tenant refused by a full pool gets in as soon as anything is
@@ -497,9 +555,10 @@ fn a_tenant_under_its_share_is_never_stretched() {
         }
         Outcome::Granted(id) => panic!("granted {id}"),
     }
-    // Heavy, over its share, is.
+    // Heavy, over its share, is, once another of its refused requests is out.
+    refused(e, p, heavy, 1_046);
     let r = refused(e, p, heavy, 1_046);
-    assert_eq!(r.queue_stretch_pct, 800);
+    assert_eq!((r.queued, r.queue_stretch_pct), (1, 800));
     // An unknown pool is an error.
     assert!(matches!(
         t.note_queue("nope", 1),

@@ -275,7 +275,13 @@ pub fn try_acquire<R: Region>(
             // Over its share, a queue in the server stretches the hint (see
             // `server_queue`): a retry back sooner would wait there ahead of others.
             let (stretch, queue_us) = if code == fair_share::OVER_SHARE {
-                server_queue::for_request(r.pool(a.pool), a.now, a.queued_us, turn.queued)
+                // Relaxed: an estimate, as the gap's.
+                let out = server_queue::others_out(
+                    turn.queued,
+                    tp.hint_avg_us.load(Relaxed),
+                    retry::gap_us(gap),
+                );
+                server_queue::for_request(r.pool(a.pool), a.now, a.queued_us, turn.queued, out)
             } else {
                 (server_queue::ONE, 0)
             };
@@ -294,6 +300,9 @@ pub fn try_acquire<R: Region>(
                 hint = hint.min(set_changes_at - a.now);
             }
             count_hint(tp, a.now, hint);
+            // Relaxed load/store: an estimate, as the gap's (a lost update skips one).
+            let avg = retry::next_hint_avg(tp.hint_avg_us.load(Relaxed), hint);
+            tp.hint_avg_us.store(avg, Relaxed);
             (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
             logged.hint_ms = hint.min(u32::MAX as u64) as u32;
             if a.log {
