@@ -376,7 +376,10 @@ def report(kind, pool, seconds, results, leftover, floors):
         print("%s: the heavy tenant held %s of the time (sampled every 10 ms)" % (phase, ", ".join(
             "%d permits %.1f%%" % (k, 100.0 * v / total) for k, v in sorted(samples.items()))))
         st = sorted(results[phase]["heavy"]["stretch_samples"]) or [100]
-        print("%s: the server's queue stretched the heavy tenant's hints %.2fx at the median, "
+        # The pool's stretch applies only to a tenant with other refused requests out
+        # (`server_queue::others_out`): with fifo clients the mean hint says whether it did.
+        print("%s: the server's queue stretch (over-share hints of a tenant with other refused "
+              "requests out) stood at %.2fx at the median, "
               "%.2fx at p90, %.2fx at most (sampled every 10 ms)" % (
                   phase, st[len(st) // 2] / 100.0, st[len(st) * 9 // 10] / 100.0, st[-1] / 100.0))
     # (what, met, enforced): --check fails on an enforced one that is not met. The
