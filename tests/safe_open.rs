@@ -112,6 +112,28 @@ fn a_group_mode_lets_a_group_member_open_and_an_owner_mode_does_not() {
     }
 }
 
+/// Whether every anchor thread of this process sleeps (state `S` in its
+/// `/proc/self/task/*/stat`), and there is one.
+fn anchors_asleep() -> bool {
+    let mut found = false;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "fairshm-anchor" {
+            continue;
+        }
+        found = true;
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state is the first field after the `)` that ends the command.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if state != Some('S') {
+            return false;
+        }
+    }
+    found
+}
+
 #[test]
 fn a_truncated_segment_is_a_typed_error_and_its_users_survive() {
     let seg = Seg::new("trunc");
@@ -119,6 +141,24 @@ fn a_truncated_segment_is_a_typed_error_and_its_users_survive() {
     // Registered: our anchor thread watches peers and sweeps every second; it must not
     // touch the missing pages either.
     t.register().unwrap();
+    // The anchor checks the size before each pass over the slots, and a truncation
+    // during a pass can still raise SIGBUS (the README's trust model: whoever can write
+    // the segment is trusted). Its first pass runs just after `register` returns, so
+    // truncate once it sleeps: seen asleep, and again 20 ms later (a CI run of
+    // 2026-12-03 truncated during that pass). It sleeps until its sweep, a second on.
+    common::wait_until(
+        None,
+        "the anchor asleep",
+        Duration::from_millis(2),
+        anchors_asleep,
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    common::wait_until(
+        None,
+        "the anchor asleep",
+        Duration::from_millis(2),
+        anchors_asleep,
+    );
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(path(&seg.name))
