@@ -241,12 +241,12 @@ pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
 /// leaves its permits free while it waits. Under Puma 4x1 such a tenant's extra
 /// request waits 0.2 to 0.9 ms for a worker, inside the band where the stretch neither
 /// grows nor eases, so a few windows just over the target (1.1 to 1.5 ms) raised the
-/// stretch and nothing took it back: its hints went from 2.3 ms to 42 to 80 ms, and its
-/// throughput to 26% to 80% of its share's, in 6 of 19 runs (2026-12-03, e2e and
-/// the phase alone; a CI run failed on it). A tenant of per-connection clients
-/// (`polite`) has some sixty out under the same server: hints of 750 ms, refusals
-/// 12 ms apart; of its 1,940 refusals in a run under Puma 4x4, only its first 7 had
-/// none out.
+/// stretch and nothing took it back: its hints went from 2.3 ms to 9 to 80 ms on
+/// average, and its throughput to 26% to 80% of its share's, in 6 of 19 runs
+/// (2026-12-03, e2e and the phase alone; a CI run failed on it). A tenant of
+/// per-connection clients (`polite`) has some sixty out under the same server: hints
+/// of 750 ms, refusals 12 ms apart; of its 1,940 refusals in a run under Puma 4x4,
+/// only its first 7 had none out.
 pub fn others_out(backlog: u32, hint_avg_us: u64, gap_us: u64) -> bool {
     backlog > 0 || (gap_us > 0 && hint_avg_us > gap_us)
 }
