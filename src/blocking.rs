@@ -94,8 +94,15 @@ pub(crate) fn acquire(
     let mut announced = Some(Announced::new(rec));
     loop {
         let _ = announced.get_or_insert_with(|| Announced::new(rec));
-        // SeqCst: the handshake in `waiting`.
-        let seqs = rec.wake.load(SeqCst);
+        // SeqCst: the handshake in `waiting`. Woken, we read it with an RMW (adding
+        // 0): the releaser bumped it last, and our `waiters` decrement on a grant
+        // writes the same line, so taking it for writing now saves a second transfer
+        // of the line on the way from the kernel to the grant.
+        let seqs = if woken_at.is_some() {
+            rec.wake.fetch_add(0, SeqCst)
+        } else {
+            rec.wake.load(SeqCst)
+        };
         let last = match engine.acquire(pool, tenant, units, hold_ms, clock::now_ms())? {
             Outcome::Granted(id) => return Ok(Ok(id)),
             Outcome::Refused(r) => r,
@@ -117,6 +124,14 @@ pub(crate) fn acquire(
                     .fetch_add(1, Relaxed);
             }
             return Ok(Err((Ended { reason, last }, now - start)));
+        }
+        if now >= next_sweep {
+            // The backup sweep (it wakes us if a holder died), checked after a refusal
+            // rather than on every wake: a grant does not need it. Then try again at
+            // once, as the sweep may have returned permits.
+            engine.reap_dead_as(crate::layout::noticed::WAITER)?;
+            next_sweep = clock::after(now, sweep);
+            continue;
         }
         if last.reason.is_rate() {
             // Refused by the tenant's rates: no release of the pool changes that, only
@@ -170,10 +185,5 @@ pub(crate) fn acquire(
             waiting::sleep(rec, class, seq, &watch, until);
         }
         woken_at = Some(seqs);
-        let now = Instant::now();
-        if now >= next_sweep {
-            engine.reap_dead_as(crate::layout::noticed::WAITER)?; // the backup sweep: wakes us if a holder died
-            next_sweep = clock::after(now, sweep);
-        }
     }
 }

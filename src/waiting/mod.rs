@@ -67,11 +67,22 @@ const FUTEX2_SIZE_U32: u32 = 0x02;
 
 /// `struct futex_waitv` of `<linux/futex.h>`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct FutexWaitv {
     val: u64,
     uaddr: u64,
     flags: u32,
     reserved: u32,
+}
+
+impl FutexWaitv {
+    /// An entry past the count given to the kernel, which it does not read.
+    const UNUSED: FutexWaitv = FutexWaitv {
+        val: 0,
+        uaddr: 0,
+        flags: 0,
+        reserved: 0,
+    };
 }
 
 /// Set once `futex_waitv` answered ENOSYS; Relaxed: a cache of a fact about the kernel.
@@ -142,17 +153,21 @@ fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec
     if NO_WAITV.load(Relaxed) != 0 {
         return false;
     }
-    let v: Vec<FutexWaitv> = words
-        .take(WAITV_MAX)
-        .map(|(val, addr)| FutexWaitv {
+    // On the stack: the `Vec` this was would be freed on the waiter's way from the
+    // kernel to its try, the path a wake's latency is measured on.
+    let mut v = [FutexWaitv::UNUSED; WAITV_MAX];
+    let mut n = 0;
+    for ((val, addr), slot) in words.zip(v.iter_mut()) {
+        *slot = FutexWaitv {
             val: val as u64,
             uaddr: addr as u64,
             flags: FUTEX2_SIZE_U32,
             reserved: 0,
-        })
-        .collect();
+        };
+        n += 1;
+    }
     // SAFETY:
-    //   * `v` holds `v.len()` (<= 128) initialised entries with zero `reserved`;
+    //   * the first `n` (<= 128) entries of `v` are the words, with zero `reserved`;
     //   * every `uaddr` is a 4-byte aligned u32 that outlives this call (a pool's
     //     `wake`, a `ProcRec.owner_futex` or the header's `registry` in a shared
     //     mapping, or a `Cancel`'s or an anchor's stop word); the kernel only reads them;
@@ -161,7 +176,7 @@ fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec
         libc::syscall(
             libc::SYS_futex_waitv,
             v.as_ptr(),
-            v.len() as libc::c_uint,
+            n as libc::c_uint,
             0 as libc::c_uint,
             deadline as *const libc::timespec,
             libc::CLOCK_MONOTONIC,
