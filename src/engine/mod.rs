@@ -188,7 +188,6 @@ impl Engine {
     /// monotonic base, at least 1), declaring a hold of `hold_ms` (0: not declared).
     /// `Err` is something wrong with the request or the table; a refusal is an
     /// [`Outcome::Refused`].
-    #[inline]
     pub fn acquire(
         &self,
         pool: PoolId,
@@ -197,7 +196,7 @@ impl Engine {
         hold_ms: u64,
         now: u64,
     ) -> Result<Outcome> {
-        self.acquire_queued(pool, tenant, units, hold_ms, now, None)
+        self.acquire_at(pool, tenant, units, hold_ms, now, None)
     }
 
     /// [`Engine::acquire`] of a request that waited `queued_us` in the server's own
@@ -205,6 +204,22 @@ impl Engine {
     /// known). The wait is noted as by [`Engine::note_queue`], and an over-share
     /// refusal's hint is stretched by it at once (see `server_queue`).
     pub fn acquire_queued(
+        &self,
+        pool: PoolId,
+        tenant: TenantId,
+        units: u32,
+        hold_ms: u64,
+        now: u64,
+        queued_us: Option<u64>,
+    ) -> Result<Outcome> {
+        self.acquire_at(pool, tenant, units, hold_ms, now, queued_us)
+    }
+
+    /// The body of [`Engine::acquire`] and [`Engine::acquire_queued`], inlined into
+    /// each: the plain acquire, the uncontended pair's half, then neither passes nor
+    /// tests a queue wait it does not have.
+    #[inline(always)]
+    fn acquire_at(
         &self,
         pool: PoolId,
         tenant: TenantId,
