@@ -8,7 +8,8 @@
 //!
 //! Then the death wake: a holder process is SIGKILLed while a waiter (another process)
 //! is asleep behind it; kill -> waiter granted. fairshm's backup sweep is set to an
-//! hour, so only the kernel's robust-futex wake can serve the waiter; the baseline is
+//! hour, so only the kernel's robust-futex wake can serve the waiter (it wakes an
+//! anchor, which reaps the holder and wakes the waiter with its permit); the baseline is
 //! `SEM_UNDO`, which the kernel applies at the holder's exit.
 //!
 //! Last, the death return with nobody waiting: a holder is SIGKILLed and the bench

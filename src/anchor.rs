@@ -16,9 +16,9 @@
 //! crash, `exec`), the kernel walks its robust list, finds the word still holding the
 //! anchor's tid, replaces the tid by `FUTEX_OWNER_DIED` and, if a waiter set
 //! `FUTEX_WAITERS`, wakes one waiter of the word (a shared-futex wake, so it reaches
-//! other processes). A blocked acquirer arms the words of the processes it waits behind
-//! and sleeps on them and its pool at once (`futex_waitv`): that side is
-//! `waiting::watch`.
+//! other processes). The anchors of the other processes arm those words (`peers`); so
+//! does a blocked acquirer of a process whose anchor could not start, which sleeps on
+//! them and its pool at once (`futex_waitv`): that side is `waiting::watch`.
 //!
 //! Step 3 comes before step 4, so a tid is never in the word without the kernel's
 //! promise to clear it. The robust list is set only on this thread, which the library

@@ -1,6 +1,6 @@
-//! The blocking acquire: try, and when refused sleep on the pool's futex (and on the
-//! owner words of the processes ahead, and on a cancel token) until a release, a death,
-//! the deadline or a cancellation. The handshake with releasers is in `waiting`; the
+//! The blocking acquire: try, and when refused sleep on the pool's futex (and on a
+//! cancel token, and, in a process without an anchor, on the owner words of the
+//! processes ahead) until a release, a death, the deadline or a cancellation. The handshake with releasers is in `waiting`; the
 //! death wake in `anchor`.
 
 use std::time::{Duration, Instant};
@@ -162,7 +162,14 @@ pub(crate) fn acquire(
             watch.push(c.watch());
         }
         // `sleep` adds the pool's word to these: one `futex_waitv` takes WAITV_MAX.
-        let room = waiting::WAITV_MAX - 1 - watch.len();
+        // With an anchor of our own, none: our anchor watches every process we could
+        // wait behind, reaps a dead one and wakes us with its permits (`peers`), and a
+        // sleep on the pool's word alone wakes sooner than one on many words.
+        let room = if engine.anchored() {
+            0
+        } else {
+            waiting::WAITV_MAX - 1 - watch.len()
+        };
         let behind = waiting::watch::watch(seg, engine.process_slot()?, Some(p), room, &mut watch);
         let until = deadline.min(next_sweep);
         if behind.dying > 0 {

@@ -218,10 +218,12 @@ impl Table {
     /// `timeout` runs out; then the refusal is `timed_out`, saying what it waited for.
     /// Under-share waiters are woken first; a release of `n` units wakes at most `n`.
     ///
-    /// A sleeping waiter also watches the owner words of the processes it waits behind
-    /// (see `anchor`): when one dies the kernel wakes a watcher, which reaps it and so
-    /// returns its permits at once. As a backup, a waiter sweeps for dead processes
-    /// every [`Table::set_sweep_interval`] (default [`DEFAULT_SWEEP`]).
+    /// When a process it waits behind dies, the kernel wakes a watcher of that process
+    /// (see `anchor`: this process's own anchor among them), which reaps it and so
+    /// returns its permits at once, waking the waiter. A waiter in a process whose
+    /// anchor could not start watches those processes itself. As a backup, a waiter
+    /// sweeps for dead processes every [`Table::set_sweep_interval`] (default
+    /// [`DEFAULT_SWEEP`]).
     pub fn acquire(
         &self,
         req: &Request<'_>,

@@ -156,6 +156,63 @@ fn a_waiter_behind_a_killed_holder_is_woken_by_the_kernel() {
     );
 }
 
+/// A waiter in a process whose anchor could not start watches the processes ahead of
+/// it itself: with no anchor alive anywhere and no sweep, only the kernel's wake of the
+/// waiter (on the dead holder's owner word) can serve it, and the waiter reaps.
+#[test]
+fn an_unanchored_waiter_is_woken_by_the_kernel_for_a_dead_holder() {
+    let seg = Seg::new("unanchoredwaiter");
+    let t = seg.create(&one_pool(1)); // this process never registers: no anchor here
+    let w = common::shared_words(4);
+    let name = seg.name.clone();
+    let holder = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let _lease = t
+            .try_acquire(&Request::new("requests", "a"))
+            .unwrap()
+            .unwrap();
+        w[2].store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
+        w[2].load(SeqCst) != 0
+    });
+    let name = seg.name.clone();
+    let waiter = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        t.set_sweep_interval(Duration::from_secs(3600));
+        t.register().unwrap();
+        t.engine().detach_anchor();
+        let got = t
+            .acquire(&Request::new("requests", "b"), Duration::from_secs(20))
+            .unwrap();
+        if got.is_ok() { 0 } else { 1 }
+    });
+    common::wait_until(
+        Some(waiter),
+        "the waiter to sleep",
+        Duration::from_millis(1),
+        || waiters(&t) != 0,
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
+    assert_eq!(wait(holder), 128 + 9);
+    assert_eq!(
+        wait(waiter),
+        0,
+        "the unanchored waiter was not woken for the death"
+    );
+    let snap = t.snapshot();
+    let death = snap
+        .deaths
+        .iter()
+        .find(|d| d.pid == holder.as_raw() as u32)
+        .expect("the holder's death is recorded");
+    assert_eq!(death.how, "waiter");
+    assert_eq!(death.noticed_by, waiter.as_raw() as u32);
+}
+
 /// The backup: an unanchored holder (its anchor word cleared, as if its anchor could
 /// not start) is found by the waiter's periodic sweep.
 #[test]

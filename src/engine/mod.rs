@@ -141,6 +141,29 @@ impl Engine {
         (r >> 32 == pid && r as u32 != 0).then(|| (r as u32 - 1) as usize)
     }
 
+    /// Whether this process has a running anchor of this handle's registration (a
+    /// forked child has none until it registers; an anchor may also fail to start).
+    pub(crate) fn anchored(&self) -> bool {
+        let pid = crate::selfid::pid() as u64;
+        self.anchor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|(p, _)| *p == pid)
+    }
+
+    /// Test-only (feature `internals`): detaches this process's anchor, as if it had
+    /// never started (its owner word reads unanchored from then on), so that a blocked
+    /// acquire of this process watches the processes ahead of it itself.
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn detach_anchor(&self) {
+        let taken = self.anchor.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((_, a)) = taken {
+            a.detach();
+        }
+    }
+
     #[cold]
     fn register_slow(&self, pid: u64) -> Result<usize> {
         self.writable("registering a worker")?;

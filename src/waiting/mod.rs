@@ -29,7 +29,9 @@
 //!
 //! A waiter may also watch owner words ([`Watch`], armed by `watch::arm`): it then
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
-//! kernel wakes it when one of those processes dies. On an older kernel it sleeps on
+//! kernel wakes it when one of those processes dies. It does so only in a process
+//! whose anchor could not start: an anchor watches every peer already and wakes the
+//! waiters of the pools a dead one held, and a sleep on one word wakes sooner. On an older kernel it sleeps on
 //! its half alone, and the table's periodic sweep is what notices deaths.
 
 pub mod watch;

@@ -1,6 +1,7 @@
-//! The waiter's side of the death wake (see `anchor` for the owner's): a blocked
-//! acquirer arms the owner words of the live processes it may be waiting behind, so
-//! that the kernel wakes it when one of them dies, and notes the ones already dying.
+//! The watcher's side of the death wake (see `anchor` for the owner's): an anchor, or a
+//! blocked acquirer in a process without one, arms the owner words of the live
+//! processes it may be waiting behind, so that the kernel wakes it when one of them
+//! dies, and notes the ones already dying (an anchored acquirer only notes them).
 
 use crate::layout::owner_word::{self, Owner};
 use crate::layout::{lease_state as ls, pair, proc_state as ps};
@@ -81,7 +82,8 @@ pub fn watch<'a, R: Region>(
             continue;
         }
         match owner_word::decode(rec.owner_futex.load(Acquire)) {
-            Owner::Alive { .. } => alive.push(s),
+            Owner::Alive { .. } if room > 0 => alive.push(s),
+            Owner::Alive { .. } => {} // nothing to arm: only the dying are noted
             Owner::Died => behind.note_dying(rec),
             Owner::Unanchored => {} // only a sweep can judge it
         }
