@@ -12,6 +12,29 @@ fn waiters(t: &Table) -> u32 {
     t.region().pool(0).waiters.load(SeqCst)
 }
 
+/// Forks a process that opens table `name`, runs `first` on it, takes the only permit
+/// of pool `requests` for tenant "a" and holds it for a minute (to be killed); returns
+/// once it holds.
+fn fork_holder(name: &str, first: fn(&Table)) -> nix::unistd::Pid {
+    let w = common::shared_words(4);
+    let name = name.to_owned();
+    let holder = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        first(&t);
+        let _lease = t
+            .try_acquire(&Request::new("requests", "a"))
+            .unwrap()
+            .unwrap();
+        w[2].store(1, SeqCst);
+        std::thread::sleep(Duration::from_secs(60));
+        0
+    });
+    common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
+        w[2].load(SeqCst) != 0
+    });
+    holder
+}
+
 #[test]
 fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
     let seg = Seg::new("wake");
@@ -102,22 +125,7 @@ fn a_waiter_behind_a_killed_holder_is_woken_by_the_kernel() {
     t.set_sweep_interval(Duration::from_secs(3600));
     let mut lat = Vec::new();
     for round in 0..10 {
-        let w = common::shared_words(4);
-        let name = seg.name.clone();
-        let holder = fork_child(move || {
-            let t = Table::open(&name).unwrap();
-            let lease = t
-                .try_acquire(&Request::new("requests", "a"))
-                .unwrap()
-                .unwrap();
-            w[2].store(1, SeqCst);
-            std::thread::sleep(Duration::from_secs(60));
-            drop(lease);
-            0
-        });
-        common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
-            w[2].load(SeqCst) != 0
-        });
+        let holder = fork_holder(&seg.name, |_| {});
         let waited = std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 let got = t
@@ -163,21 +171,7 @@ fn a_waiter_behind_a_killed_holder_is_woken_by_the_kernel() {
 fn an_unanchored_waiter_is_woken_by_the_kernel_for_a_dead_holder() {
     let seg = Seg::new("unanchoredwaiter");
     let t = seg.create(&one_pool(1)); // this process never registers: no anchor here
-    let w = common::shared_words(4);
-    let name = seg.name.clone();
-    let holder = fork_child(move || {
-        let t = Table::open(&name).unwrap();
-        let _lease = t
-            .try_acquire(&Request::new("requests", "a"))
-            .unwrap()
-            .unwrap();
-        w[2].store(1, SeqCst);
-        std::thread::sleep(Duration::from_secs(60));
-        0
-    });
-    common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
-        w[2].load(SeqCst) != 0
-    });
+    let holder = fork_holder(&seg.name, |_| {});
     let name = seg.name.clone();
     let waiter = fork_child(move || {
         let t = Table::open(&name).unwrap();
@@ -220,22 +214,9 @@ fn the_sweep_serves_a_waiter_behind_an_unanchored_dead_holder() {
     let seg = Seg::new("sweep");
     let t = seg.create(&one_pool(1));
     t.set_sweep_interval(Duration::from_millis(20));
-    let w = common::shared_words(4);
-    let name = seg.name.clone();
-    let holder = fork_child(move || {
-        let t = Table::open(&name).unwrap();
+    let holder = fork_holder(&seg.name, |t| {
         let slot = t.register().unwrap();
         t.region().proc_slot(slot).owner_futex.store(0, SeqCst);
-        let _lease = t
-            .try_acquire(&Request::new("requests", "a"))
-            .unwrap()
-            .unwrap();
-        w[2].store(1, SeqCst);
-        std::thread::sleep(Duration::from_secs(60));
-        0
-    });
-    common::wait_until(Some(holder), "the holder", Duration::from_millis(1), || {
-        w[2].load(SeqCst) != 0
     });
     nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
     assert_eq!(wait(holder), 128 + 9);
