@@ -1,7 +1,7 @@
 //! The blocking acquire: try, and when refused sleep on the pool's futex (and on a
 //! cancel token, and, in a process without an anchor, on the owner words of the
-//! processes ahead) until a release, a death, the deadline or a cancellation. The handshake with releasers is in `waiting`; the
-//! death wake in `anchor`.
+//! processes ahead) until a release, a death, the deadline or a cancellation. The
+//! handshake with releasers is in `waiting`; the death wake in `anchor`.
 
 use std::time::{Duration, Instant};
 

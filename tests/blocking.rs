@@ -12,6 +12,12 @@ fn waiters(t: &Table) -> u32 {
     t.region().pool(0).waiters.load(SeqCst)
 }
 
+/// Waits (polling every `every`, with the common deadline) until a waiter of pool 0 is
+/// announced, failing at once if `child` (the waiter, when it is a process) ended.
+fn wait_asleep(t: &Table, child: Option<nix::unistd::Pid>, every: Duration) {
+    common::wait_until(child, "the waiter to sleep", every, || waiters(t) != 0);
+}
+
 /// Forks a process that opens table `name`, runs `first` on it, takes the only permit
 /// of pool `requests` for tenant "a" and holds it for a minute (to be killed); returns
 /// once it holds.
@@ -55,12 +61,7 @@ fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
             w[1].store(fairshm::clock::now_ns() / 1000, SeqCst);
             if got.is_ok() { 0 } else { 3 }
         });
-        common::wait_until(
-            Some(child),
-            "the waiter to sleep",
-            Duration::from_micros(200),
-            || waiters(&t) != 0,
-        );
+        wait_asleep(&t, Some(child), Duration::from_micros(200));
         std::thread::sleep(Duration::from_millis(1));
         w[0].store(fairshm::clock::now_ns() / 1000, SeqCst);
         lease.release().unwrap();
@@ -133,12 +134,7 @@ fn a_waiter_behind_a_killed_holder_is_woken_by_the_kernel() {
                     .unwrap();
                 (got.is_ok(), Instant::now())
             });
-            common::wait_until(
-                None,
-                "the waiter to sleep",
-                Duration::from_millis(1),
-                || waiters(&t) != 0,
-            );
+            wait_asleep(&t, None, Duration::from_millis(1));
             std::thread::sleep(Duration::from_millis(2));
             let snap = t.snapshot();
             let h = snap
@@ -183,12 +179,7 @@ fn an_unanchored_waiter_is_woken_by_the_kernel_for_a_dead_holder() {
             .unwrap();
         if got.is_ok() { 0 } else { 1 }
     });
-    common::wait_until(
-        Some(waiter),
-        "the waiter to sleep",
-        Duration::from_millis(1),
-        || waiters(&t) != 0,
-    );
+    wait_asleep(&t, Some(waiter), Duration::from_millis(1));
     std::thread::sleep(Duration::from_millis(20));
     nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
     assert_eq!(wait(holder), 128 + 9);

@@ -31,8 +31,9 @@
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
 //! kernel wakes it when one of those processes dies. It does so only in a process
 //! whose anchor could not start: an anchor watches every peer already and wakes the
-//! waiters of the pools a dead one held, and a sleep on one word wakes sooner. On an older kernel it sleeps on
-//! its half alone, and the table's periodic sweep is what notices deaths.
+//! waiters of the pools a dead one held, and a sleep on one word wakes sooner. On an
+//! older kernel it sleeps on its half alone, and the table's periodic sweep is what
+//! notices deaths.
 
 pub mod watch;
 
