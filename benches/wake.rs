@@ -4,7 +4,10 @@
 //! stamps its grant. Baseline in the same run: SysV `semop` with `SEM_UNDO` (Semian),
 //! measured the same way (`GETNCNT` for "the other is asleep"); and two futex-based
 //! floors: a process-shared POSIX `sem_t` (glibc's `sem_wait` / `sem_post`) and a bare
-//! process-shared futex word.
+//! process-shared futex word. fairshm's waiter sleeps with a deadline (the caller's
+//! timeout), so two timed twins are measured too: `semtimedop` with a 10 s timeout (the
+//! call Semian's acquire makes) and the bare futex with an absolute 10 s deadline
+//! (`FUTEX_WAIT_BITSET`, as fairshm's waiter).
 //!
 //! Then the death wake: a holder process is SIGKILLed while a waiter (another process)
 //! is asleep behind it; kill -> waiter granted. fairshm's backup sweep is set to an
@@ -35,7 +38,7 @@ const MAX_ROUNDS: usize = 100_000;
 
 /// The two CPUs the players are pinned to (the first two this process may run on), or
 /// none: fewer than two, or `FAIRSHM_WAKE_PIN=0`. Pinned, every round is a wake across
-/// CPUs for all four mechanisms; unpinned, the scheduler places each block's players
+/// CPUs for all six mechanisms; unpinned, the scheduler places each block's players
 /// anew, and a block whose players share a CPU wakes differently from one whose do not.
 fn player_cpus() -> Option<[usize; 2]> {
     if env_or("FAIRSHM_WAKE_PIN", 1) == 0 {
@@ -101,19 +104,21 @@ fn report_ns(what: &str, mut v: Vec<u64>) -> (f64, f64) {
     (p(0.5), p(0.99))
 }
 
-/// The four handoffs the bench compares.
+/// The six handoffs the bench compares.
 #[derive(Clone, Copy)]
 enum Mech {
     Fairshm,
     Semop,
     Bare,
     PosixSem,
+    SemTimed,
+    BareTimed,
 }
 
 fn main() {
     let n = env_or("FAIRSHM_WAKE_ROUNDS", 2000).clamp(10, MAX_ROUNDS);
     // Interleaved blocks, in a rotating order: a host whose speed drifts during the run
-    // (these are shared machines) then shifts all four alike instead of whichever ran
+    // (these are shared machines) then shifts all six alike instead of whichever ran
     // last. Blocks of about 200 handoffs by default (10 to 100 of them): the finer the
     // interleaving, the less a burst of the host's other load lands on one mechanism.
     let blocks = env_or("FAIRSHM_WAKE_BLOCKS", (n / 200).clamp(10, 100)).clamp(1, 100);
@@ -138,8 +143,15 @@ fn main() {
     // SAFETY: `psem` points into a fresh shared mapping large enough for a sem_t (the
     // atomics' UnsafeCell makes writing through it sound); pshared = 1, value 1.
     assert_eq!(unsafe { libc::sem_init(psem, 1, 1) }, 0, "sem_init");
-    let mut got: [Vec<u64>; 4] = Default::default();
-    let order = [Mech::Fairshm, Mech::Semop, Mech::Bare, Mech::PosixSem];
+    let mut got: [Vec<u64>; 6] = Default::default();
+    let order = [
+        Mech::Fairshm,
+        Mech::Semop,
+        Mech::Bare,
+        Mech::PosixSem,
+        Mech::SemTimed,
+        Mech::BareTimed,
+    ];
     for blk in 0..blocks {
         for i in 0..order.len() {
             let mech = order[(blk + i) % order.len()];
@@ -148,18 +160,22 @@ fn main() {
             }
             match mech {
                 Mech::Fairshm => fairshm_handoffs(&name, lat, per),
-                Mech::Semop => semop_handoffs(&sem, lat, per),
-                Mech::Bare => bare_futex_handoffs(token, lat, per),
+                Mech::Semop => semop_handoffs(&sem, lat, per, false),
+                Mech::Bare => bare_futex_handoffs(token, lat, per, false),
                 Mech::PosixSem => posix_sem_handoffs(psem as usize, lat, per),
+                Mech::SemTimed => semop_handoffs(&sem, lat, per, true),
+                Mech::BareTimed => bare_futex_handoffs(token, lat, per, true),
             }
             got[mech as usize].extend(lat[2..=per].iter().map(|a| a.load(SeqCst)));
         }
     }
-    let [f, s, b, ps] = got;
+    let [f, s, b, ps, st, bt] = got;
     let (f50, f99) = report_ns("fairshm futex", f);
     let (s50, s99) = report_ns("SysV semop + SEM_UNDO", s);
     let (b50, b99) = report_ns("bare shared futex", b);
     let (p50, p99) = report_ns("POSIX sem_t (pshared)", ps);
+    let (st50, st99) = report_ns("SysV semtimedop, 10 s", st);
+    let (bt50, bt99) = report_ns("bare futex, 10 s deadline", bt);
     println!(
         "ratio fairshm / semop: p50 {:.2}, p99 {:.2}",
         f50 / s50,
@@ -176,6 +192,19 @@ fn main() {
         p99 / s99,
         f50 / p50,
         f99 / p99
+    );
+    println!(
+        "ratio fairshm / semtimedop (Semian's call): p50 {:.2}, p99 {:.2}",
+        f50 / st50,
+        f99 / st99
+    );
+    println!(
+        "ratio timed / untimed (the deadline's own cost): semtimedop / semop p50 {:.2}, \
+         p99 {:.2}; bare futex p50 {:.2}, p99 {:.2}",
+        st50 / s50,
+        st99 / s99,
+        bt50 / b50,
+        bt99 / b99
     );
     // SAFETY: every player has exited: no process waits on the semaphore; destroyed once.
     unsafe { libc::sem_destroy(psem) };
@@ -204,14 +233,21 @@ fn fairshm_handoffs(name: &str, lat: &[AtomicU64], per: usize) {
     });
 }
 
-/// `per` handoffs of the semaphore `sem` (value 1), as Semian takes it.
-fn semop_handoffs(sem: &Sem, lat: &[AtomicU64], per: usize) {
+/// `per` handoffs of the semaphore `sem` (value 1), as Semian takes it: with
+/// `semtimedop` and a 10 s timeout if `timed`, else `semop`.
+fn semop_handoffs(sem: &Sem, lat: &[AtomicU64], per: usize, timed: bool) {
     two_players(|me| {
         handoff_rounds(
             lat,
             per,
             me,
-            || sem.op(-1),
+            || {
+                if timed {
+                    sem.take_within(Duration::from_secs(10))
+                } else {
+                    sem.op(-1)
+                }
+            },
             || sem.get(libc::GETNCNT) > 0,
             || sem.op(1),
         );
@@ -240,6 +276,30 @@ impl Sem {
         };
         // SAFETY: one valid sembuf on our own set.
         assert_eq!(unsafe { libc::semop(self.0, &mut b, 1) }, 0);
+    }
+    /// `semtimedop` of -1 with `SEM_UNDO` and a relative `timeout` (which must not pass).
+    fn take_within(&self, timeout: Duration) {
+        let mut b = libc::sembuf {
+            sem_num: 0,
+            sem_op: -1,
+            sem_flg: libc::SEM_UNDO as i16,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid sembuf and a valid timespec, both outliving the call, on
+        // our own set (glibc has no `semtimedop` in the `libc` crate: the raw call).
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_semtimedop,
+                self.0,
+                &mut b as *mut libc::sembuf,
+                1usize,
+                &ts as *const libc::timespec,
+            )
+        };
+        assert_eq!(rc, 0, "semtimedop");
     }
     fn set(&self, val: i32) {
         // SAFETY: SETVAL on our own set takes an int argument.
@@ -340,20 +400,41 @@ fn death_return() {
 
 /// The floor under fairshm's wake: the same handoff with nothing but a process-shared
 /// futex word in shared memory (no rule, no lease, no recovery). `word[0]` is the
-/// token: 1 while free, 0 while held; a waiter sleeps while it is 0.
-fn bare_futex_handoffs(word: &AtomicU64, lat: &[AtomicU64], n: usize) {
+/// token: 1 while free, 0 while held; a waiter sleeps while it is 0. `timed`: the
+/// waiter sleeps with an absolute `CLOCK_MONOTONIC` deadline 10 s on
+/// (`FUTEX_WAIT_BITSET`, as fairshm's waiter does), else with none (`FUTEX_WAIT`).
+fn bare_futex_handoffs(word: &AtomicU64, lat: &[AtomicU64], n: usize, timed: bool) {
     word.store(1, SeqCst);
     let wait_word = |expect: u32| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: the low half of an aligned u64 of a shared mapping that outlives the
-        // call; FUTEX_WAIT without FUTEX_PRIVATE_FLAG (shared between processes).
+        // call; FUTEX_WAIT(_BITSET) without FUTEX_PRIVATE_FLAG (shared between
+        // processes); `ts` outlives the call (and clock_gettime writes only into it).
         unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr() as *mut u32,
-                libc::FUTEX_WAIT,
-                expect,
-                std::ptr::null::<libc::timespec>(),
-            )
+            if timed {
+                libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+                ts.tv_sec += 10;
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr() as *mut u32,
+                    libc::FUTEX_WAIT_BITSET,
+                    expect,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<u32>(),
+                    libc::FUTEX_BITSET_MATCH_ANY,
+                )
+            } else {
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr() as *mut u32,
+                    libc::FUTEX_WAIT,
+                    expect,
+                    std::ptr::null::<libc::timespec>(),
+                )
+            }
         };
     };
     let wake_word = || {
