@@ -146,7 +146,12 @@ pub struct PoolRec {
     /// The waits noted in the current window: their count (high 24 bits) and their
     /// sum (µs, each at most `server_queue::MAX_SAMPLE_US`; low 40 bits).
     pub queue_sum: AtomicU64,
-    pub reserved: [AtomicU64; 5],
+    /// When this pool last refused a request (ms, the refuser's `now`; 0: never since
+    /// this field exists): a window's queue stretches hints only while refusals are
+    /// recent, since only refused requests' retries can be what it holds (see
+    /// `server_queue::note`).
+    pub queue_refused_ms: AtomicU64,
+    pub reserved: [AtomicU64; 4],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -490,7 +495,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch, queue_sum,
-        reserved);
+        queue_refused_ms, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,

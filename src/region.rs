@@ -101,6 +101,7 @@ impl HeapRegion {
                     queue_base: a64(),
                     queue_stretch: a64(),
                     queue_sum: a64(),
+                    queue_refused_ms: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),

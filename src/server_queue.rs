@@ -36,6 +36,16 @@
 //! Nor is one with no other refused request out ([`others_out`]): its retries come
 //! one at a time, and are not what the queue holds.
 //!
+//! A window closed while the pool has refused nothing for [`RETRY_SPAN_MS`] counts as
+//! clear, whatever its queue: no refused request can be out then, so what the queue
+//! holds is not retries, and stretching the next refusals would keep nothing out of
+//! it. A server whose own waits jump now and then (a host that takes its CPUs away
+//! for a while: Puma under a light tenant alone, on a host with 7% to 16% of its CPU
+//! time stolen, waited 7 to 21 ms at p99 and raised the stretch to 46x to 256x before
+//! any tenant had been refused) would otherwise carry a stretch into the first
+//! refusals that come after, and a tenant that pauses for its hints would pause for
+//! hundreds of ms (262 ms once, 2026-12-03).
+//!
 //! The words are estimates, kept with Relaxed atomics: a lost update skips a sample.
 //! Everything is integer arithmetic under the caller's `now`.
 
@@ -65,6 +75,10 @@ pub const MAX_STRETCH: u32 = 256 * ONE;
 pub const MAX_STRETCHED_MS: u64 = 1_000;
 /// The most one window multiplies the stretch by.
 const MAX_STEP: u32 = 8;
+/// How long after a refusal of the pool a window's queue may still be its retries,
+/// ms: the longest hint a stretch gives. (The turn clock's own hints may be longer;
+/// a tenant given them is refused again as it comes back, long before they run out.)
+pub const RETRY_SPAN_MS: u64 = MAX_STRETCHED_MS;
 /// At most this many windows without a request are decayed at once (more change
 /// nothing: the stretch is back to 1 long before).
 const MAX_IDLE: u64 = 1_024;
@@ -223,8 +237,25 @@ pub fn note(p: &PoolRec, queued_us: u64, now_ms: u64) {
     p.queue_base.store(base, Relaxed);
     let queue = mean.saturating_sub(base as u32);
     let old = p.queue_stretch.load(Relaxed);
-    let s = next_stretch(old as u32, queue, windows);
+    let retries = retries_possible(p.queue_refused_ms.load(Relaxed), now_ms);
+    let s = next_stretch(old as u32, if retries { queue } else { 0 }, windows);
     p.queue_stretch.store((queue as u64) << 32 | s as u64, Relaxed);
+}
+
+/// Notes that pool `p` refused a request at `now_ms` (see [`retries_possible`]).
+pub fn refused(p: &PoolRec, now_ms: u64) {
+    // Relaxed: an estimate. Stored once a ms at most: the line is the one every noted
+    // wait already writes (`queue_sum`), not the pool word's or the read-mostly one.
+    if p.queue_refused_ms.load(Relaxed) < now_ms {
+        p.queue_refused_ms.store(now_ms, Relaxed);
+    }
+}
+
+/// Whether a window closed at `now_ms` may hold retries, the pool having last refused
+/// at `refused_ms` (0: never): within [`RETRY_SPAN_MS`] of it. A clock a little behind
+/// the refuser's counts as within.
+pub fn retries_possible(refused_ms: u64, now_ms: u64) -> bool {
+    refused_ms != 0 && now_ms.saturating_sub(refused_ms) <= RETRY_SPAN_MS
 }
 
 /// Whether the tenant of an over-share refusal has other refused requests out, waiting
@@ -505,6 +536,15 @@ mod tests {
         assert!(long.iter().all(|h| (666..=MAX_STRETCHED_MS).contains(h)));
         assert!(long.iter().max().unwrap() - long.iter().min().unwrap() >= 200);
         assert_eq!(stretched_hint(5_000, MAX_STRETCH, 1), 5_000);
+    }
+
+    #[test]
+    fn retries_are_possible_for_a_span_after_a_refusal() {
+        assert!(!retries_possible(0, 5_000), "a pool that never refused");
+        assert!(retries_possible(4_000, 4_000));
+        assert!(retries_possible(4_000, 4_000 + RETRY_SPAN_MS));
+        assert!(!retries_possible(4_000, 4_001 + RETRY_SPAN_MS));
+        assert!(retries_possible(4_010, 4_000), "a clock behind the refuser's");
     }
 
     #[test]

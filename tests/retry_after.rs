@@ -390,12 +390,51 @@ fn nth_hint(
     queued: Option<u64>,
     now: u64,
 ) -> Refused {
+    nth_hint_after(
+        name,
+        notes,
+        earlier,
+        queued,
+        now,
+        notes.first().map(|n| n.1),
+    )
+}
+
+/// On a `setup` table (7 of 8 in use), light takes the last permit, is refused one more
+/// by the full pool, and gives the permit back, all at `at`: a refusal of the pool
+/// that leaves heavy's refusals and turns as they were.
+fn light_refused(e: &Engine, p: PoolId, light: TenantId, at: u64) {
+    let id = grant(e, p, light, at);
+    assert_eq!(refused(e, p, light, at).reason, Reason::PoolFull);
+    e.release(id, at).unwrap();
+}
+
+/// As [`nth_hint`]; with `refused_at`, the pool refuses light once at that instant
+/// (see [`light_refused`]), before the first wait noted at or after it: a pool's queue
+/// stretches hints only while its refusals are recent (their retries may be what the
+/// queue holds). Heavy's own refusals, turns and hints are left as they were.
+fn nth_hint_after(
+    name: &str,
+    notes: &[(u64, u64)],
+    earlier: usize,
+    queued: Option<u64>,
+    now: u64,
+    refused_at: Option<u64>,
+) -> Refused {
     let seg = Seg::new(name);
     let t = setup(&seg);
-    let (p, heavy, _) = handles(&t);
+    let (p, heavy, light) = handles(&t);
     let e = t.engine();
+    let mut first = refused_at;
     for &(q, at) in notes {
+        if let Some(f) = first.filter(|&f| f <= at) {
+            light_refused(e, p, light, f);
+            first = None;
+        }
         e.note_queue(p, q, at).unwrap();
+    }
+    if let Some(f) = first {
+        light_refused(e, p, light, f);
     }
     for _ in 0..earlier {
         refused(e, p, heavy, now);
@@ -538,6 +577,8 @@ fn a_tenant_under_its_share_is_never_stretched() {
     let t = setup(&seg);
     let (p, heavy, light) = handles(&t);
     let e = t.engine();
+    // A refusal first: the queue below is then one that may hold retries.
+    light_refused(e, p, light, 1_011);
     e.note_queue(p, 30_000, 1_020).unwrap();
     e.note_queue(p, 30_000, 1_045).unwrap();
     // Light holds 1 of its share of 4; one more fills the pool.
@@ -564,4 +605,68 @@ fn a_tenant_under_its_share_is_never_stretched() {
         t.note_queue("nope", 1),
         Err(fairshm::Error::UnknownPool { .. })
     ));
+}
+
+/// A queue that stands while the pool refuses nothing is not retries: it stretches
+/// nothing, however long it stands (a host that takes its CPUs away for a while makes
+/// the server's own waits jump). A refusal opens the span in which it does, a second
+/// (`server_queue::RETRY_SPAN_MS`, the longest stretched hint); after that span
+/// without one, the windows count as clear and ease the stretch.
+#[test]
+fn a_queue_without_refusals_stretches_nothing() {
+    let seg = Seg::new("queue-no-refusals");
+    let t = setup(&seg);
+    let (p, heavy, _) = handles(&t);
+    let e = t.engine();
+    let pool_stretch = |now| t.snapshot_at(now).pools[0].queue_stretch_pct;
+    let span = 1_000; // server_queue::RETRY_SPAN_MS
+    // Forty windows whose waits stand 30 ms over their least, no refusal: no stretch.
+    let window = |now| {
+        e.note_queue(p, 100, now).unwrap();
+        e.note_queue(p, 30_000, now).unwrap();
+    };
+    let mut now = 1_020;
+    for _ in 0..40 {
+        window(now);
+        now += 25;
+    }
+    window(now);
+    assert_eq!(
+        pool_stretch(now),
+        100,
+        "no refusal, no retries in the queue"
+    );
+    let r = refused(e, p, heavy, now);
+    assert_eq!(r.queue_stretch_pct, 100, "{r:?}");
+    // Refused now: the same windows stretch (5x a window here: 1 + a queue of 4 ms;
+    // at most 256x).
+    for _ in 0..4 {
+        now += 25;
+        window(now);
+    }
+    assert_eq!(pool_stretch(now), 25_600);
+    // A span with no refusal: its windows ease the stretch, as clear ones do.
+    let last_refusal = now - 100;
+    while now <= last_refusal + span {
+        now += 25;
+        window(now);
+    }
+    let eased = pool_stretch(now);
+    now += 25;
+    window(now);
+    assert!(
+        pool_stretch(now) < eased && eased <= 25_600,
+        "{eased} then {}",
+        pool_stretch(now)
+    );
+    // 1/128 a window: 256x is gone within some 710 windows (18 s).
+    for _ in 0..800 {
+        now += 25;
+        window(now);
+    }
+    assert_eq!(
+        pool_stretch(now),
+        100,
+        "eased away while nothing is refused"
+    );
 }

@@ -271,6 +271,8 @@ pub fn try_acquire<R: Region>(
                 retry::interval_us(hold, a.units, in_use)
             };
             let turn = take_turn(tp, a.now, interval);
+            // The server's queue may hold retries for a while now (see `server_queue`).
+            server_queue::refused(r.pool(a.pool), a.now);
             let mut hint = turn.hint_ms;
             // Over its share, a queue in the server stretches the hint (see
             // `server_queue`): a retry back sooner would wait there ahead of others.
