@@ -44,8 +44,13 @@ non-zero when an enforced one is missed:
     keeps >= 90% of the throughput its share allows, and its p99 is within 2x of the
     ideal queueing delay (connections x hold / permits).
 When only the timed guards (the light tenant's, the retry bursts and fifo's targets)
-fail, the server is measured once more, whole, and the second measurement is judged;
-both are printed (and in --json).
+fail, the server is measured once more, whole, and the last measurement is judged;
+every one is printed (and in --json). Each phase's steal is printed too: the CPU time
+the hypervisor took while the phase ran (/proc/stat). When every timed guard the
+second measurement failed comes from a phase with 3% or more of it, a third is taken
+(while the run is under 9 minutes old); when the last one's failed guards are all such,
+they are reported as SKIP, not judged: on a host that stops the servers' CPUs, their
+latencies are the host's.
 Reported, not enforced (see the README): issue 14's targets with polite clients, whose
 heavy p99 seed 000's rule puts out of reach.
 
@@ -70,6 +75,16 @@ ROOT = HERE.parent
 WORK_MS = 5
 HEAVY = 64
 LIGHT = 2
+
+# The phases of a measurement, in the order they are printed.
+PHASES = ("solo", "polite", "fifo", "eager", "heavy", "polite-f1", "nolimit-solo", "nolimit")
+# A phase during which the hypervisor took this much of the machine's CPU time (steal,
+# /proc/stat) or more: a timed guard it failed may be the host's (see `main`).
+STEAL_LIMIT_PCT = 3.0
+# Measurements of one server at most, and no third one once the end-to-end run is this
+# old, s: the CI run's 30 minutes.
+MAX_MEASUREMENTS = 3
+THIRD_BEFORE_S = 540
 
 SERVERS = {
     # name: (workers, threads per worker)
@@ -218,16 +233,28 @@ def retries_per_burst(d, seconds):
     return d["retries"] * BURST_MS / 1000.0 / seconds
 
 
+def cpu_ticks():
+    """(stolen, all) CPU ticks of this machine so far, from /proc/stat: the time the
+    hypervisor ran something else while a virtual CPU of ours wanted to run."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks)
+
+
 def load(loadgen, addr, seconds, specs, trace=False):
     env = dict(os.environ)
     env.pop("LOADGEN_TRACE", None)
     if trace:
         env["LOADGEN_TRACE"] = "1"
+    stolen0, all0 = cpu_ticks()
     out = subprocess.run([str(loadgen), addr, str(seconds)] + specs, capture_output=True, text=True,
                          timeout=seconds + 120, env=env)
+    stolen1, all1 = cpu_ticks()
     if out.returncode != 0:
         raise RuntimeError("loadgen failed: %s" % out.stderr[-2000:])
     res = {d["tenant"]: d for d in map(json.loads, out.stdout.split("\n")[:-1])}
+    for d in res.values():
+        d["steal_pct"] = 100.0 * (stolen1 - stolen0) / max(1, all1 - all0)
     if trace:
         bursts = retry_bursts(out.stderr)
         for tenant, d in res.items():
@@ -358,7 +385,7 @@ def report(kind, pool, seconds, results, leftover, floors):
     print("%-13s %-6s %8s %7s %7s %9s %8s %8s %9s %8s %6s %13s %10s" % (
         "phase", "tenant", "requests", "200s", "429s", "200/s", "p50 ms", "p99 ms", "hint ms",
         "1st try", "tries", "queue p50/99", "light p99"))
-    for phase in ("solo", "polite", "fifo", "eager", "heavy", "polite-f1", "nolimit-solo", "nolimit"):
+    for phase in PHASES:
         base = results["nolimit-solo"]["light"]["p99_ms"] if phase.startswith("nolimit") else solo
         for name, d in sorted(results[phase].items()):
             ratio = "%.2fx" % (d["p99_ms"] / base) if name == "light" and base else ""
@@ -382,6 +409,13 @@ def report(kind, pool, seconds, results, leftover, floors):
               "requests out) stood at %.2fx at the median, "
               "%.2fx at p90, %.2fx at most (sampled every 10 ms)" % (
                   phase, st[len(st) // 2] / 100.0, st[len(st) * 9 // 10] / 100.0, st[-1] / 100.0))
+    # A phase during which the hypervisor ran something else for STEAL_LIMIT_PCT of the
+    # CPU time or more says nothing about latency (see `main`).
+    steal = {ph: max(d.get("steal_pct", 0.0) for d in results[ph].values()) for ph in PHASES}
+    disturbed = [ph for ph in PHASES if steal[ph] >= STEAL_LIMIT_PCT]
+    print("%s: CPU time the host took (steal) by phase: %s%s" % (
+        kind, ", ".join("%s %.1f%%" % (ph, steal[ph]) for ph in PHASES),
+        "; over %g%% in %s" % (STEAL_LIMIT_PCT, ", ".join(disturbed)) if disturbed else ""))
     # (what, met, enforced): --check fails on an enforced one that is not met. The
     # targets still open (see the README) are printed as TARGET, not enforced.
     checks = []
@@ -431,6 +465,12 @@ def report(kind, pool, seconds, results, leftover, floors):
                            "" if judged else "; not judged: mean hint %.1f ms < %d ms" % (hint, 10 * BURST_MS)),
                        burst <= bound or not judged, True))
     timed = checks[first_timed:]
+    # The phases each timed guard's figures come from: the light ratios compare with the
+    # solo, eager and no-limiter phases; fifo's targets with solo's p99 and the heavy
+    # phase's throughput per permit.
+    ratio_phases = ("solo", "eager", "nolimit-solo", "nolimit")
+    guard_phases = [("polite",) + ratio_phases, ("polite-f1",) + ratio_phases,
+                    ("polite",), ("polite-f1",)]
     for phase, d in (("polite", pol), ("polite-f1", f1)):
         checks.append(("%s: heavy refused with Retry-After while light is present: %d 429s"
                        % (phase, d["heavy"]["refused"]), d["heavy"]["refused"] > 0, True))
@@ -447,6 +487,10 @@ def report(kind, pool, seconds, results, leftover, floors):
     fifo = heavy_targets("fifo", results["fifo"], seconds, pool, floor, per_permit, solo, True)
     checks += fifo
     timed += fifo
+    # (heavy_targets: the light ratio, then the heavy tenant's throughput and p99, whose
+    # share and ideal come from the heavy phase's throughput per permit.)
+    guard_phases += [("fifo", "solo"), ("fifo", "heavy"), ("fifo", "heavy")]
+    assert len(guard_phases) == len(timed)
     _, ideal = heavy_share(pol, seconds, pool, floor, per_permit)
     # Why the p99 target above is missed (see the README): by Little's law the heavy
     # tenant's closed loops wait HEAVY / throughput on average, which is the ideal
@@ -467,7 +511,12 @@ def report(kind, pool, seconds, results, leftover, floors):
         tag = "PASS" if ok else ("FAIL" if enforced else "MISS")
         print("%s %s%s" % (tag, text, "" if enforced else " [target, not enforced]"))
     passed = lambda cs: all(ok for _, ok, enforced in cs if enforced)
-    return passed(checks), passed(c for c in checks if c not in timed), checks
+    # The disturbed phases behind the failed timed guards, when every one of them has
+    # one (else none: a guard failed on an undisturbed host).
+    behind = [[ph for ph in phases if ph in disturbed]
+              for (_, ok, _), phases in zip(timed, guard_phases) if not ok]
+    excused = sorted(set(sum(behind, []))) if behind and all(behind) else []
+    return passed(checks), passed(c for c in checks if c not in timed), checks, excused
 
 
 def main():
@@ -487,23 +536,47 @@ def main():
     everything = {}
     def measure(kind):
         """Runs and reports server `kind`: (enforced checks passed, those but the timed
-        ones passed, the measurement as --json keeps it)."""
+        ones passed, the disturbed phases behind every failed timed guard (none if one
+        failed undisturbed, see `report`), the measurement as --json keeps it)."""
         pool, results, leftover, floors = run_server(kind, a.seconds, a.loadgen, log_dir)
-        ok, untimed_ok, checks = report(kind, pool, a.seconds, results, leftover, floors)
-        return ok, untimed_ok, {"pool": pool, "floors": floors, "results": results,
-                                "checks": [list(c) for c in checks]}
+        ok, untimed_ok, checks, disturbed = report(kind, pool, a.seconds, results, leftover, floors)
+        return ok, untimed_ok, disturbed, {"pool": pool, "floors": floors, "results": results,
+                                           "checks": [list(c) for c in checks],
+                                           "disturbed": disturbed}
 
+    started = time.monotonic()
+    skipped = []
     for kind in a.servers.split(","):
-        ok, untimed_ok, everything[kind] = measure(kind)
-        if untimed_ok and not ok:
-            # Only a timed guard (the light tenant's, a retry burst) failed: on these
-            # shared 2-core hosts one phase in many lands far out (Puma 2x2 once 2.71x
-            # against 1.33x to 1.61x). The server is measured once more, whole; both
-            # measurements are printed and kept, and the second is judged. A real
-            # regression of the hints fails both.
-            print("\n%s: a timed guard failed: measuring %s once more" % (kind, kind))
-            ok, _, everything[kind]["again"] = measure(kind)
+        ok, untimed_ok, disturbed, everything[kind] = measure(kind)
+        n = 1
+        # Only a timed guard (the light tenant's, a retry burst, fifo's targets) failed:
+        # on these shared 2-core hosts one phase in many lands far out (Puma 2x2 once
+        # 2.71x against 1.33x to 1.61x). The server is measured once more, whole; every
+        # measurement is printed and kept, and the last is judged. A real regression of
+        # the hints fails every one. A third is taken only when the second's phases
+        # were disturbed by the host: the hypervisor took STEAL_LIMIT_PCT of the CPU
+        # time or more (on a Firecracker host, 2026-12-03: 7% to 16% in the phases whose
+        # light and heavy tenants both slowed by a fifth, against under 3% elsewhere).
+        while untimed_ok and not ok and (
+                n == 1 or (disturbed and n < MAX_MEASUREMENTS
+                           and time.monotonic() - started < THIRD_BEFORE_S)):
+            n += 1
+            print("\n%s: a timed guard failed%s: measuring %s once more" % (
+                kind, " with the host taking CPU time in %s" % ", ".join(disturbed)
+                if disturbed else "", kind))
+            ok, untimed_ok, disturbed, everything[kind]["again%d" % n] = measure(kind)
+        if untimed_ok and not ok and disturbed:
+            # Every measurement failed a timed guard, and the last one ran on a host
+            # that took its CPU time away: its latencies are the host's, not the
+            # library's. Said so, not passed.
+            print("\nSKIP %s: its timed guards are not judged: the host took %g%% of the CPU "
+                  "time or more in %s of the last of %d measurements (see above)"
+                  % (kind, STEAL_LIMIT_PCT, ", ".join(disturbed), n))
+            skipped.append(kind)
+            ok = True
         ok_all &= ok
+    if skipped:
+        print("\nSKIPPED the timed guards of %s: a host taking CPU time (steal)" % ", ".join(skipped))
     if a.json:
         Path(a.json).write_text(json.dumps(everything, indent=1))
     if a.check and not ok_all:
