@@ -412,7 +412,9 @@ mod tests {
         assert_eq!(for_request(p, 1_000, 5_000, 1, true), (6 * ONE, 5_000));
         assert_eq!(for_request(p, 1_000, 5_000, 0, true), (ONE, 0));
         // A pool stretched further than that wins, backlog or not, while others of the
-        // tenant's refused requests are out.
+        // tenant's refused requests are out (the pool refused just before: its queue
+        // may hold retries).
+        refused(p, 1_000);
         note(p, 30_000, 1_000);
         note(p, 30_000, 1_000 + WINDOW_MS);
         assert_eq!(current(p, 1_000 + WINDOW_MS).0, 8 * ONE);
@@ -433,6 +435,7 @@ mod tests {
         assert!(!others_out(0, 2_300, 0));
         let r = crate::region::HeapRegion::new(1, 1, 1, 1);
         let p = crate::region::Region::pool(&r, 0);
+        refused(p, 1_000);
         note(p, 30_000, 1_000);
         note(p, 30_000, 1_000 + WINDOW_MS);
         let now = 1_000 + WINDOW_MS;
@@ -450,7 +453,9 @@ mod tests {
         let r = crate::region::HeapRegion::new(1, 1, 1, 1);
         let p = crate::region::Region::pool(&r, 0);
         // A window in bursts: one request got in at once, three waited 3 ms behind
-        // retries. Its least (100 µs) is no queue; its mean (2,275 µs) is.
+        // retries (the pool refused just before). Its least (100 µs) is no queue; its
+        // mean (2,275 µs) is.
+        refused(p, 990);
         for (q, at) in [(100, 1_000), (3_000, 1_005), (3_000, 1_010), (3_000, 1_020)] {
             note(p, q, at);
         }
@@ -536,6 +541,36 @@ mod tests {
         assert!(long.iter().all(|h| (666..=MAX_STRETCHED_MS).contains(h)));
         assert!(long.iter().max().unwrap() - long.iter().min().unwrap() >= 200);
         assert_eq!(stretched_hint(5_000, MAX_STRETCH, 1), 5_000);
+    }
+
+    #[test]
+    fn a_window_long_after_the_last_refusal_is_clear() {
+        let r = crate::region::HeapRegion::new(1, 1, 1, 1);
+        let p = crate::region::Region::pool(&r, 0);
+        // Never refused: a queue of 29 ms stretches nothing.
+        note(p, 30_000, 1_000);
+        note(p, 30_000, 1_000 + WINDOW_MS);
+        assert_eq!(current(p, 1_000 + WINDOW_MS).0, ONE);
+        // Refused: the next window's queue stretches (8x at most a window)...
+        refused(p, 1_030);
+        note(p, 30_000, 1_000 + 2 * WINDOW_MS);
+        assert_eq!(current(p, 1_000 + 2 * WINDOW_MS).0, 8 * ONE);
+        // ...and so does one that closes a whole span after it (the window since, with
+        // idle windows eased)...
+        let late = 1_030 + RETRY_SPAN_MS + 1;
+        note(p, 30_000, late - WINDOW_MS);
+        let before = current(p, late - WINDOW_MS).0;
+        assert!(before > 8 * ONE, "{before}");
+        // ...but one that closes more than RETRY_SPAN_MS after that refusal: the same
+        // queue eases it, as a clear window does.
+        note(p, 30_000, late);
+        assert_eq!(current(p, late).0, before - before / 128);
+        // The queue itself is still reported.
+        assert!(current(p, late).1 > TARGET_US);
+        // A refusal stored once a ms at most, and never moved back.
+        refused(p, late);
+        refused(p, late - 5);
+        assert_eq!(p.queue_refused_ms.load(Relaxed), late);
     }
 
     #[test]
