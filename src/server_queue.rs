@@ -40,9 +40,9 @@
 //! clear, whatever its queue: no refused request can be out then, so what the queue
 //! holds is not retries, and stretching the next refusals would keep nothing out of
 //! it. A server whose own waits jump now and then (a host that takes its CPUs away
-//! for a while: Puma under a light tenant alone, on a host with 7% to 16% of its CPU
-//! time stolen, waited 7 to 21 ms at p99 and raised the stretch to 46x to 256x before
-//! any tenant had been refused) would otherwise carry a stretch into the first
+//! for a while: Puma under a light tenant alone, on a host whose hypervisor stole part
+//! of its CPU time, waited 7 to 21 ms at p99 and raised the stretch to 46x to 256x
+//! before any tenant had been refused) would otherwise carry a stretch into the first
 //! refusals that come after, and a tenant that pauses for its hints would pause for
 //! hundreds of ms (262 ms once, 2026-12-03).
 //!
