@@ -28,12 +28,14 @@
 //! it out.
 //!
 //! With `LOADGEN_TRACE` set, also prints every answered attempt on stderr once the run
-//! is over, one line each, `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US`
-//! (kept in memory meanwhile: a write per attempt, under the lock of stderr that 66
-//! threads share, would be timed as part of the latencies it reports; the attempt's number
-//! within its request, 1 for the first; when it was sent, CLOCK_MONOTONIC; the
-//! request's latency so far; the 429's hint, else 0; the attempt's wait in the server's
-//! queue, else -1): what shows *when* the slow requests were (behind a burst of another
+//! is over, one line each,
+//! `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US ANSWERED_US` (kept in memory
+//! meanwhile: a write per attempt, under the lock of stderr that 66 threads share, would
+//! be timed as part of the latencies it reports; the attempt's number within its
+//! request, 1 for the first; when it was sent, CLOCK_MONOTONIC; the request's latency so
+//! far; the 429's hint, else 0; the attempt's wait in the server's queue, else -1; when
+//! its answer was read, CLOCK_MONOTONIC, so that a 429's retry was due at ANSWERED_US +
+//! HINT_MS × 1000 however late the client's thread woke to send it): what shows *when* the slow requests were (behind a burst of another
 //! tenant's retries sent at one instant, say) where the percentiles only say how slow.
 //! `e2e/run.py` reads it for its burst guard.
 
@@ -84,6 +86,8 @@ struct TraceLine {
     latency_us: u64,
     hint_ms: u64,
     queued_us: Option<u64>,
+    /// When the answer was read (CLOCK_MONOTONIC, µs).
+    answered_us: u64,
 }
 
 /// One attempt's answer: the status, the hint (ms) of a 429, and when the app says the
@@ -194,6 +198,7 @@ fn connection(
             // The request's latency so far, read once: what the tally and the trace say.
             let latency_us = start.elapsed().as_micros() as u64;
             if let (Ok(a), true) = (&answer, tracing()) {
+                let answered_us = fairshm::clock::now_ns() / 1000;
                 t.trace.push(TraceLine {
                     tries,
                     status: a.status,
@@ -201,6 +206,7 @@ fn connection(
                     latency_us,
                     hint_ms: a.hint_ms.unwrap_or(0),
                     queued_us: queued,
+                    answered_us,
                 });
             }
             if let Mode::Fifo(g) = &mode {
@@ -301,13 +307,14 @@ fn main() {
             let t = th.join().expect("a connection thread");
             for l in &t.trace {
                 eprintln!(
-                    "{name} {} {} {} {} {} {}",
+                    "{name} {} {} {} {} {} {} {}",
                     l.tries,
                     l.status,
                     l.sent_us,
                     l.latency_us,
                     l.hint_ms,
-                    l.queued_us.map_or(-1, |q| q as i64)
+                    l.queued_us.map_or(-1, |q| q as i64),
+                    l.answered_us
                 );
             }
             all.attempts += t.attempts;

@@ -1,0 +1,65 @@
+"""Tests of e2e/run.py's pure pieces: what its burst guard counts from loadgen's trace.
+
+    python -m pytest -q e2e/test_run.py
+"""
+import run
+
+
+def line(tenant, tries, status, sent_us, hint_ms=0, answered_us=None):
+    """One line of loadgen's trace (TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US
+    ANSWERED_US); latency and queue are not read by the burst count."""
+    answered = sent_us + 6000 if answered_us is None else answered_us
+    return "%s %d %d %d %d %d %d %d" % (tenant, tries, status, sent_us, 6000, hint_ms, 100, answered)
+
+
+def trace(lines):
+    return "\n".join(lines) + "\n"
+
+
+def test_hints_that_point_at_one_instant_are_a_burst_however_they_are_sent():
+    # 32 refusals answered 30 ms apart, each told to come back at t = 2 s: their retries
+    # fall due together. The client happened to send them spread out (say, late).
+    lines = []
+    for k in range(32):
+        answered = k * 30_000
+        lines.append(line("heavy", 1, 429, answered - 6000, (2_000_000 - answered) // 1000, answered))
+        lines.append(line("heavy", 2, 200, 2_000_000 + k * 20_000))
+    due, sent, retries = run.retry_bursts(trace(lines))["heavy"]
+    assert (due, retries) == (32, 32)
+    assert sent == 1
+
+
+def test_a_stalled_client_sends_a_burst_that_the_hints_did_not_ask_for():
+    # Hints spread the retries' due times 30 ms apart; the client's threads woke late,
+    # all within 10 ms: counted as sent, not as due.
+    lines = []
+    for k in range(32):
+        answered = k * 1000
+        lines.append(line("heavy", 1, 429, answered - 6000, 100 + 30 * k, answered))
+        lines.append(line("heavy", 2, 200, 2_000_000 + k * 100))
+    due, sent, retries = run.retry_bursts(trace(lines))["heavy"]
+    assert (sent, retries) == (32, 32)
+    assert due == 1
+
+
+def test_a_refusal_whose_retry_fell_due_after_the_run_is_not_counted():
+    lines = [line("heavy", 1, 429, 0, 5, 1000), line("heavy", 2, 200, 6000)]
+    # Three more refusals due at 50 ms, after the tenant's last attempt (sent at 6 ms).
+    lines += [line("heavy", 1, 429, 2000, 48, 2000 + k) for k in range(3)]
+    due, sent, retries = run.retry_bursts(trace(lines))["heavy"]
+    assert (due, sent, retries) == (1, 1, 1)
+
+
+def test_first_attempts_and_other_tenants_are_not_retries_of_this_one():
+    lines = [line("light", 1, 200, k * 1000) for k in range(50)]
+    lines += [line("heavy", 1, 200, k * 1000) for k in range(50)]
+    lines += [line("heavy", 1, 429, 60_000, 1, 61_000), line("heavy", 2, 200, 62_000)]
+    bursts = run.retry_bursts(trace(lines))
+    assert bursts["heavy"] == (1, 1, 1)
+    assert "light" not in bursts
+
+
+def test_lines_of_another_shape_are_skipped():
+    # The trace before ANSWERED_US was added (7 fields), and stray text.
+    text = "heavy 2 200 1000 6000 0 100\nthread panicked at ...\n"
+    assert run.retry_bursts(text) == {}
