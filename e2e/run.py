@@ -36,9 +36,9 @@ non-zero when an enforced one is missed:
     work; the target is 1.5), and in the polite phase at most 2.5, under every server;
   - heavy alone: the pool's in-use reaches its capacity; nothing is held at the end;
   - polite and polite-f1, where the heavy tenant's mean hint is 100 ms or more: in no
-    10 ms do more than 8 times its average retries per 10 ms fall due (a bound of at
-    least a quarter of its connections; a retry is due at its 429's answer plus the
-    hint): the hints are spread over its turns, not piled on one instant (read from
+    10 ms do more of its retries fall due than the largest of a quarter of its
+    connections, 8 times its average per 10 ms and its turnover in 10 ms (its 200s; a
+    retry is due at its 429's answer plus the hint): the hints are spread over its turns, not piled on one instant (read from
     loadgen's LOADGEN_TRACE, which also gives when they were sent, printed);
   - fifo (the client issue 9 describes: it waits a hint "before that tenant's next
     request"), issue 14's three targets: the light p99 ratio <= 1.5; the heavy tenant
@@ -48,8 +48,9 @@ When only the timed guards (the light tenant's, the retry bursts and fifo's targ
 fail, the server is measured once more, whole (within the run's budget, `--budget`:
 600 s), and the last measurement is judged; every one is printed (and in --json). Each phase's steal is printed too: the CPU time
 the hypervisor took while the phase ran (/proc/stat). When every timed guard the
-second measurement failed comes from a phase with 3% or more of it, a third is taken
-(within the run's budget, `--budget`); when the last one's failed guards are all such,
+second measurement failed comes from a phase with 3% or more of it, or when no timed
+guard failed in both, a third is taken (within the run's budget, `--budget`): a
+regression fails the same guard every time; when the last one's failed guards are all such,
 they are reported as SKIP, not judged: on a host that stops the servers' CPUs, their
 latencies are the host's.
 Reported, not enforced (see the README): issue 14's targets with polite clients, whose
@@ -472,14 +473,23 @@ def report(kind, pool, seconds, results, leftover, floors):
     # average of 9 to 17); stretched, 78 to 330 ms, the most 7 to 8 in 10 ms. Counted
     # when the retries fell due (each 429's answer plus its hint: the library's doing),
     # not when they were sent, which adds the load client's own stalls (`retry_bursts`).
+    # Nor is the bound under the tenant's own turnover in 10 ms (its 200s per 10 ms):
+    # `retry` hands out its turns one turnover interval apart, so retries due at that
+    # rate are the hints working, not a pile. Under the 4-permit servers that is 3 to 4
+    # and changes nothing; under Puma 4x4 about 20 (2,000 a second), where a CI run of
+    # 2026-12-03 had 18 due within 10 ms against a bound of 16, with no steal. A pile on
+    # one instant (the once-a-second burst) brings back every waiting connection: 50 or
+    # more of the 64 under Puma 4x4.
     for phase, d in (("polite", pol), ("polite-f1", f1)):
         h = d["heavy"]
         burst, hint = h["retry_burst"], h["mean_hint_ms"]
-        bound = max(HEAVY // 4, int(8 * retries_per_burst(h, seconds)))
+        turnover = h["ok"] / seconds * BURST_MS / 1000.0
+        bound = max(HEAVY // 4, int(8 * retries_per_burst(h, seconds)), int(turnover))
         judged = hint >= 10 * BURST_MS
-        checks.append(("%s: heavy's retries due within any %d ms: %d <= %d, 8x their average (hints "
+        checks.append(("%s: heavy's retries due within any %d ms: %d <= %d, the largest of a quarter "
+                       "of its connections, 8x their average and its turnover (%.1f) (hints "
                        "spread, not piled on one instant)%s" % (
-                           phase, BURST_MS, burst, bound,
+                           phase, BURST_MS, burst, bound, turnover,
                            "" if judged else "; not judged: mean hint %.1f ms < %d ms" % (hint, 10 * BURST_MS)),
                        burst <= bound or not judged, True))
     timed = checks[first_timed:]
@@ -534,7 +544,18 @@ def report(kind, pool, seconds, results, leftover, floors):
     behind = [[ph for ph in phases if ph in disturbed]
               for (_, ok, _), phases in zip(timed, guard_phases) if not ok]
     excused = sorted(set(sum(behind, []))) if behind and all(behind) else []
-    return passed(checks), passed(c for c in checks if c not in timed), checks, excused
+    failed = [i for i, (_, ok, _) in enumerate(timed) if not ok]
+    return passed(checks), passed(c for c in checks if c not in timed), checks, excused, failed
+
+
+def again(n, ok, untimed_ok, disturbed, every):
+    """Whether a server measured `n` times is measured once more (the budget aside):
+    when the last measurement failed only timed guards, the first time always, then
+    (up to MAX_MEASUREMENTS) when the phases behind its failures were `disturbed` by
+    the host or when no timed guard failed in `every` measurement so far (see `main`)."""
+    if ok or not untimed_ok:
+        return False
+    return n == 1 or ((bool(disturbed) or not every) and n < MAX_MEASUREMENTS)
 
 
 def main():
@@ -560,19 +581,23 @@ def main():
         ones passed, the disturbed phases behind every failed timed guard (none if one
         failed undisturbed, see `report`), the measurement as --json keeps it)."""
         pool, results, leftover, floors = run_server(kind, a.seconds, a.loadgen, log_dir)
-        ok, untimed_ok, checks, disturbed = report(kind, pool, a.seconds, results, leftover, floors)
-        return ok, untimed_ok, disturbed, {"pool": pool, "floors": floors, "results": results,
-                                           "checks": [list(c) for c in checks],
-                                           "disturbed": disturbed}
+        ok, untimed_ok, checks, disturbed, failed = report(kind, pool, a.seconds, results,
+                                                            leftover, floors)
+        return ok, untimed_ok, disturbed, failed, {"pool": pool, "floors": floors,
+                                                   "results": results,
+                                                   "checks": [list(c) for c in checks],
+                                                   "disturbed": disturbed}
 
     started = time.monotonic()
     skipped = []
     kinds = a.servers.split(",")
     for i, kind in enumerate(kinds):
         began = time.monotonic()
-        ok, untimed_ok, disturbed, everything[kind] = measure(kind)
+        ok, untimed_ok, disturbed, failed, everything[kind] = measure(kind)
         took = time.monotonic() - began
         n = 1
+        # The timed guards that failed in every measurement so far.
+        every = set(failed)
         def fits():
             """Whether one more measurement of this server and the first of each one after
             it fit in the budget."""
@@ -590,14 +615,20 @@ def main():
         # the hints fails every one. A third is taken only when the second's phases
         # were disturbed by the host: the hypervisor took STEAL_LIMIT_PCT of the CPU
         # time or more (on a Firecracker host, 2026-12-03: 7% to 16% in the phases whose
-        # light and heavy tenants both slowed by a fifth, against under 3% elsewhere).
-        while untimed_ok and not ok and (n == 1 or (disturbed and n < MAX_MEASUREMENTS)) and fits():
+        # light and heavy tenants both slowed by a fifth, against under 3% elsewhere),
+        # or when no timed guard failed in both: a regression fails the same guard each
+        # time, where a host slowed in ways steal does not show fails one here and
+        # another there (Puma 4x4 in a CI run of 2026-12-03: a retry burst, then fifo's
+        # throughput, with the light tenant 9% slower too, each with under 1% stolen).
+        while again(n, ok, untimed_ok, disturbed, every) and fits():
             n += 1
             began = time.monotonic()
             print("\n%s: a timed guard failed%s: measuring %s once more" % (
                 kind, " with the host taking CPU time in %s" % ", ".join(disturbed)
-                if disturbed else "", kind))
-            ok, untimed_ok, disturbed, everything[kind]["again%d" % n] = measure(kind)
+                if disturbed else "" if n == 2 else ", none of them in every measurement",
+                kind))
+            ok, untimed_ok, disturbed, failed, everything[kind]["again%d" % n] = measure(kind)
+            every &= set(failed)
             took = time.monotonic() - began
         if untimed_ok and not ok and disturbed:
             # Every measurement failed a timed guard, and the last one ran on a host

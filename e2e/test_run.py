@@ -1,4 +1,5 @@
-"""Tests of e2e/run.py's pure pieces: what its burst guard counts from loadgen's trace.
+"""Tests of e2e/run.py's pure pieces: what its burst guard counts from loadgen's trace, and
+when it measures a server again.
 
     python -m pytest -q e2e/test_run.py
 """
@@ -63,3 +64,21 @@ def test_lines_of_another_shape_are_skipped():
     # The trace before ANSWERED_US was added (7 fields), and stray text.
     text = "heavy 2 200 1000 6000 0 100\nthread panicked at ...\n"
     assert run.retry_bursts(text) == {}
+
+
+def test_a_server_is_measured_again_only_for_timed_guards():
+    # Passed, or failed an untimed guard (a regression, whatever the host): no more.
+    assert not run.again(1, True, True, [], set())
+    assert not run.again(1, False, False, ["fifo"], {0})
+    # A timed guard failed: once more, whatever it was.
+    assert run.again(1, False, True, [], {3})
+
+
+def test_a_third_measurement_needs_a_disturbed_host_or_guards_that_changed():
+    # The same guard failed twice on an undisturbed host: that is the verdict.
+    assert not run.again(2, False, True, [], {3})
+    # Steal in the phases behind the failures, or no guard failed in both: once more.
+    assert run.again(2, False, True, ["polite-f1"], {3})
+    assert run.again(2, False, True, [], set())
+    # Never more than MAX_MEASUREMENTS.
+    assert not run.again(run.MAX_MEASUREMENTS, False, True, ["fifo"], set())
