@@ -25,7 +25,7 @@ def test_hints_that_point_at_one_instant_are_a_burst_however_they_are_sent():
         answered = k * 30_000
         lines.append(line("heavy", 1, 429, answered - 6000, (2_000_000 - answered) // 1000, answered))
         lines.append(line("heavy", 2, 200, 2_000_000 + k * 20_000))
-    due, sent, retries = run.retry_bursts(trace(lines))["heavy"]
+    due, sent, retries, _ = run.retry_bursts(trace(lines))["heavy"]
     assert (due, retries) == (32, 32)
     assert sent == 1
 
@@ -38,7 +38,7 @@ def test_a_stalled_client_sends_a_burst_that_the_hints_did_not_ask_for():
         answered = k * 1000
         lines.append(line("heavy", 1, 429, answered - 6000, 100 + 30 * k, answered))
         lines.append(line("heavy", 2, 200, 2_000_000 + k * 100))
-    due, sent, retries = run.retry_bursts(trace(lines))["heavy"]
+    due, sent, retries, _ = run.retry_bursts(trace(lines))["heavy"]
     assert (sent, retries) == (32, 32)
     assert due == 1
 
@@ -47,7 +47,7 @@ def test_a_refusal_whose_retry_fell_due_after_the_run_is_not_counted():
     lines = [line("heavy", 1, 429, 0, 5, 1000), line("heavy", 2, 200, 6000)]
     # Three more refusals due at 50 ms, after the tenant's last attempt (sent at 6 ms).
     lines += [line("heavy", 1, 429, 2000, 48, 2000 + k) for k in range(3)]
-    due, sent, retries = run.retry_bursts(trace(lines))["heavy"]
+    due, sent, retries, _ = run.retry_bursts(trace(lines))["heavy"]
     assert (due, sent, retries) == (1, 1, 1)
 
 
@@ -56,7 +56,7 @@ def test_first_attempts_and_other_tenants_are_not_retries_of_this_one():
     lines += [line("heavy", 1, 200, k * 1000) for k in range(50)]
     lines += [line("heavy", 1, 429, 60_000, 1, 61_000), line("heavy", 2, 200, 62_000)]
     bursts = run.retry_bursts(trace(lines))
-    assert bursts["heavy"] == (1, 1, 1)
+    assert bursts["heavy"][:3] == (1, 1, 1)
     assert "light" not in bursts
 
 
@@ -82,3 +82,12 @@ def test_a_third_measurement_needs_a_disturbed_host_or_guards_that_changed():
     assert run.again(2, False, True, [], set())
     # Never more than MAX_MEASUREMENTS.
     assert not run.again(run.MAX_MEASUREMENTS, False, True, ["fifo"], set())
+
+
+def test_the_turnover_is_the_most_requests_served_within_10_ms():
+    # 200s answered 1 ms apart for 30 ms, then 5 ms apart, and the retry's at 2 ms: 11
+    # within 10 ms at most.
+    lines = [line("heavy", 1, 200, k * 1000, 0, k * 1000) for k in range(30)]
+    lines += [line("heavy", 1, 200, 0, 0, 30_000 + k * 5000) for k in range(1, 20)]
+    lines += [line("heavy", 1, 429, 0, 1, 500), line("heavy", 2, 200, 2000, 0, 2000)]
+    assert run.retry_bursts(trace(lines))["heavy"][3] == 11
