@@ -28,15 +28,16 @@
 //! it out.
 //!
 //! With `LOADGEN_TRACE` set, also prints every answered attempt on stderr once the run
-//! is over, one line each,
-//! `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US ANSWERED_US` (kept in memory
-//! meanwhile: a write per attempt, under the lock of stderr that 66 threads share, would
-//! be timed as part of the latencies it reports; the attempt's number within its
-//! request, 1 for the first; when it was sent, CLOCK_MONOTONIC; the request's latency so
-//! far; the 429's hint, else 0; the attempt's wait in the server's queue, else -1; when
-//! its answer was read, CLOCK_MONOTONIC, so that a 429's retry was due at ANSWERED_US +
-//! HINT_MS × 1000 however late the client's thread woke to send it): what shows *when* the slow requests were (behind a burst of another
-//! tenant's retries sent at one instant, say) where the percentiles only say how slow.
+//! is over, one line each, `TENANT TRY STATUS SENT_US LATENCY_US HINT_MS QUEUE_US
+//! ANSWERED_US` (kept in memory meanwhile: a write per attempt, under the lock of
+//! stderr that 66 threads share, would be timed as part of the latencies it reports;
+//! the attempt's number within its request, 1 for the first; when it was sent,
+//! CLOCK_MONOTONIC; the request's latency so far; the 429's hint, else 0; the attempt's
+//! wait in the server's queue, else -1; when its answer was read, CLOCK_MONOTONIC, so
+//! that a 429's retry was due at ANSWERED_US + HINT_MS × 1000 however late the client's
+//! thread woke to send it): what shows *when* the slow requests were (behind a burst of
+//! another tenant's retries sent at one instant, say) where the percentiles only say
+//! how slow.
 //! `e2e/run.py` reads it for its burst guard.
 
 use std::io::{Read, Write};
