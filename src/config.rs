@@ -58,12 +58,18 @@ pub struct PerWorker {
 }
 
 impl PerWorker {
-    /// `quota` in (0, 1], rounded to the nearest millionth.
+    /// `quota` in (0, 1], rounded to the nearest millionth. Rounding never moves a
+    /// quota across a bound of that range: a positive quota below half a millionth
+    /// counts as one (a ticket for any worker count, as `ceil` gives it), one just above
+    /// 1 stays above it, and both out-of-range sides keep what validation needs to say
+    /// which side they are on (0: not above 0, or not a number; above 10^6: above 1).
     pub fn new(quota: f64, min_tickets: u32) -> Self {
-        let ppm = if quota.is_finite() {
-            (quota * 1e6).round().clamp(0.0, 2e9) as u32
-        } else {
+        let ppm = if quota.is_nan() || quota <= 0.0 {
             0
+        } else if quota <= 1.0 {
+            ((quota * 1e6).round() as u32).clamp(1, 1_000_000)
+        } else {
+            (quota * 1e6).round().clamp(1_000_001.0, 2e9) as u32
         };
         PerWorker {
             quota_ppm: ppm,
@@ -212,9 +218,15 @@ impl Config {
                 return bad(format!("pool {:?} is named twice", p.name));
             }
             if let Some(pw) = p.per_worker {
-                if pw.quota_ppm == 0 || pw.quota_ppm > 1_000_000 {
+                if pw.quota_ppm == 0 {
                     return bad(format!(
-                        "pool {:?}: quota {} is not in (0, 1]",
+                        "pool {:?}: quota is not in (0, 1]: 0 or less, or not a number",
+                        p.name
+                    ));
+                }
+                if pw.quota_ppm > 1_000_000 {
+                    return bad(format!(
+                        "pool {:?}: quota {} is not in (0, 1]: above 1",
                         p.name,
                         pw.quota_ppm as f64 / 1e6
                     ));
@@ -433,12 +445,25 @@ mod tests {
         let c = Config::with_pools(vec![PoolConfig::per_worker("flights", 0.5, 2)]);
         c.validate().unwrap();
         assert_eq!(Config::decode(&c.encode()).unwrap(), c);
-        for bad in [0.0, 1.5, f64::NAN] {
+        // Semian's thread: one worker with a quota of 0.01 still gets a ticket.
+        assert_eq!(PerWorker::new(0.01, 0).tickets(1), 1);
+        // A positive quota below half a millionth is valid and gives one ticket, as
+        // ceil(quota * workers) does; one just above 1 is refused, not rounded in.
+        let tiny = Config::with_pools(vec![PoolConfig::per_worker("f", 1e-7, 0)]);
+        tiny.validate().unwrap();
+        assert_eq!(PerWorker::new(1e-7, 0).tickets(16), 1);
+        for (bad, why) in [
+            (0.0, "0 or less"),
+            (-0.5, "0 or less"),
+            (f64::NAN, "not a number"),
+            (f64::NEG_INFINITY, "0 or less"),
+            (1.5, "above 1"),
+            (1.0000001, "above 1"),
+            (f64::INFINITY, "above 1"),
+        ] {
             let c = Config::with_pools(vec![PoolConfig::per_worker("f", bad, 0)]);
-            assert!(
-                c.validate().unwrap_err().to_string().contains("quota"),
-                "{bad}"
-            );
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("quota") && e.contains(why), "{bad}: {e}");
         }
     }
 
