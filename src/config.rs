@@ -445,6 +445,9 @@ mod tests {
         let c = Config::with_pools(vec![PoolConfig::per_worker("flights", 0.5, 2)]);
         c.validate().unwrap();
         assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+        // Exact in millionths: 0.14 of 50 is 7 (in f64, 0.14 * 50 is 7.000000000000001).
+        assert_eq!(PerWorker::new(0.14, 0).tickets(50), 7);
+        assert_eq!(PerWorker::new(0.51, 0).tickets(16), 9); // ceil(8.16)
         // Semian's thread: one worker with a quota of 0.01 still gets a ticket.
         assert_eq!(PerWorker::new(0.01, 0).tickets(1), 1);
         // A positive quota below half a millionth is valid and gives one ticket, as
