@@ -226,9 +226,8 @@ impl Config {
                 }
                 if pw.quota_ppm > 1_000_000 {
                     return bad(format!(
-                        "pool {:?}: quota {} is not in (0, 1]: above 1",
-                        p.name,
-                        pw.quota_ppm as f64 / 1e6
+                        "pool {:?}: quota is not in (0, 1]: above 1",
+                        p.name
                     ));
                 }
                 if p.capacity != 0 {

@@ -332,7 +332,14 @@ def _config_args(config):
     if config is None:
         return None, _lib.CONFIG_NONE
     if isinstance(config, dict):
-        return json.dumps(config).encode(), _lib.CONFIG_JSON
+        try:
+            # NaN and the infinities are no JSON (Python would write them anyway, and
+            # the library could then only say where its parse stopped).
+            text = json.dumps(config, allow_nan=False)
+        except ValueError as e:
+            raise InvalidConfig(-2, "invalid config: %s: a NaN or infinite number (a quota?)"
+                                % e) from None
+        return text.encode(), _lib.CONFIG_JSON
     if isinstance(config, (str, os.PathLike)):
         path = os.fsencode(config)
         if b"\x00" in path:

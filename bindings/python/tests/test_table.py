@@ -58,6 +58,21 @@ def test_errors_are_typed_and_named(table, name):
         fairshm.Table.create(name + "-bad", {"pools": [], "bogus": 1})
     with pytest.raises(TypeError):
         fairshm.Table.create(name + "-bad", 42)
+    # A per_worker quota out of (0, 1] says which side; a NaN one is named before JSON.
+    for quota, why in [(0, "0 or less"), (-0.5, "0 or less"), (1.5, "above 1"),
+                       (float("nan"), "NaN"), (float("inf"), "infinite")]:
+        cfg = {"pools": [{"name": "db", "per_worker": {"quota": quota, "min_tickets": 1}}]}
+        with pytest.raises(fairshm.InvalidConfig) as e:
+            fairshm.Table.create(name + "-bad", cfg)
+        assert "quota" in str(e.value) and why in str(e.value), (quota, str(e.value))
+    tiny = fairshm.Table.create(name + "-tiny", {"pools": [
+        {"name": "db", "per_worker": {"quota": 1e-7, "min_tickets": 0}}]})
+    try:
+        tiny.register()
+        assert tiny.stats()["pools"][0]["capacity"] == 1  # ceil(1e-7 * 1 worker)
+    finally:
+        tiny.close()
+        fairshm.Table.unlink(name + "-tiny")
 
 
 def test_config_from_toml_and_json_files(tmp_path, name):
