@@ -302,12 +302,19 @@ module Fairshm
       Fairshm.raise_code(rc) unless rc.zero?
     end
 
+    # +config+ as JSON. NaN and the infinities are no JSON: InvalidConfig, saying so.
+    def self.config_json(config)
+      JSON.generate(config)
+    rescue JSON::GeneratorError => e
+      raise InvalidConfig.new(-2, "invalid config: #{e.message}: a NaN or infinite number (a quota?)")
+    end
+
     # +config+: a Hash (sent as JSON), a file's path (TOML if it ends in .toml, else
     # JSON), or nil.
     def initialize(name, how, config = nil, mode = 0)
       text, kind = case config
                    when nil then [nil, Native::CONFIG_NONE]
-                   when Hash then [JSON.generate(config), Native::CONFIG_JSON]
+                   when Hash then [Table.config_json(config), Native::CONFIG_JSON]
                    when String
         raise ArgumentError, "config file path #{config.inspect} contains a NUL byte" if config.include?("\0")
 

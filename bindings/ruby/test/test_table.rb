@@ -80,6 +80,14 @@ class TestTable < Minitest::Test
     end
     assert_includes e.message, "capacity"
     assert_raises(TypeError) { Fairshm::Table.create("#{@name}-bad", 42) }
+    # A per_worker quota out of (0, 1] says which side; a NaN one is named before JSON.
+    [[0, "0 or less"], [-0.5, "0 or less"], [1.5, "above 1"], [Float::NAN, "NaN"],
+     [Float::INFINITY, "infinite"]].each do |quota, why|
+      cfg = { "pools" => [{ "name" => "db", "per_worker" => { "quota" => quota, "min_tickets" => 1 } }] }
+      e = assert_raises(Fairshm::InvalidConfig) { Fairshm::Table.create("#{@name}-bad", cfg) }
+      assert_includes e.message, "quota"
+      assert_includes e.message, why
+    end
   end
 
   # Fiddle would pass -1 as 4294967295: refused before the call, naming the argument.
