@@ -482,15 +482,9 @@ def report(kind, pool, seconds, results, leftover, floors):
     # not when they were sent, which adds the load client's own stalls (`retry_bursts`).
     # Nor is the bound under the tenant's turnover: the most of its requests served
     # within any 10 ms of the phase. `retry` hands out its turns one turnover interval
-    # apart (its mean hold over the units it holds *then*), so retries due at that rate
-    # are the hints working, not a pile. Under gunicorn (4 permits) that was 8, which
-    # changes nothing; under Puma 4x4 32 to 37. Two CI runs of 2026-12-03 had 18 and 25
-    # due within 10 ms there, with no steal, against bounds of 16 and 19 (the first from
-    # connections, the second from the phase's mean turnover). Traces showed the largest
-    # at the phase's start, with the heavy tenant's turns about 0.35 ms apart: 28 due
-    # within 10 ms, from refusals decided over the 100 ms before. A pile on one
-    # instant (the once-a-second burst) brings back every waiting connection: 50 or
-    # more of the 64 under Puma 4x4, 60 or more under the others.
+    # apart, so retries due at that rate are the hints working, not a pile; a pile on
+    # one instant brings back every waiting connection (50 or more of the 64). The CI
+    # runs and traces behind this: docs/fairness-through-servers.md.
     for phase, d in (("polite", pol), ("polite-f1", f1)):
         h = d["heavy"]
         burst, hint = h["retry_burst"], h["mean_hint_ms"]
@@ -565,16 +559,13 @@ def again(n, ok, untimed_ok, disturbed, every):
 
     Only when the last measurement failed timed guards alone (the light tenant's, a
     retry burst, fifo's targets): on these shared 2-core hosts one phase in many lands
-    far out (Puma 2x2 once 2.71x against 1.33x to 1.61x), while a real regression of the
-    hints fails every measurement. The second is always taken. A third (up to
-    MAX_MEASUREMENTS) when the phases behind the last failures were `disturbed`: the
-    hypervisor took STEAL_LIMIT_PCT of the CPU time or more (on a Firecracker host,
-    2026-12-03: 7% to 16% in the phases whose light and heavy tenants both slowed by a
-    fifth, against under 3% elsewhere); or when no timed guard failed in `every`
-    measurement so far: a regression fails the same guard each time, where a host
-    slowed in ways steal does not show fails one here and another there (Puma 4x4 in a
-    CI run of 2026-12-03: a retry burst, then fifo's throughput with the light tenant 9%
-    slower too, each with under 1% stolen)."""
+    far out, while a real regression of the hints fails every measurement. The second
+    is always taken. A third (up to MAX_MEASUREMENTS) when the phases behind the last
+    failures were `disturbed` (the hypervisor took STEAL_LIMIT_PCT of the CPU time or
+    more), or when no timed guard failed in `every` measurement so far: a regression
+    fails the same guard each time, where a host slowed in ways steal does not show
+    fails one here and another there. The runs behind this: the README's "Fairness
+    through real servers" and docs/fairness-through-servers.md."""
     if ok or not untimed_ok:
         return False
     return n == 1 or ((bool(disturbed) or not every) and n < MAX_MEASUREMENTS)

@@ -337,8 +337,8 @@ def _config_args(config):
             # the library could then only say where its parse stopped).
             text = json.dumps(config, allow_nan=False)
         except ValueError as e:
-            raise InvalidConfig(-2, "invalid config: %s: a NaN or infinite number (a quota?)"
-                                % e) from None
+            raise InvalidConfig(_lib.E_INVALID_CONFIG,
+                                "invalid config: %s: a NaN or infinite number (a quota?)" % e) from None
         return text.encode(), _lib.CONFIG_JSON
     if isinstance(config, (str, os.PathLike)):
         path = os.fsencode(config)

@@ -306,7 +306,7 @@ module Fairshm
     def self.config_json(config)
       JSON.generate(config)
     rescue JSON::GeneratorError => e
-      raise InvalidConfig.new(-2, "invalid config: #{e.message}: a NaN or infinite number (a quota?)")
+      raise InvalidConfig.new(Native::E_INVALID_CONFIG, "invalid config: #{e.message}: a NaN or infinite number (a quota?)")
     end
 
     # +config+: a Hash (sent as JSON), a file's path (TOML if it ends in .toml, else

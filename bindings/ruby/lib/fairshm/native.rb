@@ -20,6 +20,7 @@ module Fairshm
 
     # The error codes the binding raises itself (include/fairshm.h's FAIRSHM_E_*).
     E_INVALID_NAME = -1
+    E_INVALID_CONFIG = -2
     E_UNKNOWN_POOL = -12
     E_INVALID_TENANT = -13
     E_INVALID_REQUEST = -17
