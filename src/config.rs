@@ -77,10 +77,17 @@ impl PerWorker {
         }
     }
 
-    /// Tickets for `workers` live workers.
+    /// Tickets for `workers` live workers, computed as Semian computes them: `ceil` of
+    /// the product in `f64`, so the same config gives the same tickets (0.14 of 50
+    /// workers is 8, since `0.14 * 50` is 7.000000000000001 in `f64`). The quota is
+    /// `quota_ppm / 10^6` in `f64`, which is the very double the configured quota was
+    /// whenever it has at most six decimals (a correctly rounded quotient of two exact
+    /// integers is the double nearest the decimal, as parsing it is).
     pub fn tickets(&self, workers: u32) -> u32 {
-        let by_quota = (self.quota_ppm as u64 * workers as u64).div_ceil(1_000_000);
-        (by_quota.max(self.min_tickets as u64) as u32).min(workers)
+        let quota = self.quota_ppm as f64 / 1e6;
+        // `as u64` saturates; a quota in (0, 1] gives at most `workers` anyway.
+        let by_quota = (quota * workers as f64).ceil() as u64;
+        (by_quota.max(self.min_tickets as u64)).min(workers as u64) as u32
     }
 }
 
@@ -444,8 +451,11 @@ mod tests {
         let c = Config::with_pools(vec![PoolConfig::per_worker("flights", 0.5, 2)]);
         c.validate().unwrap();
         assert_eq!(Config::decode(&c.encode()).unwrap(), c);
-        // Exact in millionths: 0.14 of 50 is 7 (in f64, 0.14 * 50 is 7.000000000000001).
-        assert_eq!(PerWorker::new(0.14, 0).tickets(50), 7);
+        // As Semian's float arithmetic: 0.14 of 50 is 8 (0.14 * 50 is 7.000000000000001
+        // in f64), 0.07 of 100 is 8, while 0.29 of 100 is 29 (28.999999999999996).
+        assert_eq!(PerWorker::new(0.14, 0).tickets(50), 8);
+        assert_eq!(PerWorker::new(0.07, 0).tickets(100), 8);
+        assert_eq!(PerWorker::new(0.29, 0).tickets(100), 29);
         assert_eq!(PerWorker::new(0.51, 0).tickets(16), 9); // ceil(8.16)
         // Semian's thread: one worker with a quota of 0.01 still gets a ticket.
         assert_eq!(PerWorker::new(0.01, 0).tickets(1), 1);
@@ -467,6 +477,33 @@ mod tests {
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains("quota") && e.contains(why), "{bad}: {e}");
         }
+    }
+
+    /// A quota of at most six decimals, parsed from its text as a config file's is and
+    /// kept in the config block as millionths, gives the tickets Semian's
+    /// `(quota * workers).ceil` gives in `f64`, for every worker count.
+    #[test]
+    fn six_decimal_quotas_give_semians_float_tickets_after_the_block() {
+        let quotas = (1..=100u32)
+            .map(|i| format!("{}.{:02}", i / 100, i % 100))
+            .chain((1..=1_000_000u32).step_by(997).map(|i| format!("0.{i:06}")));
+        let mut checked = 0;
+        for text in quotas {
+            let quota: f64 = text.parse().unwrap();
+            let c = Config::with_pools(vec![PoolConfig::per_worker("f", quota, 0)]);
+            let back = Config::decode(&c.encode()).unwrap();
+            let pw = back.pools[0].per_worker.unwrap();
+            for workers in 0..=300u32 {
+                let semian = ((quota * workers as f64).ceil() as u32).min(workers);
+                assert_eq!(
+                    pw.tickets(workers),
+                    semian,
+                    "quota {text}, {workers} workers"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, (100 + 1_004) * 301);
     }
 
     #[test]
