@@ -25,7 +25,11 @@ from ._lib import lib
 
 __all__ = [
     "Table", "Lease", "Refused", "Error", "Cancel", "Guaranteed", "GuaranteedLease", "GuaranteedRefused",
-    "AlreadyReleased", "UnknownPool", "NotFound", "AlreadyExists", "InvalidConfig",
+    "InvalidName", "InvalidConfig", "NotFound", "AlreadyExists", "Truncated", "BadMagic",
+    "VersionMismatch", "NotReady", "WrongOwner", "ConfigMismatch", "Corrupt", "UnknownPool",
+    "InvalidTenant", "TenantTableFull", "LeaseTableFull", "ProcessTableFull", "InvalidRequest",
+    "UnitsExceedCapacity", "AlreadyReleased", "NotOwner", "IoError", "ReadOnly", "TenantBusy",
+    "BadFile", "PoolLeasesFull", "Revoked", "NotResident", "ForeignPidNamespace",
 ]
 __version__ = "0.1.0"
 
@@ -44,37 +48,127 @@ class Error(Exception):
         self.kind = _lib.code_name(code)
 
 
-class NotFound(Error):
-    pass
-
-
-class AlreadyExists(Error):
-    pass
+# One subclass per code of the C ABI, named as the Rust `Error` variant (`Io` is
+# `IoError` here), so a caller can catch exactly what it can handle.
+class InvalidName(Error):
+    """A segment name that cannot be used (-1)."""
 
 
 class InvalidConfig(Error):
-    pass
+    """A config that breaks a rule; the message names the field (-2)."""
+
+
+class NotFound(Error):
+    """No segment of that name (-3)."""
+
+
+class AlreadyExists(Error):
+    """A segment of that name exists already (-4)."""
+
+
+class Truncated(Error):
+    """The segment's file is shorter than its layout needs (-5)."""
+
+
+class BadMagic(Error):
+    """The file is not a fairshm segment (-6)."""
+
+
+class VersionMismatch(Error):
+    """A segment of another layout version: `shmtool clean` it before a new master (-7)."""
+
+
+class NotReady(Error):
+    """The segment's creator never finished making it (-8)."""
+
+
+class WrongOwner(Error):
+    """The segment belongs to another user (-9)."""
+
+
+class ConfigMismatch(Error):
+    """The segment was created with another config; the message says what differs (-10)."""
+
+
+class Corrupt(Error):
+    """Shared memory that breaks an invariant, named in the message (-11)."""
 
 
 class UnknownPool(Error):
-    pass
+    """No pool of that name in this table (-12)."""
+
+
+class InvalidTenant(Error):
+    """A tenant name that cannot be used (empty, too long, a NUL byte) (-13)."""
+
+
+class TenantTableFull(Error):
+    """The tenant directory has no room for another tenant (-14)."""
+
+
+class LeaseTableFull(Error):
+    """All of this process's lease slots are in use (-15)."""
+
+
+class ProcessTableFull(Error):
+    """No process slot is free or reapable (-16)."""
+
+
+class InvalidRequest(Error):
+    """A request that makes no sense (0 units, a handle of another table) (-17)."""
+
+
+class UnitsExceedCapacity(Error):
+    """More units than the pool can ever hold (-18)."""
 
 
 class AlreadyReleased(Error):
-    pass
+    """A lease released again (-19)."""
+
+
+class NotOwner(Error):
+    """A lease of another process (-20)."""
+
+
+class IoError(Error):
+    """A system call on the segment failed (-21)."""
+
+
+class ReadOnly(Error):
+    """A change asked of an observer's read-only open (-22)."""
+
+
+class TenantBusy(Error):
+    """A tenant slot still being written by a live process; retry (-23)."""
+
+
+class BadFile(Error):
+    """The segment's path is not a file fairshm may trust (-24)."""
+
+
+class PoolLeasesFull(Error):
+    """A guaranteed pool holds all the leases it can (-25)."""
 
 
 class Revoked(Error):
     """A resident lease (of an ``evict`` pool) was revoked to make room: put the object
-    to sleep and release the lease."""
+    to sleep and release the lease (-26)."""
 
 
 class NotResident(Error):
-    """A call on a lease of a pool that does not evict, or an end without a begin."""
+    """A call on a lease of a pool that does not evict, or an end without a begin (-27)."""
 
 
-_ERRORS = {-2: InvalidConfig, -3: NotFound, -4: AlreadyExists, -12: UnknownPool, -19: AlreadyReleased,
-           -26: Revoked, -27: NotResident}
+class ForeignPidNamespace(Error):
+    """The segment was made in another pid namespace; open it as an observer (-28)."""
+
+
+_ERRORS = {-(i + 1): c for i, c in enumerate([
+    InvalidName, InvalidConfig, NotFound, AlreadyExists, Truncated, BadMagic,
+    VersionMismatch, NotReady, WrongOwner, ConfigMismatch, Corrupt, UnknownPool,
+    InvalidTenant, TenantTableFull, LeaseTableFull, ProcessTableFull, InvalidRequest,
+    UnitsExceedCapacity, AlreadyReleased, NotOwner, IoError, ReadOnly, TenantBusy,
+    BadFile, PoolLeasesFull, Revoked, NotResident, ForeignPidNamespace])}
 
 
 def _raise(code):
@@ -106,7 +200,7 @@ def _take_json(p, code):
     """Parses a JSON string the library returned and frees it; a null one raises with
     ``code`` and the library's last error."""
     if not p:
-        raise Error(code, _lib.last_error())
+        _raise(code)
     try:
         return json.loads(string_at(p))
     finally:
@@ -394,7 +488,7 @@ class Table:
         """Raises the error of code ``rc``; on a closed table, says that instead of the
         C ABI's "argument `table` is null"."""
         if not getattr(self, "_h", None):
-            raise Error(_lib.E_INVALID_REQUEST, "table %r is closed: open it again to use it" % (self.name,))
+            raise InvalidRequest(_lib.E_INVALID_REQUEST, "table %r is closed: open it again to use it" % (self.name,))
         _raise(rc)
 
     def close(self):

@@ -41,12 +41,14 @@ def test_errors_are_typed_and_named(table, name):
     with pytest.raises(fairshm.UnknownPool) as e:
         table.try_acquire("nope", "acme")
     assert "requests" in str(e.value)
-    with pytest.raises(fairshm.Error) as e:
+    with pytest.raises(fairshm.UnitsExceedCapacity) as e:
         table.try_acquire("requests", "acme", units=5)
     assert e.value.kind == "units_exceed_capacity"
-    with pytest.raises(fairshm.Error) as e:
+    with pytest.raises(fairshm.InvalidRequest) as e:
         table.try_acquire("requests", "acme", units=0)
     assert e.value.kind == "invalid_request"
+    with pytest.raises(fairshm.InvalidTenant):
+        table.try_acquire("requests", "")
     with pytest.raises(fairshm.AlreadyExists):
         fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 4}]})
     with pytest.raises(fairshm.NotFound):
@@ -204,4 +206,47 @@ def test_timeouts_infinite_nan_and_a_closed_table(table, name):
     assert "closed" in str(e.value) and e.value.kind == "invalid_request"
     with pytest.raises(fairshm.Error) as e:
         t.stats()
+    assert "closed" in str(e.value)
+
+
+def test_every_code_of_the_header_has_its_own_exception_class():
+    import re
+    from pathlib import Path
+
+    header = Path(__file__).resolve().parents[3] / "include" / "fairshm.h"
+    codes = {int(c): n for n, c in re.findall(r"#define FAIRSHM_E_(\w+) (-\d+)", header.read_text())}
+    codes.pop(-99)  # a panic caught at the boundary: the base class
+    assert len(codes) == 28
+    seen = set()
+    for code, macro in codes.items():
+        cls = fairshm._ERRORS[code]
+        kind = fairshm._lib.code_name(code)
+        assert kind == macro.lower()
+        want = "".join(w.title() for w in kind.split("_"))
+        assert cls.__name__ == ("IoError" if want == "Io" else want), (code, cls)
+        assert issubclass(cls, fairshm.Error) and getattr(fairshm, cls.__name__) is cls
+        assert cls.__name__ in fairshm.__all__
+        seen.add(cls)
+    assert len(seen) == len(codes)  # one class a code
+
+
+def test_full_tables_raise_their_own_class(name):
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 8}],
+                                    "max_tenants": 2, "leases_per_process": 2})
+    try:
+        t.try_acquire("requests", "a").release()
+        t.try_acquire("requests", "b").release()
+        with pytest.raises(fairshm.TenantTableFull) as e:
+            t.try_acquire("requests", "c")
+        assert e.value.code == -14 and '"c"' in str(e.value)
+        held = [t.try_acquire("requests", "a"), t.try_acquire("requests", "a")]
+        with pytest.raises(fairshm.LeaseTableFull) as e:
+            t.try_acquire("requests", "a")
+        assert e.value.code == -15
+        for lease in held:
+            lease.release()
+    finally:
+        t.close()
+    with pytest.raises(fairshm.InvalidRequest) as e:
+        t.try_acquire("requests", "a")
     assert "closed" in str(e.value)

@@ -32,19 +32,46 @@ module Fairshm
     end
   end
 
-  class NotFound < Error; end
-  class AlreadyExists < Error; end
-  class InvalidConfig < Error; end
-  class UnknownPool < Error; end
-  class AlreadyReleased < Error; end
-  # A resident lease (of an evict pool) was revoked to make room: put the object to
+  # One subclass per code of the C ABI, named as the Rust Error variant (Io is IoError
+  # here), so a caller can rescue exactly what it can handle.
+  class InvalidName < Error; end          # -1: a segment name that cannot be used
+  class InvalidConfig < Error; end        # -2: a config that breaks a rule (the field is named)
+  class NotFound < Error; end             # -3: no segment of that name
+  class AlreadyExists < Error; end        # -4: a segment of that name exists already
+  class Truncated < Error; end            # -5: the file is shorter than its layout needs
+  class BadMagic < Error; end             # -6: not a fairshm segment
+  class VersionMismatch < Error; end      # -7: another layout version: shmtool clean it
+  class NotReady < Error; end             # -8: its creator never finished making it
+  class WrongOwner < Error; end           # -9: the segment belongs to another user
+  class ConfigMismatch < Error; end       # -10: created with another config (what differs is said)
+  class Corrupt < Error; end              # -11: shared memory that breaks an invariant
+  class UnknownPool < Error; end          # -12: no pool of that name in this table
+  class InvalidTenant < Error; end        # -13: a tenant name that cannot be used
+  class TenantTableFull < Error; end      # -14: no room in the tenant directory
+  class LeaseTableFull < Error; end       # -15: all of this process's lease slots are in use
+  class ProcessTableFull < Error; end     # -16: no process slot free or reapable
+  class InvalidRequest < Error; end       # -17: 0 units, a closed table, ...
+  class UnitsExceedCapacity < Error; end  # -18: more units than the pool can ever hold
+  class AlreadyReleased < Error; end      # -19: a lease released again
+  class NotOwner < Error; end             # -20: a lease of another process
+  class IoError < Error; end              # -21: a system call on the segment failed
+  class ReadOnly < Error; end             # -22: a change asked of an observer's open
+  class TenantBusy < Error; end           # -23: a tenant slot still being written; retry
+  class BadFile < Error; end              # -24: a path fairshm may not trust
+  class PoolLeasesFull < Error; end       # -25: a guaranteed pool holds all the leases it can
+  # -26: a resident lease (of an evict pool) was revoked to make room: put the object to
   # sleep and release the lease.
   class Revoked < Error; end
-  # A call on a lease of a pool that does not evict, or an end without a begin.
+  # -27: a call on a lease of a pool that does not evict, or an end without a begin.
   class NotResident < Error; end
+  class ForeignPidNamespace < Error; end  # -28: made in another pid namespace: observe it
 
-  ERRORS = { -2 => InvalidConfig, -3 => NotFound, -4 => AlreadyExists, -12 => UnknownPool,
-             -19 => AlreadyReleased, -26 => Revoked, -27 => NotResident }.freeze
+  ERRORS = [InvalidName, InvalidConfig, NotFound, AlreadyExists, Truncated, BadMagic,
+            VersionMismatch, NotReady, WrongOwner, ConfigMismatch, Corrupt, UnknownPool,
+            InvalidTenant, TenantTableFull, LeaseTableFull, ProcessTableFull, InvalidRequest,
+            UnitsExceedCapacity, AlreadyReleased, NotOwner, IoError, ReadOnly, TenantBusy,
+            BadFile, PoolLeasesFull, Revoked, NotResident, ForeignPidNamespace]
+           .each_with_index.to_h { |c, i| [-(i + 1), c] }.freeze
   REASONS = { 1 => "pool_full", 2 => "over_share", 3 => "timed_out", 4 => "cancelled",
               5 => "rate_limited", 6 => "work_debt", 7 => "hold_exceeds_reclaim_horizon",
               8 => "guarantee_on_loan", 9 => "guarantee_exhausted",
@@ -95,7 +122,7 @@ module Fairshm
   # Parses a JSON string the library returned and frees it; a null one raises with
   # +code+ and the library's last error.
   def self.take_json(ptr, code)
-    raise Error.new(code, Native.last_error) if ptr.null?
+    Fairshm.raise_code(code) if ptr.null?
 
     begin
       JSON.parse(ptr.to_s)
@@ -345,7 +372,7 @@ module Fairshm
     # Raises the error of code +rc+ (for this table's calls and its leases'); on a
     # closed table, says that instead of the C ABI's "argument `table` is null".
     def raise_for(rc)
-      raise Error.new(Native::E_INVALID_REQUEST, "table #{@name.inspect} is closed: open it again to use it") if closed?
+      raise InvalidRequest.new(Native::E_INVALID_REQUEST, "table #{@name.inspect} is closed: open it again to use it") if closed?
 
       Fairshm.raise_code(rc)
     end

@@ -71,8 +71,10 @@ class TestTable < Minitest::Test
     assert_equal ["already_released", -19], [e.kind, e.code]
     e = assert_raises(Fairshm::UnknownPool) { @table.try_acquire("nope", "acme") }
     assert_includes e.message, "requests"
-    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", "acme", units: 5) }
+    e = assert_raises(Fairshm::UnitsExceedCapacity) { @table.try_acquire("requests", "acme", units: 5) }
     assert_equal "units_exceed_capacity", e.kind
+    assert_raises(Fairshm::InvalidRequest) { @table.try_acquire("requests", "acme", units: 0) }
+    assert_raises(Fairshm::InvalidTenant) { @table.try_acquire("requests", "") }
     assert_raises(Fairshm::AlreadyExists) { Fairshm::Table.create(@name, { "pools" => [{ "name" => "r", "capacity" => 1 }] }) }
     assert_raises(Fairshm::NotFound) { Fairshm::Table.open("#{@name}-missing") }
     e = assert_raises(Fairshm::InvalidConfig) do
@@ -140,7 +142,7 @@ class TestTable < Minitest::Test
     assert_raises(ArgumentError) { @table.acquire("requests", "acme", timeout: Float::NAN) }
     t = Fairshm::Table.open(@name)
     t.close
-    e = assert_raises(Fairshm::Error) { t.try_acquire("requests", "acme") }
+    e = assert_raises(Fairshm::InvalidRequest) { t.try_acquire("requests", "acme") }
     assert_includes e.message, "closed"
     assert_equal "invalid_request", e.kind
     assert_includes assert_raises(Fairshm::Error) { t.stats }.message, "closed"
@@ -152,8 +154,42 @@ class TestTable < Minitest::Test
       assert_equal 1, obs.stats["pools"][0]["in_use"]
       assert_equal ["acme"], obs.stats["tenants"].map { |t| t["name"] }
     end
-    e = assert_raises(Fairshm::Error) { obs.try_acquire("requests", "acme") }
+    e = assert_raises(Fairshm::ReadOnly) { obs.try_acquire("requests", "acme") }
     assert_equal "read_only", e.kind
     obs.close
+  end
+  def test_every_code_of_the_header_has_its_own_exception_class
+    header = File.read(File.expand_path("../../../include/fairshm.h", __dir__))
+    codes = header.scan(/#define FAIRSHM_E_(\w+) (-\d+)/).to_h { |n, c| [Integer(c), n] }
+    codes.delete(-99) # a panic caught at the boundary: the base class
+    assert_equal 28, codes.size
+    codes.each do |code, macro|
+      cls = Fairshm::ERRORS.fetch(code)
+      kind = Fairshm::Native.code_name(code)
+      assert_equal macro.downcase, kind
+      want = kind.split("_").map(&:capitalize).join
+      assert_equal(want == "Io" ? "IoError" : want, cls.name.split("::").last, code)
+      assert_operator cls, :<, Fairshm::Error
+    end
+    assert_equal codes.size, Fairshm::ERRORS.values.uniq.size, "one class a code"
+  end
+
+  def test_full_tables_raise_their_own_class
+    name = FairshmTest.next_name
+    t = Fairshm::Table.create(name, { "pools" => [{ "name" => "requests", "capacity" => 8 }],
+                                      "max_tenants" => 2, "leases_per_process" => 2 })
+    begin
+      t.try_acquire("requests", "a").release
+      t.try_acquire("requests", "b").release
+      e = assert_raises(Fairshm::TenantTableFull) { t.try_acquire("requests", "c") }
+      assert_equal(-14, e.code)
+      assert_includes e.message, '"c"'
+      held = [t.try_acquire("requests", "a"), t.try_acquire("requests", "a")]
+      assert_equal(-15, assert_raises(Fairshm::LeaseTableFull) { t.try_acquire("requests", "a") }.code)
+      held.each(&:release)
+    ensure
+      t.close
+      Fairshm::Table.unlink(name)
+    end
   end
 end
