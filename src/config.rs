@@ -55,14 +55,20 @@ pub struct PerWorker {
     /// `quota` in parts per million (so configs compare exactly): 1..=1_000_000.
     pub quota_ppm: u32,
     pub min_tickets: u32,
+    /// The quota's `f64` bits when millionths do not hold it exactly (a quota of more
+    /// than six decimals, as 2/3), so that its tickets are Semian's too; 0 when
+    /// `quota_ppm / 10^6` is the quota. [`PerWorker::new`] sets it; validation checks
+    /// that it rounds to `quota_ppm`.
+    #[serde(skip)]
+    pub exact_bits: u64,
 }
 
 impl PerWorker {
-    /// `quota` in (0, 1], rounded to the nearest millionth. Rounding never moves a
-    /// quota across a bound of that range: a positive quota below half a millionth
-    /// counts as one (a ticket for any worker count, as `ceil` gives it), one just above
-    /// 1 stays above it, and both out-of-range sides keep what validation needs to say
-    /// which side they are on (0: not above 0, or not a number; above 10^6: above 1).
+    /// `quota` in (0, 1], kept in millionths (and, when they do not hold it exactly, as
+    /// its `f64` too). Rounding never moves a quota across a bound of that range: a
+    /// positive quota below half a millionth counts as one, one just above 1 stays
+    /// above it, and both out-of-range sides keep what validation needs to say which
+    /// side they are on (0: not above 0, or not a number; above 10^6: above 1).
     pub fn new(quota: f64, min_tickets: u32) -> Self {
         let ppm = if quota.is_nan() || quota <= 0.0 {
             0
@@ -71,22 +77,38 @@ impl PerWorker {
         } else {
             (quota * 1e6).round().clamp(1_000_001.0, 2e9) as u32
         };
+        let in_range = (1..=1_000_000).contains(&ppm);
+        let exact_bits = if in_range && ppm as f64 / 1e6 != quota {
+            quota.to_bits()
+        } else {
+            0
+        };
         PerWorker {
             quota_ppm: ppm,
             min_tickets,
+            exact_bits,
+        }
+    }
+
+    /// The quota as configured: `quota_ppm / 10^6` in `f64`, which is the very double
+    /// the configured quota was whenever it has at most six decimals (a correctly
+    /// rounded quotient of two exact integers is the double nearest the decimal, as
+    /// parsing it is), or the kept `f64` of one with more.
+    pub fn quota(&self) -> f64 {
+        if self.exact_bits != 0 {
+            f64::from_bits(self.exact_bits)
+        } else {
+            self.quota_ppm as f64 / 1e6
         }
     }
 
     /// Tickets for `workers` live workers, computed as Semian computes them: `ceil` of
     /// the product in `f64`, so the same config gives the same tickets (0.14 of 50
-    /// workers is 8, since `0.14 * 50` is 7.000000000000001 in `f64`). The quota is
-    /// `quota_ppm / 10^6` in `f64`, which is the very double the configured quota was
-    /// whenever it has at most six decimals (a correctly rounded quotient of two exact
-    /// integers is the double nearest the decimal, as parsing it is).
+    /// workers is 8, since `0.14 * 50` is 7.000000000000001 in `f64`; 2/3 of 3 is 2).
     pub fn tickets(&self, workers: u32) -> u32 {
-        let quota = self.quota_ppm as f64 / 1e6;
-        // `as u64` saturates; a quota in (0, 1] gives at most `workers` anyway.
-        let by_quota = (quota * workers as f64).ceil() as u64;
+        // `as u64` saturates (and takes NaN to 0); a quota in (0, 1] gives at most
+        // `workers` anyway.
+        let by_quota = (self.quota() * workers as f64).ceil() as u64;
         (by_quota.max(self.min_tickets as u64)).min(workers as u64) as u32
     }
 }
@@ -235,6 +257,14 @@ impl Config {
                     return bad(format!(
                         "pool {:?}: quota is not in (0, 1]: above 1",
                         p.name
+                    ));
+                }
+                if pw.exact_bits != 0 && PerWorker::new(pw.quota(), pw.min_tickets) != pw {
+                    return bad(format!(
+                        "pool {:?}: quota {:e} is not the {} millionths it is kept with",
+                        p.name,
+                        pw.quota(),
+                        pw.quota_ppm
                     ));
                 }
                 if p.capacity != 0 {
@@ -504,6 +534,120 @@ mod tests {
             }
         }
         assert_eq!(checked, (100 + 1_004) * 301);
+    }
+
+    /// A quota of more than six decimals is kept as its `f64` too, so its tickets are
+    /// Semian's as well: 2/3 of 3 workers is 2 (`2.0 / 3.0 * 3.0` is 2.0 in `f64`),
+    /// where its millionths, 666,667, would give 3.
+    #[test]
+    fn a_quota_of_more_than_six_decimals_keeps_semians_tickets() {
+        let two_thirds = PerWorker::new(2.0 / 3.0, 0);
+        assert_eq!((two_thirds.quota_ppm, two_thirds.tickets(3)), (666_667, 2));
+        assert_eq!(two_thirds.quota(), 2.0 / 3.0);
+        assert_eq!(
+            PerWorker::new(0.14, 0).exact_bits,
+            0,
+            "six decimals: millionths"
+        );
+        // A config without such a quota encodes as before: no list, head words 6 and 7
+        // zero; one with it lists it at the end and decodes to the same tickets.
+        let plain = Config::with_pools(vec![PoolConfig::per_worker("f", 0.25, 1)]);
+        let b = plain.encode();
+        assert_eq!(b.len(), HEAD_LEN + encoding::POOL_LEN);
+        assert_eq!(&b[24..32], &[0; 8]);
+        let c = Config::with_pools(vec![
+            PoolConfig::new("requests", 8),
+            PoolConfig::per_worker("thirds", 2.0 / 3.0, 0),
+            PoolConfig::per_worker("sevenths", 1.0 / 7.0, 2),
+        ]);
+        c.validate().unwrap();
+        let b = c.encode();
+        assert_eq!(
+            b.len(),
+            HEAD_LEN + 3 * encoding::POOL_LEN + 2 * encoding::EXACT_LEN
+        );
+        let back = Config::decode(&b).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(back.pools[1].per_worker.unwrap().tickets(3), 2);
+        assert_eq!(back.diff(&c), None);
+        // Quotas of any precision, against Semian's formula after the block.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let quota = ((x >> 11) as f64 / (1u64 << 53) as f64).max(f64::MIN_POSITIVE);
+            let c = Config::with_pools(vec![PoolConfig::per_worker("f", quota, 0)]);
+            let pw = Config::decode(&c.encode()).unwrap().pools[0]
+                .per_worker
+                .unwrap();
+            for workers in 0..=300u32 {
+                let semian = ((quota * workers as f64).ceil() as u32).min(workers);
+                assert_eq!(
+                    pw.tickets(workers),
+                    semian,
+                    "quota {quota:e}, {workers} workers"
+                );
+            }
+        }
+    }
+
+    /// The list of exact quotas is input like the rest of the block: every entry is
+    /// checked, and one that does not fit is refused by name, never trusted.
+    #[test]
+    fn a_bad_exact_quota_list_is_refused() {
+        let c = Config::with_pools(vec![
+            PoolConfig::new("requests", 8),
+            PoolConfig::per_worker("thirds", 2.0 / 3.0, 0),
+        ]);
+        let good = c.encode();
+        let entry = HEAD_LEN + 2 * encoding::POOL_LEN;
+        let set = |at: usize, v: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + v.len()].copy_from_slice(v);
+            b
+        };
+        let cases = [
+            (
+                "pool index of the fixed pool",
+                set(entry, &0u32.to_le_bytes()),
+            ),
+            ("pool index out of range", set(entry, &9u32.to_le_bytes())),
+            ("padding not zero", set(entry + 4, &1u32.to_le_bytes())),
+            ("bits zero", set(entry + 8, &0u64.to_le_bytes())),
+            ("a NaN", set(entry + 8, &f64::NAN.to_bits().to_le_bytes())),
+            (
+                "another millionth",
+                set(entry + 8, &0.7f64.to_bits().to_le_bytes()),
+            ),
+            (
+                "exactly the millionths",
+                set(entry + 8, &0.666667f64.to_bits().to_le_bytes()),
+            ),
+            ("above 1", set(entry + 8, &1.5f64.to_bits().to_le_bytes())),
+            ("more entries than pools", set(24, &3u32.to_le_bytes())),
+            ("an entry missing", good[..good.len() - 1].to_vec()),
+            ("head word 7", set(28, &1u32.to_le_bytes())),
+            ("no list for a listed count", set(24, &0u32.to_le_bytes())),
+        ];
+        for (what, b) in cases {
+            match Config::decode(&b) {
+                Err(Error::Corrupt(m)) => assert!(m.contains("config block"), "{what}: {m}"),
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+        // Two entries for one pool, or out of order.
+        let c = Config::with_pools(vec![
+            PoolConfig::per_worker("a", 1.0 / 3.0, 0),
+            PoolConfig::per_worker("b", 2.0 / 3.0, 0),
+        ]);
+        let good = c.encode();
+        let entry = HEAD_LEN + 2 * encoding::POOL_LEN;
+        let mut b = good.clone();
+        b[entry + encoding::EXACT_LEN..entry + encoding::EXACT_LEN + 4]
+            .copy_from_slice(&0u32.to_le_bytes());
+        assert!(Config::decode(&b).is_err(), "two entries for pool 0");
+        assert!(Config::decode(&good).is_ok());
     }
 
     #[test]

@@ -212,6 +212,20 @@ mod tests {
         assert_eq!(a, want);
     }
 
+    /// What Python's `json.dumps(2 / 3)` and Ruby's `(2.0 / 3).to_json` write reads
+    /// back to the same double, kept exactly: 3 workers get Semian's 2 tickets.
+    #[test]
+    fn a_quota_of_many_decimals_reads_exactly() {
+        let c = Config::from_json(
+            r#"{"pools": [{"name": "f", "per_worker": {"quota": 0.6666666666666666}}]}"#,
+        )
+        .unwrap();
+        let pw = c.pools[0].per_worker.unwrap();
+        assert_eq!(pw.quota(), 2.0 / 3.0);
+        assert_eq!(pw.tickets(3), 2);
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+    }
+
     #[test]
     fn an_evict_pool_reads_and_round_trips() {
         let c = Config::from_toml(

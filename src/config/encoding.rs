@@ -11,6 +11,10 @@ pub(super) const POOL_LEN: usize = MAX_NAME + 24;
 pub(super) const WEIGHT_LEN: usize = MAX_NAME + 8;
 /// A guaranteed pool's fixed part: name, eight u32s, `started_at_ms`.
 pub(super) const G_LEN: usize = MAX_NAME + 40;
+/// An exact quota (see [`PerWorker::exact_bits`]): pool index u32, 4 zero bytes, the
+/// quota's `f64` bits. Only pools whose quota millionths do not hold are listed, after
+/// everything else, so a config without one encodes as it always has.
+pub(super) const EXACT_LEN: usize = 16;
 
 impl Config {
     pub(super) fn encoded_len(&self) -> usize {
@@ -22,6 +26,16 @@ impl Config {
                 .iter()
                 .map(|g| G_LEN + g.tenants.len() * WEIGHT_LEN)
                 .sum::<usize>()
+            + self.exact_quotas().count() * EXACT_LEN
+    }
+
+    /// The pools whose quota is kept as an `f64` too: (index, bits), in pool order.
+    fn exact_quotas(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.pools.iter().enumerate().filter_map(|(i, p)| {
+            p.per_worker
+                .filter(|w| w.exact_bits != 0)
+                .map(|w| (i as u32, w.exact_bits))
+        })
     }
 
     /// The canonical bytes written into the config block.
@@ -34,7 +48,7 @@ impl Config {
             self.leases_per_process,
             self.weights.len() as u32,
             self.guaranteed.len() as u32,
-            0,
+            self.exact_quotas().count() as u32,
             0,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
@@ -76,6 +90,11 @@ impl Config {
                 b.extend_from_slice(&0u32.to_le_bytes());
             }
         }
+        for (i, bits) in self.exact_quotas() {
+            b.extend_from_slice(&i.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&bits.to_le_bytes());
+        }
         debug_assert_eq!(b.len(), self.encoded_len());
         b
     }
@@ -91,9 +110,17 @@ impl Config {
         let n_pools = u32_at(0)? as usize;
         let n_weights = u32_at(16)? as usize;
         let n_guaranteed = u32_at(20)? as usize;
-        if n_pools > MAX_POOLS || n_weights > MAX_TENANTS || n_guaranteed > MAX_POOLS {
+        let n_exact = u32_at(24)? as usize;
+        if n_pools > MAX_POOLS
+            || n_weights > MAX_TENANTS
+            || n_guaranteed > MAX_POOLS
+            || n_exact > n_pools
+            || u32_at(28)? != 0
+        {
             return Err(corrupt(format!(
-                "{n_pools} pools, {n_weights} weights, {n_guaranteed} guaranteed pools"
+                "{n_pools} pools, {n_weights} weights, {n_guaranteed} guaranteed pools, \
+                 {n_exact} exact quotas, head word 7 {}",
+                u32_at(28)?
             )));
         }
         let fixed = HEAD_LEN + n_pools * POOL_LEN + n_weights * WEIGHT_LEN;
@@ -116,6 +143,7 @@ impl Config {
                     quota_ppm => Some(PerWorker {
                         quota_ppm,
                         min_tickets: u32_at(off + MAX_NAME + 16)?,
+                        exact_bits: 0, // from the list at the end, if there
                     }),
                 },
                 evict: u32_at(off + MAX_NAME + 20)? != 0,
@@ -180,6 +208,26 @@ impl Config {
                 off += WEIGHT_LEN;
             }
             guaranteed.push(g);
+        }
+        let mut last = None;
+        for _ in 0..n_exact {
+            let entry = b.get(off..off + EXACT_LEN).ok_or_else(|| {
+                corrupt(format!("ends at {} bytes, in its exact quotas", b.len()))
+            })?;
+            let i = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes")) as usize;
+            let pad = u32::from_le_bytes(entry[4..8].try_into().expect("4 bytes"));
+            let bits = u64::from_le_bytes(entry[8..].try_into().expect("8 bytes"));
+            // In pool order, one a pool, of a per_worker pool, and not zero.
+            let pw = pools
+                .get_mut(i)
+                .filter(|_| last.is_none_or(|l| l < i) && pad == 0 && bits != 0)
+                .and_then(|p| p.per_worker.as_mut())
+                .ok_or_else(|| {
+                    corrupt(format!("exact quota entry for pool {i} (bits {bits:#x})"))
+                })?;
+            pw.exact_bits = bits; // validation checks it against the millionths
+            last = Some(i);
+            off += EXACT_LEN;
         }
         if b.len() != off {
             return Err(corrupt(format!("{} bytes, expected {off}", b.len())));
