@@ -523,6 +523,8 @@ mod tests {
             let c = Config::with_pools(vec![PoolConfig::per_worker("f", quota, 0)]);
             let back = Config::decode(&c.encode()).unwrap();
             let pw = back.pools[0].per_worker.unwrap();
+            // Millionths hold it: no exact-quota list, the block as it always was.
+            assert_eq!(pw.exact_bits, 0, "quota {text}");
             for workers in 0..=300u32 {
                 let semian = ((quota * workers as f64).ceil() as u32).min(workers);
                 assert_eq!(
