@@ -436,3 +436,53 @@ fn inspect_and_metrics_show_an_evict_pools_residents() {
     a.release().unwrap();
     drop(b);
 }
+
+/// A `per_worker` pool says how its capacity comes about (seed 002): the quota, the
+/// minimum, the live workers and the tickets they give, as Semian computes them (2/3
+/// of 3 workers is 2 tickets).
+#[test]
+fn inspect_shows_how_a_per_worker_pool_is_sized() {
+    let seg = Seg::new("tool-perworker");
+    let t = seg.create(&Config::with_pools(vec![
+        PoolConfig::new("requests", 4).window_ms(60_000),
+        PoolConfig::per_worker("flights", 2.0 / 3.0, 1),
+    ]));
+    let mut kids = Children(vec![
+        holder(&seg.name, "a", 1),
+        holder(&seg.name, "b", 1),
+        holder(&seg.name, "c", 1),
+    ]);
+    wait_until(
+        None,
+        "three registered holders",
+        Duration::from_millis(2),
+        || t.snapshot().pools[0].in_use == 3,
+    );
+    let v = json(&shmtool(&["inspect", "--json", &seg.name]));
+    assert_schema(&v);
+    assert!(v["pools"][0]["per_worker"].is_null(), "a fixed pool");
+    let w = &v["pools"][1]["per_worker"];
+    assert_eq!(w["quota"].as_f64(), Some(2.0 / 3.0));
+    assert_eq!(
+        (
+            w["min_tickets"].as_u64(),
+            w["workers"].as_u64(),
+            w["tickets"].as_u64()
+        ),
+        (Some(1), Some(3), Some(2))
+    );
+    assert_eq!(
+        v["pools"][1]["capacity"].as_u64(),
+        Some(2),
+        "the pool as sized"
+    );
+    let human = stdout(&shmtool(&["inspect", &seg.name]));
+    assert!(
+        human.contains(
+            "flights is sized per worker: min(3, max(ceil(0.6666666666666666 x 3), 1)) = 2 \
+             tickets for the 3 live workers"
+        ),
+        "{human}"
+    );
+    assert_eq!(kids.kill_all().len(), 3);
+}

@@ -83,6 +83,20 @@ pub fn report_tables(r: &Report) -> String {
         ],
         &rows,
     ));
+    for p in &r.pools {
+        if let Some(w) = &p.per_worker {
+            let _ = writeln!(
+                out,
+                "{} is sized per worker: min({workers}, max(ceil({} x {workers}), {})) = {} \
+                 tickets for the {workers} live workers",
+                p.name,
+                w.quota,
+                w.min_tickets,
+                w.tickets,
+                workers = w.workers
+            );
+        }
+    }
     for p in r.pools.iter().filter(|p| p.residents.is_some()) {
         let x = p.residents.as_ref().expect("filtered");
         let _ = writeln!(
