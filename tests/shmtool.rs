@@ -484,5 +484,10 @@ fn inspect_shows_how_a_per_worker_pool_is_sized() {
         ),
         "{human}"
     );
+    let m = check_prometheus(&stdout(&shmtool(&["metrics", &seg.name])));
+    let pool = |p| [("segment", seg.name.as_str()), ("pool", p)];
+    assert_eq!(sample(&m, "fairshm_pool_workers", &pool("flights")), 3.0);
+    assert_eq!(sample(&m, "fairshm_pool_capacity", &pool("flights")), 2.0);
+    assert_eq!(sample(&m, "fairshm_pool_workers", &pool("requests")), 0.0);
     assert_eq!(kids.kill_all().len(), 3);
 }

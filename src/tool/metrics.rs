@@ -62,7 +62,7 @@ pub fn prometheus(r: &Report) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
     let seg = r.segment.name.as_str();
-    let pool_metrics: [Metric<super::PoolRow>; 7] = [
+    let pool_metrics: [Metric<super::PoolRow>; 8] = [
         (
             "fairshm_pool_capacity",
             "gauge",
@@ -92,6 +92,12 @@ pub fn prometheus(r: &Report) -> String {
             "gauge",
             "Blocked acquirers waiting on the pool.",
             |p| p.waiters as f64,
+        ),
+        (
+            "fairshm_pool_workers",
+            "gauge",
+            "Per-worker pools: the live registered workers the capacity is sized from (0 for a fixed pool).",
+            |p| p.per_worker.as_ref().map_or(0.0, |w| w.workers as f64),
         ),
         (
             "fairshm_pool_residents_revoked",
