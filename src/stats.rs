@@ -68,7 +68,21 @@ pub struct PoolSnap {
     pub queue_stretch_pct: u32,
     /// The residents of an `evict` pool (`None` for a pool that refuses).
     pub residents: Option<ResidentsSnap>,
+    /// How a `per_worker` pool is sized (`None` for a pool of fixed capacity).
+    pub per_worker: Option<PerWorkerSnap>,
     pub tenants: Vec<TenantSnap>,
+}
+
+/// How a `per_worker` pool's capacity comes about: `min(workers, max(ceil(quota *
+/// workers), min_tickets))` (seed 002, as Semian computes it).
+#[derive(Clone, Debug, Serialize)]
+pub struct PerWorkerSnap {
+    pub quota: f64,
+    pub min_tickets: u32,
+    /// The live registered workers counted (`capacity::live_workers`).
+    pub workers: u32,
+    /// The tickets those workers give, by the formula.
+    pub tickets: u32,
 }
 
 /// An `evict` pool's residents.
@@ -223,6 +237,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
             *e = e.saturating_add(n as u64);
         }
     }
+    let workers = crate::capacity::live_workers(r);
     let pools = cfg
         .pools
         .iter()
@@ -320,6 +335,12 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                     .iter()
                     .flat_map(|t| t.refusals.iter().map(|(_, c)| *c))
                     .fold(0, u64::saturating_add),
+                per_worker: pc.per_worker.map(|w| PerWorkerSnap {
+                    quota: w.quota(),
+                    min_tickets: w.min_tickets,
+                    workers,
+                    tickets: w.tickets(workers),
+                }),
                 residents: pc.evict.then(|| {
                     let (idle, in_call, revoked) = crate::residents::counts(r, p);
                     ResidentsSnap {

@@ -53,21 +53,9 @@ pub struct PoolRow {
     /// An `evict` pool's residents (`null` for a pool that refuses).
     pub residents: Option<crate::stats::ResidentsSnap>,
     /// A `per_worker` pool's sizing (`null` for a pool of fixed capacity).
-    pub per_worker: Option<PerWorkerRow>,
+    pub per_worker: Option<crate::stats::PerWorkerSnap>,
     /// Tenants that have used the pool, most held first.
     pub tenants: Vec<TenantRow>,
-}
-
-/// How a `per_worker` pool's capacity comes about: `min(workers, max(ceil(quota *
-/// workers), min_tickets))` (seed 002, as Semian computes it).
-#[derive(Clone, Debug, Serialize)]
-pub struct PerWorkerRow {
-    pub quota: f64,
-    pub min_tickets: u32,
-    /// The live registered workers the snapshot counted.
-    pub workers: u32,
-    /// The tickets those workers give, by the formula.
-    pub tickets: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -171,13 +159,10 @@ pub fn report(t: &Table) -> Result<Report> {
             creator_pid,
         },
         snap,
-        t.config(),
     ))
 }
 
-fn from_snapshot(segment: SegmentInfo, s: Snapshot, cfg: &crate::Config) -> Report {
-    // The processes `per_worker` pools count: the `LIVE` slots (`capacity::live_workers`).
-    let workers = s.processes.iter().filter(|p| p.status == "live").count() as u32;
+fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
     let now = s.now_ms;
     let pid_of = |slot: usize| {
         s.processes
@@ -249,19 +234,8 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot, cfg: &crate::Config) -> Repo
                 })
                 .collect();
             tenants.sort_by(|a, b| b.held.cmp(&a.held).then_with(|| a.name.cmp(&b.name)));
-            let per_worker = cfg
-                .pools
-                .iter()
-                .find(|c| c.name == p.name)
-                .and_then(|c| c.per_worker)
-                .map(|w| PerWorkerRow {
-                    quota: w.quota(),
-                    min_tickets: w.min_tickets,
-                    workers,
-                    tickets: w.tickets(workers),
-                });
             PoolRow {
-                per_worker,
+                per_worker: p.per_worker,
                 name: p.name,
                 capacity: p.capacity,
                 in_use: p.in_use,

@@ -71,7 +71,9 @@ def test_errors_are_typed_and_named(table, name):
         {"name": "db", "per_worker": {"quota": 1e-7, "min_tickets": 0}}]})
     try:
         tiny.register()
-        assert tiny.stats()["pools"][0]["capacity"] == 1  # ceil(1e-7 * 1 worker)
+        pool = tiny.stats()["pools"][0]
+        assert pool["capacity"] == 1  # ceil(1e-7 * 1 worker)
+        assert pool["per_worker"] == {"quota": 1e-7, "min_tickets": 0, "workers": 1, "tickets": 1}
     finally:
         tiny.close()
         fairshm.Table.unlink(name + "-tiny")
