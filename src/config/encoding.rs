@@ -111,16 +111,16 @@ impl Config {
         let n_weights = u32_at(16)? as usize;
         let n_guaranteed = u32_at(20)? as usize;
         let n_exact = u32_at(24)? as usize;
+        let head_pad = u32_at(28)?;
         if n_pools > MAX_POOLS
             || n_weights > MAX_TENANTS
             || n_guaranteed > MAX_POOLS
             || n_exact > n_pools
-            || u32_at(28)? != 0
+            || head_pad != 0
         {
             return Err(corrupt(format!(
                 "{n_pools} pools, {n_weights} weights, {n_guaranteed} guaranteed pools, \
-                 {n_exact} exact quotas, head word 7 {}",
-                u32_at(28)?
+                 {n_exact} exact quotas, head word 7 {head_pad}"
             )));
         }
         let fixed = HEAD_LEN + n_pools * POOL_LEN + n_weights * WEIGHT_LEN;

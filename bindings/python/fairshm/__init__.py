@@ -25,12 +25,7 @@ from ._lib import lib
 
 __all__ = [
     "Table", "Lease", "Refused", "Error", "Cancel", "Guaranteed", "GuaranteedLease", "GuaranteedRefused",
-    "InvalidName", "InvalidConfig", "NotFound", "AlreadyExists", "Truncated", "BadMagic",
-    "VersionMismatch", "NotReady", "WrongOwner", "ConfigMismatch", "Corrupt", "UnknownPool",
-    "InvalidTenant", "TenantTableFull", "LeaseTableFull", "ProcessTableFull", "InvalidRequest",
-    "UnitsExceedCapacity", "AlreadyReleased", "NotOwner", "IoError", "ReadOnly", "TenantBusy",
-    "BadFile", "PoolLeasesFull", "Revoked", "NotResident", "ForeignPidNamespace",
-]
+]  # and the subclass of Error for each code, added after `_ERRORS` below
 __version__ = "0.1.0"
 
 #: How long one slice of a blocking acquire lasts, in ms: between slices Python runs
@@ -169,6 +164,7 @@ _ERRORS = {-(i + 1): c for i, c in enumerate([
     InvalidTenant, TenantTableFull, LeaseTableFull, ProcessTableFull, InvalidRequest,
     UnitsExceedCapacity, AlreadyReleased, NotOwner, IoError, ReadOnly, TenantBusy,
     BadFile, PoolLeasesFull, Revoked, NotResident, ForeignPidNamespace])}
+__all__ += [c.__name__ for c in _ERRORS.values()]
 
 
 def _raise(code):
