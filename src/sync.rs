@@ -128,13 +128,20 @@ mod counting {
     counted!(AtomicU64, std::sync::atomic::AtomicU64, u64);
 }
 
+/// The longest spin of [`Backoff::spin`]: 2^8 = 256 `PAUSE`s.
+const SPIN_CAP: u32 = 8;
+
 /// Back-off for a CAS loop that lost a race.
 ///
 /// Under loom, a spinning thread must yield so that the model lets the other threads
-/// run; otherwise it is crossbeam's exponential spin-then-yield.
+/// run; otherwise it is crossbeam's exponential spin-then-yield (`snooze`, `wait`), or
+/// a longer exponential spin that never yields (`spin`, the op protocol's).
 pub(crate) struct Backoff {
     #[cfg(not(loom))]
     inner: crossbeam_utils::Backoff,
+    /// `spin`'s exponent: the losses so far, at most [`SPIN_CAP`].
+    #[cfg(not(loom))]
+    step: std::cell::Cell<u32>,
 }
 
 impl Backoff {
@@ -143,14 +150,42 @@ impl Backoff {
         Backoff {
             #[cfg(not(loom))]
             inner: crossbeam_utils::Backoff::new(),
+            #[cfg(not(loom))]
+            step: std::cell::Cell::new(0),
         }
     }
 
-    /// Called after a CAS lost to another process's step, before retrying at once.
+    /// Called by the op protocol's CAS loops (an acquire's held and pool steps, a
+    /// release's take-backs) after a CAS lost to another process's step: spins 2^k
+    /// `PAUSE`s after the k-th loss (k at most [`SPIN_CAP`]), and never yields.
     ///
-    /// Such a retry never waits for anyone (the loss means someone made progress), so
-    /// under loom it is a no-op: a yield there would add a free scheduling branch per
-    /// contention point, which is what made the 3-thread model explode.
+    /// Such a loop waits for nobody (a lost CAS means another op made progress), so
+    /// giving up the CPU helps nobody; and at 2 and 4 processes on one pool, letting
+    /// the winner finish its op's remaining steps on lines it holds, before taking them
+    /// back, is what the contended pair's throughput depends on. Measured side by side
+    /// (`docs/performance.md`): crossbeam's `snooze`, which yields (a system call)
+    /// after 2^6, made the contended pair 1.5x to 2x slower than this; a cap of 2^3, or
+    /// no back-off at all, slower still. Under loom: a no-op, as `snooze`.
+    #[inline]
+    pub(crate) fn spin(&self) {
+        #[cfg(not(loom))]
+        {
+            let k = self.step.get();
+            for _ in 0..1u32 << k {
+                std::hint::spin_loop();
+            }
+            if k < SPIN_CAP {
+                self.step.set(k + 1);
+            }
+        }
+    }
+
+    /// Called by the other retry loops (the guaranteed policy's block lock and
+    /// snapshot, `repair`'s quiet look) before trying again: spins, then yields the CPU,
+    /// since what they retry on may be another thread's unfinished step.
+    ///
+    /// Under loom it is a no-op, as `spin`: a yield there would add a free scheduling
+    /// branch per contention point, which is what made the 3-thread model explode.
     #[inline]
     pub(crate) fn snooze(&self) {
         #[cfg(not(loom))]

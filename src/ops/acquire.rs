@@ -61,11 +61,17 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     let mut spare = spare;
     // Whether the published lease charges the extra word (the recorded decision).
     let mut charging = false;
+    // A pool word and the held word read after it, from a held CAS that lost: the
+    // next decision is made on them (I3 holds: the held word is read after `w`)
+    // instead of reading the pool word again, whose line another process may hold.
+    let mut looked: Option<(u64, u64)> = None;
     loop {
-        // SeqCst: the waiter's half of the handshake in `waiting` (a waiter announced
-        // in `waiters` must then see every release that did not see it).
-        let w = pool.word.load(SeqCst);
-        let tw = tp.held.load(Acquire);
+        let (w, tw) = looked.take().unwrap_or_else(|| {
+            // SeqCst: the waiter's half of the handshake in `waiting` (a waiter
+            // announced in `waiters` must then see every release that did not see it).
+            let w = pool.word.load(SeqCst);
+            (w, tp.held.load(Acquire))
+        });
         // Read after the pool word, like the held word: it only overstates (I2).
         let ew = if P::USES_EXTRA {
             pool.extra.load(Acquire)
@@ -116,13 +122,14 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
         };
         settle(r, op_word::raw_tag(tw), p, Word::Held(d.tenant), l)?;
         // AcqRel: Acquire to see what the previous op published; Release so that a
-        // settler that sees our tag sees our published lease (already Released).
-        if tp
-            .held
-            .compare_exchange(tw, op_word::make(nh, tag), AcqRel, Relaxed)
-            .is_err()
+        // settler that sees our tag sees our published lease (already Released). The
+        // failure's Acquire: the word it returns is the next decision's, as a load.
+        if let Err(now_held) =
+            tp.held
+                .compare_exchange(tw, op_word::make(nh, tag), AcqRel, Acquire)
         {
-            backoff.snooze();
+            backoff.spin();
+            looked = Some((w, now_held));
             continue;
         }
         crash_point("acquire.held_applied")?;
@@ -183,7 +190,7 @@ pub(super) fn add_to<R: Region>(r: &R, l: usize, d: &Desc, word: &AtomicU64, tag
         {
             return Ok(());
         }
-        backoff.snooze();
+        backoff.spin();
     }
 }
 
@@ -263,7 +270,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
             }
             Err(now) => {
                 w = now;
-                backoff.snooze();
+                backoff.spin();
             }
         }
     }

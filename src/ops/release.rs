@@ -189,7 +189,7 @@ fn take_back<R: Region>(
         {
             return Ok(());
         }
-        backoff.snooze();
+        backoff.spin();
     }
 }
 
