@@ -163,9 +163,10 @@ impl Backoff {
     /// giving up the CPU helps nobody; and at 2 and 4 processes on one pool, letting
     /// the winner finish its op's remaining steps on lines it holds, before taking them
     /// back, is what the contended pair's throughput depends on. Measured side by side
-    /// (`docs/performance.md`): crossbeam's `snooze`, which yields (a system call)
-    /// after 2^6, made the contended pair 1.5x to 2x slower than this; a cap of 2^3, or
-    /// no back-off at all, slower still. Under loom: a no-op, as `snooze`.
+    /// (`docs/performance.md`, the pool of 1,000 at 2 and 4 processes): crossbeam's
+    /// `snooze`, which yields (a system call) after 2^6, was slower than this, and a
+    /// cap of 2^3, or no back-off at all, slower still. Under loom: a no-op, as
+    /// `snooze`.
     #[inline]
     pub(crate) fn spin(&self) {
         #[cfg(not(loom))]
