@@ -157,14 +157,15 @@ impl Backoff {
 
     /// Called by the op protocol's CAS loops (an acquire's held and pool steps, a
     /// release's take-backs) after a CAS lost to another process's step: spins 2^k
-    /// `PAUSE`s after the k-th loss (k at most [`SPIN_CAP`]), and never yields.
+    /// `PAUSE`s after the (k+1)-th loss in a row (k at most [`SPIN_CAP`]), and never
+    /// yields.
     ///
     /// Such a loop waits for nobody (a lost CAS means another op made progress), so
     /// giving up the CPU helps nobody; and at 2 and 4 processes on one pool, letting
     /// the winner finish its op's remaining steps on lines it holds, before taking them
     /// back, is what the contended pair's throughput depends on. Measured side by side
     /// (`docs/performance.md`, the pool of 1,000 at 2 and 4 processes): crossbeam's
-    /// `snooze`, which yields (a system call) after 2^6, was slower than this, and a
+    /// `snooze`, which yields (a system call) from the eighth loss on, was slower than this, and a
     /// cap of 2^3, or no back-off at all, slower still. Under loom: a no-op, as
     /// `snooze`.
     #[inline]

@@ -17,7 +17,8 @@
 //!    refusal writes nothing at all;
 //! 2. claim a lease of the process, write its descriptor, publish it `ACQUIRING`;
 //! 3. CAS the held word `h -> h + u` with the acquire's tag (the held word only ever
-//!    *overstates* what is granted: see below);
+//!    *overstates* what is granted: see below). If it lost, the rule is decided again
+//!    on `w` and the held word the CAS returned (read after `w`, as (I3) needs);
 //! 4. CAS the pool word `w -> x + u` with the tag. If the word moved since step 1, the
 //!    rule is decided again on the new word and the held word as it is now (less our own
 //!    `u`); a refusal then backs out step 3 as a release would (step 7 of a release
