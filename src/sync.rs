@@ -128,46 +128,38 @@ mod counting {
     counted!(AtomicU64, std::sync::atomic::AtomicU64, u64);
 }
 
-/// The longest spin of [`Backoff::spin`]: 2^8 = 256 `PAUSE`s.
+/// The longest spin of [`SpinBackoff`]: 2^8 = 256 `PAUSE`s.
+#[cfg(not(loom))]
 const SPIN_CAP: u32 = 8;
 
-/// Back-off for a CAS loop that lost a race.
+/// Back-off for the op protocol's CAS loops (an acquire's held and pool steps, a
+/// release's take-backs): after the (k+1)-th CAS lost in a row it spins 2^k `PAUSE`s (k
+/// at most [`SPIN_CAP`]), and it never yields.
 ///
-/// Under loom, a spinning thread must yield so that the model lets the other threads
-/// run; otherwise it is crossbeam's exponential spin-then-yield (`snooze`, `wait`), or
-/// a longer exponential spin that never yields (`spin`, the op protocol's).
-pub(crate) struct Backoff {
-    #[cfg(not(loom))]
-    inner: crossbeam_utils::Backoff,
-    /// `spin`'s exponent: the losses so far, at most [`SPIN_CAP`].
+/// Such a loop waits for nobody (a lost CAS means another op made progress), so giving
+/// up the CPU helps nobody; and at 2 and 4 processes on one pool, letting the winner
+/// finish its op's remaining steps on lines it holds, before taking them back, is what
+/// the contended pair's throughput depends on. Measured side by side
+/// (`docs/performance.md`, the pool of 1,000 at 2 and 4 processes): crossbeam's
+/// `snooze`, which yields (a system call) from the eighth loss on, was slower than
+/// this, and a cap of 2^3, or no back-off at all, slower still. Under loom: a no-op,
+/// as [`Backoff::snooze`].
+pub(crate) struct SpinBackoff {
+    /// The exponent of the next spin: the losses so far, at most [`SPIN_CAP`].
     #[cfg(not(loom))]
     step: std::cell::Cell<u32>,
 }
 
-impl Backoff {
+impl SpinBackoff {
     #[inline]
     pub(crate) fn new() -> Self {
-        Backoff {
-            #[cfg(not(loom))]
-            inner: crossbeam_utils::Backoff::new(),
+        SpinBackoff {
             #[cfg(not(loom))]
             step: std::cell::Cell::new(0),
         }
     }
 
-    /// Called by the op protocol's CAS loops (an acquire's held and pool steps, a
-    /// release's take-backs) after a CAS lost to another process's step: spins 2^k
-    /// `PAUSE`s after the (k+1)-th loss in a row (k at most [`SPIN_CAP`]), and never
-    /// yields.
-    ///
-    /// Such a loop waits for nobody (a lost CAS means another op made progress), so
-    /// giving up the CPU helps nobody; and at 2 and 4 processes on one pool, letting
-    /// the winner finish its op's remaining steps on lines it holds, before taking them
-    /// back, is what the contended pair's throughput depends on. Measured side by side
-    /// (`docs/performance.md`, the pool of 1,000 at 2 and 4 processes): crossbeam's
-    /// `snooze`, which yields (a system call) from the eighth loss on, was slower than this, and a
-    /// cap of 2^3, or no back-off at all, slower still. Under loom: a no-op, as
-    /// `snooze`.
+    /// Called after a CAS lost to another process's step, before retrying.
     #[inline]
     pub(crate) fn spin(&self) {
         #[cfg(not(loom))]
@@ -181,13 +173,33 @@ impl Backoff {
             }
         }
     }
+}
+
+/// Back-off for the other retry loops: crossbeam's exponential spin-then-yield.
+///
+/// Under loom, a thread that waits for another must yield so that the model lets the
+/// other threads run (`wait`).
+pub(crate) struct Backoff {
+    #[cfg(not(loom))]
+    inner: crossbeam_utils::Backoff,
+}
+
+impl Backoff {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Backoff {
+            #[cfg(not(loom))]
+            inner: crossbeam_utils::Backoff::new(),
+        }
+    }
 
     /// Called by the other retry loops (the guaranteed policy's block lock and
     /// snapshot, `repair`'s quiet look) before trying again: spins, then yields the CPU,
     /// since what they retry on may be another thread's unfinished step.
     ///
-    /// Under loom it is a no-op, as `spin`: a yield there would add a free scheduling
-    /// branch per contention point, which is what made the 3-thread model explode.
+    /// Under loom it is a no-op, as [`SpinBackoff::spin`]: a yield there would add a
+    /// free scheduling branch per contention point, which is what made the 3-thread
+    /// model explode.
     #[inline]
     pub(crate) fn snooze(&self) {
         #[cfg(not(loom))]

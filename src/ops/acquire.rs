@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::layout::{PoolRec, TenantPoolRec, lease_state as ls, op_word};
 use crate::policy::{Policy, Verdict};
 use crate::region::Region;
-use crate::sync::{AtomicU64, Backoff, Ordering::*, store_over_rmw};
+use crate::sync::{AtomicU64, Ordering::*, SpinBackoff, store_over_rmw};
 
 /// Runs an acquire for `d` (its generation is filled in) by a thread of process slot
 /// `slot`. Returns the lease (if one was claimed: a refusal on the first look claims
@@ -53,7 +53,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
     let t = d.tenant as usize;
     let pool = r.pool(p);
     debug_assert!(std::ptr::eq(tp, r.tenant_pool(p, t)));
-    let backoff = Backoff::new();
+    let backoff = SpinBackoff::new();
     // The lease published for this acquire, if any, and the last one claimed (freed
     // again, or not): the caller learns from it whether its spare was used.
     let mut lease: Option<usize> = None;
@@ -168,7 +168,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
 /// decision of its own: the pool CAS validates the decision that made it; a transfer's
 /// held step, whose pool step is the revocation).
 pub(super) fn add_to<R: Region>(r: &R, l: usize, d: &Desc, word: &AtomicU64, tag: u64, which: Word) -> Result<()> {
-    let backoff = Backoff::new();
+    let backoff = SpinBackoff::new();
     loop {
         let v = word.load(Acquire);
         let Some(n) = op_word::count(v)
@@ -224,7 +224,7 @@ fn apply_pool_acquire<R: Region, P: Policy>(
     let p = d.pool as usize;
     debug_assert!(std::ptr::eq(pool, r.pool(p)));
     debug_assert!(std::ptr::eq(tp, r.tenant_pool(p, d.tenant as usize)));
-    let backoff = Backoff::new();
+    let backoff = SpinBackoff::new();
     let mut first = true;
     loop {
         let x = op_word::count(w);

@@ -5,7 +5,7 @@ use super::{Desc, Word, check_desc, crash_point, settle};
 use crate::error::{Error, Result};
 use crate::layout::{LeaseRec, lease_state as ls, op_word, pair, residency};
 use crate::region::Region;
-use crate::sync::{AtomicU64, Backoff, Ordering::*, fence, store_over_rmw};
+use crate::sync::{AtomicU64, Ordering::*, SpinBackoff, fence, store_over_rmw};
 
 /// Releases lease `l` of generation `generation`: `HELD` -> `RELEASING` -> `FREE`.
 /// Exactly one caller can win the first step; any other gets `AlreadyReleased`.
@@ -167,7 +167,7 @@ fn take_back<R: Region>(
 ) -> Result<()> {
     debug_assert!(std::ptr::eq(lease, r.lease(l)));
     let flag = t.flag();
-    let backoff = Backoff::new();
+    let backoff = SpinBackoff::new();
     loop {
         // SeqCst (the pool word): the releaser's half of the waiter handshake.
         let w = word.load(SeqCst);
