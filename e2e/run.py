@@ -73,6 +73,7 @@ import time
 from pathlib import Path
 
 import fairshm
+from hoststat import cpu_ticks, steal_pct
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -255,28 +256,20 @@ def retries_per_burst(d, seconds):
     return d["retries"] * BURST_MS / 1000.0 / seconds
 
 
-def cpu_ticks():
-    """(stolen, all) CPU ticks of this machine so far, from /proc/stat: the time the
-    hypervisor ran something else while a virtual CPU of ours wanted to run."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks)
-
-
 def load(loadgen, addr, seconds, specs, trace=False):
     env = dict(os.environ)
     env.pop("LOADGEN_TRACE", None)
     if trace:
         env["LOADGEN_TRACE"] = "1"
-    stolen0, all0 = cpu_ticks()
+    ticks0 = cpu_ticks()
     out = subprocess.run([str(loadgen), addr, str(seconds)] + specs, capture_output=True, text=True,
                          timeout=seconds + 120, env=env)
-    stolen1, all1 = cpu_ticks()
+    ticks1 = cpu_ticks()
     if out.returncode != 0:
         raise RuntimeError("loadgen failed: %s" % out.stderr[-2000:])
     res = {d["tenant"]: d for d in map(json.loads, out.stdout.split("\n")[:-1])}
     for d in res.values():
-        d["steal_pct"] = 100.0 * (stolen1 - stolen0) / max(1, all1 - all0)
+        d["steal_pct"] = steal_pct(ticks0, ticks1)
     if trace:
         bursts = retry_bursts(out.stderr)
         for tenant, d in res.items():
