@@ -8,7 +8,9 @@ def cpu_ticks():
     hypervisor ran something else while a virtual CPU of ours wanted to run."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
-    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks)
+    # All: user .. steal, the first eight. The guest fields after them are already
+    # counted in user and nice, so summing them too would count that time twice.
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
 
 
 def steal_pct(before, after):
