@@ -54,6 +54,64 @@ class TestRack < Minitest::Test
     assert_equal 0, in_use
   end
 
+  def test_the_body_answers_as_the_apps_body_does
+    # An array: to_ary hands it over and releases the permit (Rack 3: it closes).
+    _, _, body = app.call("HTTP_X_TENANT" => "acme")
+    assert_equal 1, in_use
+    assert_respond_to body, :each
+    assert_respond_to body, :to_ary
+    refute_respond_to body, :call
+    refute_respond_to body, :to_path
+    assert_equal ["ok"], body.to_ary
+    assert_equal 0, in_use
+    body.close # the server's close after it releases nothing twice
+    assert_equal 0, in_use
+
+    # A Rack 3 streaming body: call and no each; the server's close releases.
+    streaming = Object.new
+    streaming.define_singleton_method(:call) { |stream| stream << "a" << "b" }
+    streamed = []
+    _, _, body = middleware_for(streaming).call({})
+    assert_respond_to body, :call
+    refute_respond_to body, :each
+    refute_respond_to body, :to_ary
+    body.call(streamed)
+    assert_equal %w[a b], streamed
+    assert_equal 1, in_use
+    body.close
+    assert_equal 0, in_use
+
+    # A file: to_path is the file's, each and close too; a method it lacks is an error.
+    file = Struct.new(:path, :closed) do
+      def each
+        yield "x"
+      end
+
+      def to_path
+        path
+      end
+
+      def close
+        self.closed = true
+      end
+    end.new("/srv/file")
+    _, _, body = middleware_for(file).call({})
+    assert_equal "/srv/file", body.to_path
+    chunks = []
+    body.each { |c| chunks << c }
+    assert_equal ["x"], chunks
+    assert_raises(NoMethodError) { body.nonesuch }
+    refute_respond_to body, :to_str
+    body.close
+    assert file.closed
+    assert_equal 0, in_use
+  end
+
+  def middleware_for(body)
+    Fairshm::RackMiddleware.new(->(_env) { [200, {}, body] }, table: @table, pool: "requests",
+                                                              tenant: ->(_env) { "acme" })
+  end
+
   def test_holds_until_close_and_answers_429_with_retry_after
     mw = app
     bodies = Array.new(4) do

@@ -87,15 +87,16 @@ module Fairshm
               "retry-after" => [1, (ms + 999) / 1000].max.to_s, "retry-after-ms" => ms.to_s }, [body]]
     end
 
-    # The application's body, releasing the lease when the server closes it.
+    # The application's body, releasing the lease when the server closes it. Every
+    # other call is the body's own, and it answers to what the body answers to: +each+
+    # (an enumerable body), +call+ (a Rack 3 streaming body, which has no +each+),
+    # +to_path+ (a file the server may send itself) and +to_ary+. A body that answers
+    # +to_ary+ closes when it is called (Rack 3's SPEC), since a middleware that calls
+    # it replaces the body and never closes it: the lease is released then.
     class ReleasingBody
       def initialize(body, lease)
         @body = body
         @lease = lease
-      end
-
-      def each(&block)
-        @body.each(&block)
       end
 
       def close
@@ -104,6 +105,22 @@ module Fairshm
         lease = @lease
         @lease = nil
         lease&.release
+      end
+
+      def respond_to_missing?(name, include_all = false)
+        # Never a String: a body that is one is not a Rack body to wrap.
+        name != :to_str && @body.respond_to?(name, include_all)
+      end
+
+      def method_missing(name, *args, **kwargs, &block)
+        return super unless @body.respond_to?(name)
+        return @body.public_send(name, *args, **kwargs, &block) unless name == :to_ary
+
+        begin
+          @body.to_ary
+        ensure
+          close
+        end
       end
     end
   end
