@@ -18,214 +18,35 @@ import json
 import os
 import threading
 import time
-from ctypes import byref, c_uint32, c_uint64, c_void_p, create_string_buffer, memmove, sizeof, string_at
+from ctypes import byref, c_uint32, c_uint64, c_void_p, create_string_buffer, memmove, sizeof
 
 from . import _lib
+from ._errors import (  # the subclass of Error for each code, exported from here
+    _REASONS, _U32, _U64, AlreadyExists, AlreadyReleased, BadFile, BadMagic, ConfigMismatch,
+    Corrupt, Error, ForeignPidNamespace, InvalidConfig, InvalidName, InvalidRequest, InvalidTenant,
+    IoError, LeaseTableFull, NotFound, NotOwner, NotReady, NotResident, PoolLeasesFull,
+    ProcessTableFull, ReadOnly, Revoked, TenantBusy, TenantTableFull, Truncated, UnitsExceedCapacity,
+    UnknownPool, VersionMismatch, WrongOwner, _c_name, _check, _check_request, _deadline, _raise,
+    _take_json,
+)
 from ._lib import lib
+from .guaranteed import Guaranteed, GuaranteedLease, GuaranteedRefused
 
 __all__ = [
     "Table", "Lease", "Refused", "Error", "Cancel", "Guaranteed", "GuaranteedLease", "GuaranteedRefused",
-]  # and the subclass of Error for each code, added after `_ERRORS` below
+    # The subclass of Error for each code (`_ERRORS`; a test keeps the two lists alike).
+    "InvalidName", "InvalidConfig", "NotFound", "AlreadyExists", "Truncated", "BadMagic",
+    "VersionMismatch", "NotReady", "WrongOwner", "ConfigMismatch", "Corrupt", "UnknownPool",
+    "InvalidTenant", "TenantTableFull", "LeaseTableFull", "ProcessTableFull", "InvalidRequest",
+    "UnitsExceedCapacity", "AlreadyReleased", "NotOwner", "IoError", "ReadOnly", "TenantBusy",
+    "BadFile", "PoolLeasesFull", "Revoked", "NotResident", "ForeignPidNamespace",
+]
 __version__ = "0.1.0"
 
 #: How long one slice of a blocking acquire lasts, in ms: between slices Python runs
 #: its signal handlers, so Ctrl-C interrupts a wait within this bound.
 WAIT_SLICE_MS = 100
 
-
-class Error(Exception):
-    """Something wrong with the request or the table (not a refusal). ``code`` is the C
-    ABI's (negative) code, ``kind`` its stable name."""
-
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-        self.kind = _lib.code_name(code)
-
-
-# One subclass per code of the C ABI, named as the Rust `Error` variant (`Io` is
-# `IoError` here), so a caller can catch exactly what it can handle.
-class InvalidName(Error):
-    """A segment name that cannot be used (-1)."""
-
-
-class InvalidConfig(Error):
-    """A config that breaks a rule; the message names the field (-2)."""
-
-
-class NotFound(Error):
-    """No segment of that name (-3)."""
-
-
-class AlreadyExists(Error):
-    """A segment of that name exists already (-4)."""
-
-
-class Truncated(Error):
-    """The segment's file is shorter than its layout needs (-5)."""
-
-
-class BadMagic(Error):
-    """The file is not a fairshm segment (-6)."""
-
-
-class VersionMismatch(Error):
-    """A segment of another layout version: `shmtool clean` it before a new master (-7)."""
-
-
-class NotReady(Error):
-    """The segment's creator never finished making it (-8)."""
-
-
-class WrongOwner(Error):
-    """The segment belongs to another user (-9)."""
-
-
-class ConfigMismatch(Error):
-    """The segment was created with another config; the message says what differs (-10)."""
-
-
-class Corrupt(Error):
-    """Shared memory that breaks an invariant, named in the message (-11)."""
-
-
-class UnknownPool(Error):
-    """No pool of that name in this table (-12)."""
-
-
-class InvalidTenant(Error):
-    """A tenant name that cannot be used (empty, too long, a NUL byte) (-13)."""
-
-
-class TenantTableFull(Error):
-    """The tenant directory has no room for another tenant (-14)."""
-
-
-class LeaseTableFull(Error):
-    """All of this process's lease slots are in use (-15)."""
-
-
-class ProcessTableFull(Error):
-    """No process slot is free or reapable (-16)."""
-
-
-class InvalidRequest(Error):
-    """A request that makes no sense (0 units, a handle of another table) (-17)."""
-
-
-class UnitsExceedCapacity(Error):
-    """More units than the pool can ever hold (-18)."""
-
-
-class AlreadyReleased(Error):
-    """A lease released again (-19)."""
-
-
-class NotOwner(Error):
-    """A lease of another process (-20)."""
-
-
-class IoError(Error):
-    """A system call on the segment failed (-21)."""
-
-
-class ReadOnly(Error):
-    """A change asked of an observer's read-only open (-22)."""
-
-
-class TenantBusy(Error):
-    """A tenant slot still being written by a live process; retry (-23)."""
-
-
-class BadFile(Error):
-    """The segment's path is not a file fairshm may trust (-24)."""
-
-
-class PoolLeasesFull(Error):
-    """A guaranteed pool holds all the leases it can (-25)."""
-
-
-class Revoked(Error):
-    """A resident lease (of an ``evict`` pool) was revoked to make room: put the object
-    to sleep and release the lease (-26)."""
-
-
-class NotResident(Error):
-    """A call on a lease of a pool that does not evict, or an end without a begin (-27)."""
-
-
-class ForeignPidNamespace(Error):
-    """The segment was made in another pid namespace; open it as an observer (-28)."""
-
-
-_ERRORS = {-(i + 1): c for i, c in enumerate([
-    InvalidName, InvalidConfig, NotFound, AlreadyExists, Truncated, BadMagic,
-    VersionMismatch, NotReady, WrongOwner, ConfigMismatch, Corrupt, UnknownPool,
-    InvalidTenant, TenantTableFull, LeaseTableFull, ProcessTableFull, InvalidRequest,
-    UnitsExceedCapacity, AlreadyReleased, NotOwner, IoError, ReadOnly, TenantBusy,
-    BadFile, PoolLeasesFull, Revoked, NotResident, ForeignPidNamespace])}
-__all__ += [c.__name__ for c in _ERRORS.values()]
-
-
-def _raise(code):
-    raise _ERRORS.get(code, Error)(code, _lib.last_error())
-
-
-def _c_name(name, what, code):
-    """``name`` as the C ABI takes it (UTF-8, NUL-terminated). One that a C string
-    cannot carry is refused as the library refuses a bad name (error ``code``), never
-    cut at its NUL: ``"a\\x00b"`` would otherwise be tenant ``"a"``."""
-    if not isinstance(name, str):
-        raise TypeError("a %s name is a str, not %s" % (what, type(name).__name__))
-    if "\x00" in name:
-        raise _ERRORS.get(code, Error)(code, "invalid %s name %r: contains a NUL byte" % (what, name))
-    return name.encode()
-
-
-def _deadline(timeout):
-    """The monotonic instant a wait of ``timeout`` seconds ends: ``None`` (no end) for
-    ``None`` or infinity; a negative timeout tries once; NaN is refused."""
-    if timeout is None or timeout == float("inf"):
-        return None
-    if timeout != timeout:
-        raise ValueError("timeout is NaN")
-    return time.monotonic() + max(0.0, timeout)
-
-
-def _take_json(p, code):
-    """Parses a JSON string the library returned and frees it; a null one raises with
-    ``code`` and the library's last error."""
-    if not p:
-        _raise(code)
-    try:
-        return json.loads(string_at(p))
-    finally:
-        lib.fairshm_string_free(p)
-
-
-_REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled",
-            5: "rate_limited", 6: "work_debt", 7: "hold_exceeds_reclaim_horizon",
-            8: "guarantee_on_loan", 9: "guarantee_exhausted", 10: "too_many_residents"}
-
-
-_U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
-
-
-def _out_of_range(name, value, hi):
-    """ctypes would wrap a negative or too large integer silently (-1 units would ask
-    for 4294967295): refused here, naming the argument."""
-    return ValueError("%s must be an integer from 0 to %d, not %r" % (name, hi, value))
-
-
-def _check(name, value, hi):
-    if not 0 <= value <= hi:
-        raise _out_of_range(name, value, hi)
-
-
-def _check_request(units, hold_ms):
-    _check("units", units, _U32)
-    _check("hold_ms", hold_ms, _U64)
 
 
 class Refused(Exception):
@@ -304,6 +125,19 @@ class Refused(Exception):
 
     def __str__(self):
         return "%s: %s" % (self.reason, self.explanation)
+
+    def __reduce__(self):
+        # Pickled (a multiprocessing worker's refusal) as its numbers and its
+        # explanation, made now while the table may still be open; unpickled, it has
+        # no table, and everything but the table is as it was.
+        return (_unpickle_refused, (type(self), bytes(self._facts), self.pool, self.tenant,
+                                    self.explanation))
+
+
+def _unpickle_refused(cls, facts, pool, tenant, explanation):
+    r = cls(None, _lib.Refusal.from_buffer_copy(facts), pool, tenant)
+    r.__dict__["_explanation"] = explanation
+    return r
 
 
 _FACT_NAMES = ("units", "in_use", "held", "capacity", "floor", "weight", "active_weight",
@@ -678,126 +512,3 @@ def _copy(r):
     c = _lib.Refusal()
     memmove(byref(c), byref(r), _REFUSAL_SIZE)
     return c
-
-
-class GuaranteedRefused(Exception):
-    """An acquire of a guaranteed pool (seed 001) not granted. ``reason`` is
-    ``hold_exceeds_reclaim_horizon``, ``guarantee_on_loan`` or ``guarantee_exhausted``;
-    ``retry_after_ms`` is ``None`` when no time can be promised (a blocking lease has
-    overrun); ``blocking`` lists the lease ids holding the tenant's guarantee on loan;
-    ``explanation`` says who asked for what, what blocks it and the ways out."""
-
-    def __init__(self, facts, explanation, pool, tenant):
-        self._facts = facts
-        self.code = facts.reason
-        self.reason = _REASONS.get(facts.reason, "unknown")
-        self.retry_after_ms = facts.retry_after_ms if facts.has_retry_after else None
-        self.blocking = [facts.blocking[i] for i in range(min(facts.n_blocking, 8))]
-        self.explanation = explanation
-        self.pool = pool
-        self.tenant = tenant
-        super().__init__(self.reason)
-
-    def __getattr__(self, name):
-        # The numbers behind the refusal: units, guarantee, own_free, lent, need,
-        # lendable, seq, n_blocking.
-        facts = self.__dict__.get("_facts")
-        if facts is not None and name in ("units", "guarantee", "own_free", "lent", "need",
-                                          "lendable", "seq", "n_blocking"):
-            return getattr(facts, name)
-        raise AttributeError(name)
-
-    @property
-    def retry_after_header(self):
-        """The HTTP ``Retry-After`` value (whole seconds, rounded up, at least 1), or
-        ``None`` when no time can be promised."""
-        if self.retry_after_ms is None:
-            return None
-        return max(1, -(-self.retry_after_ms // 1000))
-
-    def __str__(self):
-        return "%s: %s" % (self.reason, self.explanation)
-
-
-class GuaranteedLease:
-    """A lease of a guaranteed pool. Release it with ``release(now_ms)`` (or use
-    ``with``, which releases at the library's clock)."""
-
-    __slots__ = ("_pool", "id", "_done")
-
-    def __init__(self, pool, lease_id):
-        self._pool = pool
-        self.id = lease_id
-        self._done = False
-
-    def release(self, now_ms=0):
-        if not self._done:
-            self._done = True
-            self._pool.release(self.id, now_ms)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-        return False
-
-
-class Guaranteed:
-    """A guaranteed pool (seed 001) of a table: fixed, weighted tenants, each guaranteed
-    its part of the ceiling, idle parts lent for at most the reclaim horizon. Every call
-    takes ``now_ms`` (0: the library's clock)."""
-
-    def __init__(self, table, name):
-        self._table = table
-        self.name = name
-        out = c_uint32()
-        rc = lib.fairshm_guaranteed_pool(table._h, _c_name(name, "pool", _lib.E_UNKNOWN_POOL), byref(out))
-        if rc:
-            self._table._fail(rc)
-        self._id = out.value
-        self._tenants = {}
-        self._why = create_string_buffer(1024)
-
-    def _tenant(self, name):
-        t = self._tenants.get(name)
-        if t is None:
-            out = c_uint32()
-            rc = lib.fairshm_guaranteed_tenant(self._table._h, self._id, _c_name(name, "tenant", _lib.E_INVALID_TENANT),
-                                               byref(out))
-            if rc:
-                self._table._fail(rc)
-            t = self._tenants[name] = out.value
-        return t
-
-    def acquire(self, tenant, cost, hold_ms, now_ms=0):
-        """A ``GuaranteedLease``, or ``GuaranteedRefused``."""
-        _check("cost", cost, _U64)
-        _check("hold_ms", hold_ms, _U64)
-        _check("now_ms", now_ms, _U64)
-        lease = c_uint64()
-        facts = _lib.GuaranteedRefusal()
-        rc = lib.fairshm_guaranteed_acquire(self._table._h, self._id, self._tenant(tenant), cost,
-                                            hold_ms, now_ms, byref(lease), byref(facts),
-                                            self._why, sizeof(self._why))
-        if rc == _lib.OK:
-            return GuaranteedLease(self, lease.value)
-        if rc == _lib.REFUSED:
-            raise GuaranteedRefused(facts, self._why.value.decode("utf-8", "replace"),
-                                    self.name, tenant)
-        self._table._fail(rc)
-
-    def release(self, lease_id, now_ms=0):
-        _check("now_ms", now_ms, _U64)
-        rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, now_ms)
-        if rc:
-            self._table._fail(rc)
-
-    def stats(self, now_ms=0):
-        """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms`` (0:
-        the pool's own clock)."""
-        _check("now_ms", now_ms, _U64)
-        if not self._table._h:
-            self._table._fail(-11)
-        return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms), -11)
-

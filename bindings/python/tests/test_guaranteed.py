@@ -88,3 +88,19 @@ def test_a_forked_worker_shares_the_pool_and_its_death_returns_its_lease(name, t
         time.sleep(0.01)
     assert tokens.stats()["stats"]["in_use"] == 0
     tokens.acquire("b", 50, 10, now_ms=2)
+
+
+def test_a_refusal_pickles_with_its_facts(tokens):
+    import pickle
+
+    tokens.acquire("b", 50, 10_000, now_ms=1)
+    loan = tokens.acquire("b", 50, 100, now_ms=1)
+    with pytest.raises(fairshm.GuaranteedRefused) as r0:
+        tokens.acquire("a", 50, 50, now_ms=11)
+    r0 = r0.value
+    r = pickle.loads(pickle.dumps(r0))
+    assert type(r) is fairshm.GuaranteedRefused
+    assert (r.reason, r.retry_after_ms, r.blocking, r.pool, r.tenant) == (
+        "guarantee_on_loan", 90, [loan.id], "tokens", "a")
+    assert (r.guarantee, r.own_free, r.lent) == (50, 0, 50)
+    assert r.explanation == r0.explanation and str(r) == str(r0)

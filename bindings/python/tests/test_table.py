@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -221,7 +222,7 @@ def test_every_code_of_the_header_has_its_own_exception_class():
     assert len(codes) == 28
     seen = set()
     for code, macro in codes.items():
-        cls = fairshm._ERRORS[code]
+        cls = fairshm._errors._ERRORS[code]
         kind = fairshm._lib.code_name(code)
         assert kind == macro.lower()
         want = "".join(w.title() for w in kind.split("_"))
@@ -252,3 +253,28 @@ def test_full_tables_raise_their_own_class(name):
     with pytest.raises(fairshm.InvalidRequest) as e:
         t.try_acquire("requests", "a")
     assert "closed" in str(e.value)
+
+
+def test_errors_and_refusals_survive_pickling(table):
+    # What multiprocessing and concurrent.futures do to an exception a worker raises.
+    import pickle
+
+    with pytest.raises(fairshm.NotFound) as nf:
+        fairshm.Table.open("fairshm-test-py-no-such-table-%d" % os.getpid())
+    e = pickle.loads(pickle.dumps(nf.value))
+    assert type(e) is fairshm.NotFound and isinstance(e, fairshm.Error)
+    assert (e.code, e.kind, str(e)) == (nf.value.code, "not_found", str(nf.value))
+
+    held = table.try_acquire("requests", "acme", units=4)
+    with pytest.raises(fairshm.Refused) as ref:
+        table.try_acquire("requests", "acme")
+    r0 = ref.value
+    r = pickle.loads(pickle.dumps(r0))
+    held.release()
+    table.close()  # the copy needs no table: its explanation came with it
+    assert type(r) is fairshm.Refused
+    assert (r.reason, r.code, r.retry_after_ms, r.pool, r.tenant) == (
+        r0.reason, r0.code, r0.retry_after_ms, "requests", "acme")
+    assert (r.in_use, r.held, r.capacity, r.floor, r.units, r.share) == (4, 4, 4, 1, 1, 4.0)
+    assert r.explanation == r0.explanation and '"acme"' in r.explanation
+    assert r.as_dict() == r0.as_dict()

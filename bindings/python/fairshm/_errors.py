@@ -1,0 +1,214 @@
+"""The C ABI's codes as Python sees them: one exception class per error code, the
+refusal reasons' names, and the checks that refuse a bad argument before it reaches the
+library (a name a C string cannot carry, an integer ctypes would wrap)."""
+
+import json
+import time
+from ctypes import string_at
+
+from . import _lib
+from ._lib import lib
+
+class Error(Exception):
+    """Something wrong with the request or the table (not a refusal). ``code`` is the C
+    ABI's (negative) code, ``kind`` its stable name."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.kind = _lib.code_name(code)
+
+    def __reduce__(self):
+        # Pickled (an exception a multiprocessing worker sends back) as the arguments
+        # it was made with, which `Exception`'s default (its message alone) is not.
+        return (type(self), (self.code, str(self)))
+
+
+# One subclass per code of the C ABI, named as the Rust `Error` variant (`Io` is
+# `IoError` here), so a caller can catch exactly what it can handle.
+class InvalidName(Error):
+    """A segment name that cannot be used (-1)."""
+
+
+class InvalidConfig(Error):
+    """A config that breaks a rule; the message names the field (-2)."""
+
+
+class NotFound(Error):
+    """No segment of that name (-3)."""
+
+
+class AlreadyExists(Error):
+    """A segment of that name exists already (-4)."""
+
+
+class Truncated(Error):
+    """The segment's file is shorter than its layout needs (-5)."""
+
+
+class BadMagic(Error):
+    """The file is not a fairshm segment (-6)."""
+
+
+class VersionMismatch(Error):
+    """A segment of another layout version: `shmtool clean` it before a new master (-7)."""
+
+
+class NotReady(Error):
+    """The segment's creator never finished making it (-8)."""
+
+
+class WrongOwner(Error):
+    """The segment belongs to another user (-9)."""
+
+
+class ConfigMismatch(Error):
+    """The segment was created with another config; the message says what differs (-10)."""
+
+
+class Corrupt(Error):
+    """Shared memory that breaks an invariant, named in the message (-11)."""
+
+
+class UnknownPool(Error):
+    """No pool of that name in this table (-12)."""
+
+
+class InvalidTenant(Error):
+    """A tenant name that cannot be used (empty, too long, a NUL byte) (-13)."""
+
+
+class TenantTableFull(Error):
+    """The tenant directory has no room for another tenant (-14)."""
+
+
+class LeaseTableFull(Error):
+    """All of this process's lease slots are in use (-15)."""
+
+
+class ProcessTableFull(Error):
+    """No process slot is free or reapable (-16)."""
+
+
+class InvalidRequest(Error):
+    """A request that makes no sense (0 units, a handle of another table) (-17)."""
+
+
+class UnitsExceedCapacity(Error):
+    """More units than the pool can ever hold (-18)."""
+
+
+class AlreadyReleased(Error):
+    """A lease released again (-19)."""
+
+
+class NotOwner(Error):
+    """A lease of another process (-20)."""
+
+
+class IoError(Error):
+    """A system call on the segment failed (-21)."""
+
+
+class ReadOnly(Error):
+    """A change asked of an observer's read-only open (-22)."""
+
+
+class TenantBusy(Error):
+    """A tenant slot still being written by a live process; retry (-23)."""
+
+
+class BadFile(Error):
+    """The segment's path is not a file fairshm may trust (-24)."""
+
+
+class PoolLeasesFull(Error):
+    """A guaranteed pool holds all the leases it can (-25)."""
+
+
+class Revoked(Error):
+    """A resident lease (of an ``evict`` pool) was revoked to make room: put the object
+    to sleep and release the lease (-26)."""
+
+
+class NotResident(Error):
+    """A call on a lease of a pool that does not evict, or an end without a begin (-27)."""
+
+
+class ForeignPidNamespace(Error):
+    """The segment was made in another pid namespace; open it as an observer (-28)."""
+
+
+_ERRORS = {-(i + 1): c for i, c in enumerate([
+    InvalidName, InvalidConfig, NotFound, AlreadyExists, Truncated, BadMagic,
+    VersionMismatch, NotReady, WrongOwner, ConfigMismatch, Corrupt, UnknownPool,
+    InvalidTenant, TenantTableFull, LeaseTableFull, ProcessTableFull, InvalidRequest,
+    UnitsExceedCapacity, AlreadyReleased, NotOwner, IoError, ReadOnly, TenantBusy,
+    BadFile, PoolLeasesFull, Revoked, NotResident, ForeignPidNamespace])}
+
+
+def _raise(code):
+    raise _ERRORS.get(code, Error)(code, _lib.last_error())
+
+
+def _c_name(name, what, code):
+    """``name`` as the C ABI takes it (UTF-8, NUL-terminated). One that a C string
+    cannot carry is refused as the library refuses a bad name (error ``code``), never
+    cut at its NUL: ``"a\\x00b"`` would otherwise be tenant ``"a"``."""
+    if not isinstance(name, str):
+        raise TypeError("a %s name is a str, not %s" % (what, type(name).__name__))
+    if "\x00" in name:
+        raise _ERRORS.get(code, Error)(code, "invalid %s name %r: contains a NUL byte" % (what, name))
+    return name.encode()
+
+
+def _deadline(timeout):
+    """The monotonic instant a wait of ``timeout`` seconds ends: ``None`` (no end) for
+    ``None`` or infinity; a negative timeout tries once; NaN is refused."""
+    if timeout is None or timeout == float("inf"):
+        return None
+    if timeout != timeout:
+        raise ValueError("timeout is NaN")
+    return time.monotonic() + max(0.0, timeout)
+
+
+def _take_json(p, code):
+    """Parses a JSON string the library returned and frees it; a null one raises with
+    ``code`` and the library's last error."""
+    if not p:
+        _raise(code)
+    try:
+        return json.loads(string_at(p))
+    finally:
+        lib.fairshm_string_free(p)
+
+
+_REASONS = {1: "pool_full", 2: "over_share", 3: "timed_out", 4: "cancelled",
+            5: "rate_limited", 6: "work_debt", 7: "hold_exceeds_reclaim_horizon",
+            8: "guarantee_on_loan", 9: "guarantee_exhausted", 10: "too_many_residents"}
+
+
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _out_of_range(name, value, hi):
+    """ctypes would wrap a negative or too large integer silently (-1 units would ask
+    for 4294967295): refused here, naming the argument."""
+    return ValueError("%s must be an integer from 0 to %d, not %r" % (name, hi, value))
+
+
+def _check(name, value, hi):
+    if not 0 <= value <= hi:
+        raise _out_of_range(name, value, hi)
+
+
+def _check_request(units, hold_ms):
+    _check("units", units, _U32)
+    _check("hold_ms", hold_ms, _U64)
+
+
+# Shown as ``fairshm.NotFound`` (where they are exported), not by this module's name.
+for _c in (Error, *_ERRORS.values()):
+    _c.__module__ = "fairshm"
+del _c

@@ -1,0 +1,144 @@
+"""Guaranteed pools (seed 001) through the C ABI: fixed, weighted tenants, each
+guaranteed its part of the ceiling, idle parts lent for at most the reclaim horizon."""
+
+from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
+
+from . import _lib
+from ._errors import _REASONS, _U64, _c_name, _check, _take_json
+from ._lib import lib
+
+
+class GuaranteedRefused(Exception):
+    """An acquire of a guaranteed pool (seed 001) not granted. ``reason`` is
+    ``hold_exceeds_reclaim_horizon``, ``guarantee_on_loan`` or ``guarantee_exhausted``;
+    ``retry_after_ms`` is ``None`` when no time can be promised (a blocking lease has
+    overrun); ``blocking`` lists the lease ids holding the tenant's guarantee on loan;
+    ``explanation`` says who asked for what, what blocks it and the ways out."""
+
+    def __init__(self, facts, explanation, pool, tenant):
+        self._facts = facts
+        self.code = facts.reason
+        self.reason = _REASONS.get(facts.reason, "unknown")
+        self.retry_after_ms = facts.retry_after_ms if facts.has_retry_after else None
+        self.blocking = [facts.blocking[i] for i in range(min(facts.n_blocking, 8))]
+        self.explanation = explanation
+        self.pool = pool
+        self.tenant = tenant
+        super().__init__(self.reason)
+
+    def __getattr__(self, name):
+        # The numbers behind the refusal: units, guarantee, own_free, lent, need,
+        # lendable, seq, n_blocking.
+        facts = self.__dict__.get("_facts")
+        if facts is not None and name in ("units", "guarantee", "own_free", "lent", "need",
+                                          "lendable", "seq", "n_blocking"):
+            return getattr(facts, name)
+        raise AttributeError(name)
+
+    @property
+    def retry_after_header(self):
+        """The HTTP ``Retry-After`` value (whole seconds, rounded up, at least 1), or
+        ``None`` when no time can be promised."""
+        if self.retry_after_ms is None:
+            return None
+        return max(1, -(-self.retry_after_ms // 1000))
+
+    def __str__(self):
+        return "%s: %s" % (self.reason, self.explanation)
+
+    def __reduce__(self):
+        # Pickled (a multiprocessing worker's refusal) as its numbers and its words.
+        return (_unpickle_guaranteed_refused, (type(self), bytes(self._facts), self.explanation,
+                                               self.pool, self.tenant))
+
+
+def _unpickle_guaranteed_refused(cls, facts, explanation, pool, tenant):
+    return cls(_lib.GuaranteedRefusal.from_buffer_copy(facts), explanation, pool, tenant)
+
+
+class GuaranteedLease:
+    """A lease of a guaranteed pool. Release it with ``release(now_ms)`` (or use
+    ``with``, which releases at the library's clock)."""
+
+    __slots__ = ("_pool", "id", "_done")
+
+    def __init__(self, pool, lease_id):
+        self._pool = pool
+        self.id = lease_id
+        self._done = False
+
+    def release(self, now_ms=0):
+        if not self._done:
+            self._done = True
+            self._pool.release(self.id, now_ms)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+class Guaranteed:
+    """A guaranteed pool (seed 001) of a table: fixed, weighted tenants, each guaranteed
+    its part of the ceiling, idle parts lent for at most the reclaim horizon. Every call
+    takes ``now_ms`` (0: the library's clock)."""
+
+    def __init__(self, table, name):
+        self._table = table
+        self.name = name
+        out = c_uint32()
+        rc = lib.fairshm_guaranteed_pool(table._h, _c_name(name, "pool", _lib.E_UNKNOWN_POOL), byref(out))
+        if rc:
+            self._table._fail(rc)
+        self._id = out.value
+        self._tenants = {}
+        self._why = create_string_buffer(1024)
+
+    def _tenant(self, name):
+        t = self._tenants.get(name)
+        if t is None:
+            out = c_uint32()
+            rc = lib.fairshm_guaranteed_tenant(self._table._h, self._id, _c_name(name, "tenant", _lib.E_INVALID_TENANT),
+                                               byref(out))
+            if rc:
+                self._table._fail(rc)
+            t = self._tenants[name] = out.value
+        return t
+
+    def acquire(self, tenant, cost, hold_ms, now_ms=0):
+        """A ``GuaranteedLease``, or ``GuaranteedRefused``."""
+        _check("cost", cost, _U64)
+        _check("hold_ms", hold_ms, _U64)
+        _check("now_ms", now_ms, _U64)
+        lease = c_uint64()
+        facts = _lib.GuaranteedRefusal()
+        rc = lib.fairshm_guaranteed_acquire(self._table._h, self._id, self._tenant(tenant), cost,
+                                            hold_ms, now_ms, byref(lease), byref(facts),
+                                            self._why, sizeof(self._why))
+        if rc == _lib.OK:
+            return GuaranteedLease(self, lease.value)
+        if rc == _lib.REFUSED:
+            raise GuaranteedRefused(facts, self._why.value.decode("utf-8", "replace"),
+                                    self.name, tenant)
+        self._table._fail(rc)
+
+    def release(self, lease_id, now_ms=0):
+        _check("now_ms", now_ms, _U64)
+        rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, now_ms)
+        if rc:
+            self._table._fail(rc)
+
+    def stats(self, now_ms=0):
+        """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms`` (0:
+        the pool's own clock)."""
+        _check("now_ms", now_ms, _U64)
+        if not self._table._h:
+            self._table._fail(-11)
+        return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms), -11)
+
+
+for _c in (GuaranteedRefused, GuaranteedLease, Guaranteed):
+    _c.__module__ = "fairshm"
+del _c
