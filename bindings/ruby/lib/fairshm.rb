@@ -188,11 +188,27 @@ module Fairshm
     end
 
     def to_h
-      @facts.merge(reason: @reason, code: @code, pool: @pool, tenant: @tenant, explanation: explanation)
+      facts.merge(reason: @reason, code: @code, pool: @pool, tenant: @tenant, explanation: explanation)
     end
 
     def message
       "#{@reason}: #{explanation}"
+    end
+
+    # Marshal (as the parallel gem sends back what a forked worker raised): the numbers,
+    # the explanation (made now, while the table may still be open) and the backtrace;
+    # not the table, whose handle means nothing in another process.
+    # (_dump and _load: Marshal refuses an exception's marshal_load, a TypeError on Ruby 3.1.)
+    def _dump(_level)
+      Marshal.dump([@bytes, @pool, @tenant, explanation, backtrace])
+    end
+
+    def self._load(data)
+      bytes, pool, tenant, explanation, trace = Marshal.load(data)
+      new(nil, bytes, pool, tenant).tap do |r|
+        r.instance_variable_set(:@explanation, explanation)
+        r.set_backtrace(trace) if trace
+      end
     end
 
     private

@@ -35,6 +35,16 @@ class TestGuaranteed < Minitest::Test
     assert_equal ["a", 90, 4500], [a["name"], a["worst_reclaim_ms"], a["deficit_unit_ms"]]
   end
 
+  def test_a_refusal_survives_marshal
+    @g.acquire("b", 50, 10_000, now_ms: 1)
+    loan = @g.acquire("b", 50, 100, now_ms: 1)
+    r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 11) }
+    copy = Marshal.load(Marshal.dump(r))
+    assert_equal [Fairshm::GuaranteedRefused, "guarantee_on_loan", 90, [loan], "tokens", "a"],
+                 [copy.class, copy.reason, copy.retry_after_ms, copy.blocking, copy.pool, copy.tenant]
+    assert_equal [r.facts, r.explanation, r.message], [copy.facts, copy.explanation, copy.message]
+  end
+
   def test_errors_are_typed_and_a_block_releases
     id = @g.acquire("a", 10, 10, now_ms: 5) { |lease| lease }
     assert_raises(Fairshm::AlreadyReleased) { @g.release(id, now_ms: 7) }

@@ -20,6 +20,29 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # A refusal's hash, asked for first (it was built from facts unpacked only once a fact
+  # was read), and a refusal and an error through Marshal, as the parallel gem sends
+  # back what a forked worker raised: the copy needs no table.
+  def test_a_fresh_refusal_has_its_hash_and_survives_marshal
+    fill
+    r = assert_raises(Fairshm::Refused) { @table.try_acquire("requests", "acme") }
+    h = r.to_h
+    assert_equal ["over_share", 4, 4, "acme"], [h[:reason], h[:in_use], h[:held], h[:tenant]]
+    copy = Marshal.load(Marshal.dump(r))
+    @table.close
+    assert_instance_of Fairshm::Refused, copy
+    assert_equal [r.reason, r.code, r.retry_after_ms, "requests", "acme"],
+                 [copy.reason, copy.code, copy.retry_after_ms, copy.pool, copy.tenant]
+    assert_equal [4, 4, 4, 1, 1, 4.0], [copy.in_use, copy.held, copy.capacity, copy.floor, copy.units, copy.share]
+    assert_equal r.explanation, copy.explanation
+    assert_equal r.message, copy.message
+    assert_equal h, copy.to_h
+    assert_equal r.backtrace, copy.backtrace
+    e = assert_raises(Fairshm::NotFound) { Fairshm::Table.open("#{@name}-none") }
+    e2 = Marshal.load(Marshal.dump(e))
+    assert_equal [Fairshm::NotFound, e.code, "not_found", e.message], [e2.class, e2.code, e2.kind, e2.message]
+  end
+
   # `attempt` returns what `try_acquire` raises, with the same facts (the two a 429
   # needs read directly, the rest unpacked when first asked for).
   def test_attempt_returns_the_refusal_instead_of_raising_it
