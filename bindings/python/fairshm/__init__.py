@@ -145,6 +145,14 @@ _FACT_NAMES = ("units", "in_use", "held", "capacity", "floor", "weight", "active
                "server_queue_us")
 
 
+def _not_copied(obj, instead):
+    """What pickling or copying a handle of this process's raises: a copy would hold
+    the same native pointer, used after one of the two freed it (or, in another
+    process, never valid)."""
+    return TypeError("a fairshm.%s cannot be pickled or copied: it holds this process's "
+                     "native handle; %s" % (type(obj).__name__, instead))
+
+
 class Cancel:
     """Ends blocking acquires early, from another thread: ``acquire(cancel=c)`` then
     raises ``Refused`` with reason ``cancelled``."""
@@ -162,6 +170,9 @@ class Cancel:
         p, self._p = getattr(self, "_p", None), None
         if p:
             lib.fairshm_cancel_free(p)
+
+    def __reduce__(self):
+        raise _not_copied(self, "make a new one where it is needed")
 
 
 class Lease:
@@ -325,6 +336,9 @@ class Table:
         h, self._h = getattr(self, "_h", None), None
         if h:
             lib.fairshm_close(h)
+
+    def __reduce__(self):
+        raise _not_copied(self, "open the table by its name where it is needed")
 
     def __enter__(self):
         return self

@@ -278,3 +278,23 @@ def test_errors_and_refusals_survive_pickling(table):
     assert (r.in_use, r.held, r.capacity, r.floor, r.units, r.share) == (4, 4, 4, 1, 1, 4.0)
     assert r.explanation == r0.explanation and '"acme"' in r.explanation
     assert r.as_dict() == r0.as_dict()
+
+
+def test_a_table_or_a_cancel_is_not_copied_with_its_native_handle(table):
+    # A copy would share the pointer: closed (or freed) through one, used through the
+    # other. Refused, naming what to do instead; the original stays usable.
+    import copy
+    import pickle
+
+    c = fairshm.Cancel()
+    for obj, instead in ((table, "open the table by its name"), (c, "make a new one")):
+        for dup in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError) as e:
+                dup(obj)
+            assert "cannot be pickled or copied" in str(e.value) and instead in str(e.value)
+    lease = table.try_acquire("requests", "acme")
+    with pytest.raises(TypeError):
+        pickle.dumps(lease)  # it names its table
+    lease.release()
+    c.cancel()
+    assert table.stats()["pools"][0]["in_use"] == 0

@@ -226,9 +226,36 @@ module Fairshm
     end
   end
 
+  # For the objects that hold a native handle of this process (a Table, a Cancel): a
+  # copy would share the pointer, used after one of the two freed it (or, marshaled to
+  # another process, never valid). dup, clone and Marshal raise TypeError instead,
+  # before anything is made: a copy Ruby made and initialize_copy then refused would
+  # still carry the original's finalizer, and free its pointer a second time.
+  module NotCopied
+    def dup
+      raise TypeError, "a #{self.class} cannot be copied: #{not_copied_because}"
+    end
+
+    def clone(freeze: nil)
+      _ = freeze
+      dup
+    end
+
+    def _dump(_level)
+      raise TypeError, "a #{self.class} cannot be marshaled: #{not_copied_because}"
+    end
+
+    private
+
+    def not_copied_because
+      "it holds this process's native handle; #{not_copied_instead}"
+    end
+  end
+
   # Ends blocking acquires early, from another thread: acquire(cancel: c) then raises
   # Refused with reason "cancelled".
   class Cancel
+    include NotCopied
     attr_reader :ptr
 
     def initialize
@@ -246,6 +273,12 @@ module Fairshm
 
     def reset
       Native::CANCEL_RESET.call(@ptr)
+    end
+
+    private
+
+    def not_copied_instead
+      "make a new one where it is needed"
     end
   end
 
@@ -321,6 +354,7 @@ module Fairshm
   # An open table (a mapped segment). Open it once per process, or once in the master
   # before forking: it works in every forked worker and in every thread.
   class Table
+    include NotCopied
     attr_reader :name, :handle
 
     def self.create(name, config = nil, mode: 0)
@@ -577,6 +611,10 @@ module Fairshm
       return Refused.new(self, refusal[0, Native::REFUSAL_SIZE], pool_name, tenant_name) if rc == 1
 
       raise_for(rc)
+    end
+
+    def not_copied_instead
+      "open the table by its name where it is needed"
     end
   end
 

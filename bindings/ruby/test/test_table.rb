@@ -43,6 +43,24 @@ class TestTable < Minitest::Test
     assert_equal [Fairshm::NotFound, e.code, "not_found", e.message], [e2.class, e2.code, e2.kind, e2.message]
   end
 
+  # A copy would share the native pointer: closed (or freed) through one, used through
+  # the other. Refused, naming what to do instead; the original stays usable.
+  def test_a_table_or_a_cancel_is_not_copied_with_its_native_handle
+    c = Fairshm::Cancel.new
+    [[@table, "open the table by its name"], [c, "make a new one"]].each do |obj, instead|
+      [->(o) { o.dup }, ->(o) { o.clone }, ->(o) { Marshal.dump(o) }].each do |copy|
+        e = assert_raises(TypeError) { copy.call(obj) }
+        assert_match(/cannot be (copied|marshaled): it holds this process's native handle/, e.message)
+        assert_includes e.message, instead
+      end
+    end
+    lease = @table.try_acquire("requests", "acme")
+    assert_raises(TypeError) { Marshal.dump(lease) } # it names its table
+    lease.release
+    c.cancel
+    assert_equal 0, in_use
+  end
+
   # `attempt` returns what `try_acquire` raises, with the same facts (the two a 429
   # needs read directly, the rest unpacked when first asked for).
   def test_attempt_returns_the_refusal_instead_of_raising_it
