@@ -380,11 +380,13 @@ class Table:
 
     def try_acquire(self, pool, tenant, units=1, hold_ms=0, queued_us=None):
         """A lease, or ``Refused`` at once. ``units`` and ``hold_ms`` are integers from 0
-        (``ValueError`` otherwise: ctypes would wrap them). ``queued_us``: how long the
+        (``ValueError`` otherwise: ctypes would wrap them; ``TypeError`` for a float, a
+        str or None). ``queued_us``: how long the
         request waited in the server's own queue, when known (see ``note_queue``); an
         over-share refusal's ``retry_after_ms`` is then stretched by it at once."""
-        if not (0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
-            _check_request(units, hold_ms)
+        if not (type(units) is int and type(hold_ms) is int
+                and 0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
+            _check_request(units, hold_ms)  # other integer types pass; the rest raises
         try:
             p = self._pools[pool]
             t = self._tenants[tenant]
@@ -424,6 +426,8 @@ class Table:
         _check_request(units, hold_ms)
         p, t = self.pool(pool), self.tenant(tenant)
         lease, refusal, lref, rref = _out.bufs
+        if cancel is not None and not isinstance(cancel, Cancel):
+            raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
         c = cancel._p if cancel is not None else None
         deadline = _deadline(timeout)
         evict_wait = self._evict_wait(p)
@@ -464,6 +468,7 @@ class Table:
 
     def release(self, lease_id):
         """Releases a lease by its id."""
+        _check("lease_id", lease_id, _U64)
         rc = _release(self._h, lease_id)
         if rc:
             self._fail(rc)

@@ -3,6 +3,8 @@ refusal reasons' names, and the checks that refuse a bad argument before it reac
 library (a name a C string cannot carry, an integer ctypes would wrap)."""
 
 import json
+import numbers
+import operator
 import time
 from ctypes import string_at
 
@@ -165,7 +167,11 @@ def _c_name(name, what, code):
 def _deadline(timeout):
     """The monotonic instant a wait of ``timeout`` seconds ends: ``None`` (no end) for
     ``None`` or infinity; a negative timeout tries once; NaN is refused."""
-    if timeout is None or timeout == float("inf"):
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real):
+        raise TypeError("timeout must be a number of seconds or None, not %s" % type(timeout).__name__)
+    if timeout == float("inf"):
         return None
     if timeout != timeout:
         raise ValueError("timeout is NaN")
@@ -199,7 +205,14 @@ def _out_of_range(name, value, hi):
 
 
 def _check(name, value, hi):
-    if not 0 <= value <= hi:
+    """Refuses what ctypes would pass wrapped or refuse without naming the argument: an
+    integer out of ``[0, hi]`` (``ValueError``), or not an integer at all (``TypeError``:
+    a float, a str, None). Any integer type is taken (``operator.index``)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an integer, not %s" % (name, type(value).__name__)) from None
+    if not 0 <= v <= hi:
         raise _out_of_range(name, value, hi)
 
 

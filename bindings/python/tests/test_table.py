@@ -164,6 +164,30 @@ def test_out_of_range_integers_are_refused_not_wrapped(table):
         table.charge("acme", -3)
 
 
+def test_arguments_of_the_wrong_type_are_refused_naming_them(table):
+    # ctypes said "argument 4: TypeError: wrong type" for a float, and a comparison's
+    # TypeError for None or a str; a wrong cancel was an AttributeError.
+    for kw, said in (({"units": 1.5}, "units must be an integer, not float"),
+                     ({"units": "2"}, "units must be an integer, not str"),
+                     ({"hold_ms": None}, "hold_ms must be an integer, not NoneType")):
+        with pytest.raises(TypeError) as e:
+            table.try_acquire("requests", "acme", **kw)
+        assert said in str(e.value)
+    with pytest.raises(TypeError) as e:
+        table.acquire("requests", "acme", timeout="1")
+    assert "timeout must be a number of seconds or None, not str" in str(e.value)
+    with pytest.raises(TypeError) as e:
+        table.acquire("requests", "acme", timeout=0.01, cancel=5)
+    assert "cancel must be a fairshm.Cancel or None, not int" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        table.release(-1)  # ctypes would pass it as 2**64 - 1
+    assert "lease_id must be an integer from 0 to" in str(e.value)
+    assert table.stats()["pools"][0]["in_use"] == 0  # nothing was granted
+    lease = table.try_acquire("requests", "acme", units=True, hold_ms=2**3)  # any integer type
+    assert table.stats()["pools"][0]["in_use"] == 1
+    lease.release()
+
+
 def test_a_refusal_outliving_its_table_still_explains_itself(name):
     # A Refused raised out of a block that closes its table is printed after the close.
     t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 1}]})
