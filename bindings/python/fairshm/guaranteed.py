@@ -125,6 +125,7 @@ class Guaranteed:
         self._table._fail(rc)
 
     def release(self, lease_id, now_ms=0):
+        _check("lease_id", lease_id, _U64)
         _check("now_ms", now_ms, _U64)
         rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, now_ms)
         if rc:

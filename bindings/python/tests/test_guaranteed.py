@@ -59,6 +59,11 @@ def test_errors_are_typed(tokens):
     assert r.value.reason == "hold_exceeds_reclaim_horizon"
     with pytest.raises(fairshm.UnknownPool):
         tokens._table.guaranteed("nope")
+    with pytest.raises(ValueError) as e:
+        tokens.release(-1, now_ms=9)  # ctypes would pass it as 2**64 - 1
+    assert "lease_id must be an integer from 0 to" in str(e.value)
+    with pytest.raises(TypeError):
+        tokens.release(1.5, now_ms=9)
 
 
 def test_a_forked_worker_shares_the_pool_and_its_death_returns_its_lease(name, tokens):

@@ -108,7 +108,9 @@ module Fairshm
   # The monotonic instant a wait of +timeout+ seconds ends: nil (no end) for nil or
   # infinity; a negative timeout tries once; NaN is refused.
   def self.deadline(timeout)
-    return nil if timeout.nil? || timeout == Float::INFINITY
+    return nil if timeout.nil?
+    raise TypeError, "timeout must be a number of seconds or nil, not #{timeout.inspect}" unless timeout.is_a?(Numeric)
+    return nil if timeout == Float::INFINITY
     raise ArgumentError, "timeout is NaN" if timeout.respond_to?(:nan?) && timeout.nan?
 
     Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max
@@ -504,7 +506,9 @@ module Fairshm
       p = pool(pool_name)
       t = tenant(tenant_name)
       lease, refusal = Fairshm.buffers
-      c = cancel ? cancel.ptr : nil
+      raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
+
+      c = cancel&.ptr
       deadline = Fairshm.deadline(timeout)
       wait = evict_wait_ms(p)
       if wait.positive?
@@ -545,6 +549,7 @@ module Fairshm
     end
 
     def release(lease_id)
+      Fairshm.check_int("lease_id", lease_id, U64_MAX)
       rc = Native::RELEASE.call(@handle, lease_id)
       raise_for(rc) unless rc.zero?
     end
@@ -693,6 +698,7 @@ module Fairshm
     end
 
     def release(lease_id, now_ms: 0)
+      Fairshm.check_int("lease_id", lease_id, U64_MAX)
       Fairshm.check_int("now_ms", now_ms, U64_MAX)
       rc = Native::G_RELEASE.call(@table.handle, lease_id, now_ms)
       @table.raise_for(rc) unless rc.zero?

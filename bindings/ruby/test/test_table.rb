@@ -61,6 +61,22 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # A timeout that is no number was a comparison's ArgumentError, a cancel that is no
+  # Cancel a NoMethodError, and a lease id of -1 or 1.5 reached the library as
+  # 4294967295/4294967295 or lease 1.
+  def test_arguments_of_the_wrong_type_are_refused_naming_them
+    e = assert_raises(TypeError) { @table.acquire("requests", "acme", timeout: "1") }
+    assert_includes e.message, 'timeout must be a number of seconds or nil, not "1"'
+    e = assert_raises(TypeError) { @table.acquire("requests", "acme", timeout: 0.01, cancel: 5) }
+    assert_includes e.message, "cancel must be a Fairshm::Cancel or nil, not 5"
+    [-1, 1.5, "x", nil].each do |id|
+      e = assert_raises(ArgumentError) { @table.release(id) }
+      assert_includes e.message, "lease_id must be an integer from 0 to"
+    end
+    assert_equal 0, in_use
+    @table.acquire("requests", "acme", timeout: Rational(1, 100)).release # any number of seconds
+  end
+
   # `attempt` returns what `try_acquire` raises, with the same facts (the two a 429
   # needs read directly, the rest unpacked when first asked for).
   def test_attempt_returns_the_refusal_instead_of_raising_it
