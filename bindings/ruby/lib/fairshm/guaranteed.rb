@@ -1,0 +1,99 @@
+# frozen_string_literal: true
+
+# Guaranteed pools (seed 001) through the C ABI.
+module Fairshm
+  # An acquire of a guaranteed pool not granted: +reason+ (hold_exceeds_reclaim_horizon,
+  # guarantee_on_loan, guarantee_exhausted), +retry_after_ms+ (nil when no time can be
+  # promised: a blocking lease has overrun), the +blocking+ lease ids, the numbers
+  # (+facts+), and the +explanation+.
+  class GuaranteedRefused < StandardError
+    attr_reader :reason, :code, :retry_after_ms, :blocking, :facts, :explanation, :pool, :tenant
+
+    def initialize(bytes, explanation, pool, tenant)
+      vals = bytes.unpack(Native::G_REFUSAL_PACK + "Q8")
+      @facts = Native::G_REFUSAL_FIELDS.zip(vals).to_h
+      @code = @facts[:reason]
+      @reason = REASONS.fetch(@code, "unknown")
+      @retry_after_ms = @facts[:has_retry_after] == 1 ? @facts[:retry_after_ms] : nil
+      @blocking = vals[Native::G_REFUSAL_FIELDS.size, [@facts[:n_blocking], 8].min]
+      @explanation = explanation
+      @pool = pool
+      @tenant = tenant
+      super("#{@reason}: #{explanation}")
+    end
+
+    # The HTTP Retry-After value (whole seconds, rounded up, at least 1), or nil.
+    def retry_after_header
+      @retry_after_ms && [1, -(-@retry_after_ms / 1000)].max
+    end
+  end
+
+  # A guaranteed pool (seed 001): fixed, weighted tenants, each guaranteed its part of
+  # the ceiling, idle parts lent for at most the reclaim horizon. Every call takes
+  # +now_ms+ (0: the library's clock).
+  class Guaranteed
+    attr_reader :name
+
+    def initialize(table, name)
+      @table = table
+      @name = name
+      @tenants = {}
+      out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      rc = Native::G_POOL.call(table.handle, Fairshm.c_name(name, "pool", Native::E_UNKNOWN_POOL), out)
+      @table.raise_for(rc) unless rc.zero?
+      @id = out[0, 4].unpack1("L")
+    end
+
+    # The lease id, or raises GuaranteedRefused. With a block: yields the lease id and
+    # releases it afterwards (at the library's clock).
+    def acquire(tenant_name, cost, hold_ms, now_ms: 0)
+      Fairshm.check_int("cost", cost, U64_MAX)
+      Fairshm.check_int("hold_ms", hold_ms, U64_MAX)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
+      lease = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
+      facts = Fiddle::Pointer.malloc(Native::G_REFUSAL_SIZE, Fiddle::RUBY_FREE)
+      why = Fiddle::Pointer.malloc(Native::G_WHY_SIZE, Fiddle::RUBY_FREE)
+      rc = Native::G_ACQUIRE.call(@table.handle, @id, tenant(tenant_name), cost, hold_ms, now_ms,
+                                  lease, facts, why, Native::G_WHY_SIZE)
+      if rc == 1
+        raise GuaranteedRefused.new(facts[0, Native::G_REFUSAL_SIZE], why.to_s.force_encoding("UTF-8"),
+                                    @name, tenant_name)
+      end
+      @table.raise_for(rc) unless rc.zero?
+      id = lease[0, 8].unpack1("Q")
+      return id unless block_given?
+
+      begin
+        yield id
+      ensure
+        release(id)
+      end
+    end
+
+    def release(lease_id, now_ms: 0)
+      Fairshm.check_int("lease_id", lease_id, U64_MAX)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
+      rc = Native::G_RELEASE.call(@table.handle, lease_id, now_ms)
+      @table.raise_for(rc) unless rc.zero?
+    end
+
+    # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (0: the
+    # pool's own clock).
+    def stats(now_ms: 0)
+      Fairshm.check_int("now_ms", now_ms, U64_MAX)
+      @table.raise_for(-11) if @table.closed?
+      Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now_ms), -11)
+    end
+
+    private
+
+    def tenant(name)
+      @tenants[name] ||= begin
+        out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+        rc = Native::G_TENANT.call(@table.handle, @id, Fairshm.c_name(name, "tenant", Native::E_INVALID_TENANT), out)
+        @table.raise_for(rc) unless rc.zero?
+        out[0, 4].unpack1("L")
+      end
+    end
+  end
+end
