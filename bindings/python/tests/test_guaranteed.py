@@ -25,12 +25,18 @@ def tokens(name):
     t.close()
 
 
-def test_the_returner_is_served_within_the_horizon(tokens):
+def returner_refused(tokens):
+    """b holds its own 50 and borrows a's 50 for 100 ms; a comes back at 11 and is
+    refused. Returns the loan and the refusal."""
     tokens.acquire("b", 50, 10_000, now_ms=1)
     loan = tokens.acquire("b", 50, 100, now_ms=1)
     with pytest.raises(fairshm.GuaranteedRefused) as r:
         tokens.acquire("a", 50, 50, now_ms=11)
-    r = r.value
+    return loan, r.value
+
+
+def test_the_returner_is_served_within_the_horizon(tokens):
+    loan, r = returner_refused(tokens)
     assert (r.reason, r.retry_after_ms, r.retry_after_header) == ("guarantee_on_loan", 90, 1)
     assert r.blocking == [loan.id]
     assert (r.guarantee, r.own_free, r.lent) == (50, 0, 50)
@@ -98,11 +104,7 @@ def test_a_forked_worker_shares_the_pool_and_its_death_returns_its_lease(name, t
 def test_a_refusal_pickles_with_its_facts(tokens):
     import pickle
 
-    tokens.acquire("b", 50, 10_000, now_ms=1)
-    loan = tokens.acquire("b", 50, 100, now_ms=1)
-    with pytest.raises(fairshm.GuaranteedRefused) as r0:
-        tokens.acquire("a", 50, 50, now_ms=11)
-    r0 = r0.value
+    loan, r0 = returner_refused(tokens)
     r = pickle.loads(pickle.dumps(r0))
     assert type(r) is fairshm.GuaranteedRefused
     assert (r.reason, r.retry_after_ms, r.blocking, r.pool, r.tenant) == (
