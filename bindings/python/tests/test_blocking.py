@@ -1,4 +1,3 @@
-import os
 import select
 import signal
 import subprocess
