@@ -295,11 +295,26 @@ module Fairshm
       @name = name
       @pools = {}
       @tenants = {}
+      # A table dropped without #close is closed when it is collected, as Python's
+      # is: otherwise its mapping and its anchor thread stay until the process ends.
+      @open = [@handle]
+      ObjectSpace.define_finalizer(self, Table.closer(@open))
+    end
+
+    # The finalizer: closes the handle in +open+ unless #close did (it zeroes it).
+    # Holds the box, never the table, which would keep the table alive.
+    def self.closer(open)
+      proc do
+        h = open[0]
+        open[0] = 0
+        Native::CLOSE.call(h) unless h.zero?
+      end
     end
 
     def close
       h = @handle
       @handle = 0
+      @open[0] = 0 if @open
       Native::CLOSE.call(h) unless h.nil? || h.zero?
       nil
     end

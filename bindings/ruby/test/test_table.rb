@@ -43,6 +43,19 @@ class TestTable < Minitest::Test
     assert_equal [Fairshm::NotFound, e.code, "not_found", e.message], [e2.class, e2.code, e2.kind, e2.message]
   end
 
+  # A table dropped without #close is closed when collected, as in Python: each kept
+  # its mapping and its anchor thread until the process ended (200 tables, 200 threads).
+  def test_a_table_dropped_without_close_is_closed_when_collected
+    threads = -> { Dir["/proc/self/task/*"].size }
+    before = threads.call
+    open_and_drop = -> { 20.times { Fairshm::Table.open(@name).try_acquire("requests", "acme").release } }
+    open_and_drop.call
+    GC.start
+    left = threads.call - before
+    assert_operator left, :<, 10, "#{left} anchor threads of dropped tables still running"
+    assert_equal 0, in_use
+  end
+
   # A copy would share the native pointer: closed (or freed) through one, used through
   # the other. Refused, naming what to do instead; the original stays usable.
   def test_a_table_or_a_cancel_is_not_copied_with_its_native_handle
