@@ -130,6 +130,11 @@
 typedef struct fairshm_cancel fairshm_cancel;
 
 // An open table: the segment mapped into this process. Opaque.
+//
+// Every call on it is counted in and out (`users`), and `fairshm_close` takes the
+// table only once none is in flight. The handle itself is never freed (a few bytes a
+// close): a thread that read the pointer just before another closed it then finds it
+// closed, not freed.
 typedef struct fairshm_table fairshm_table;
 
 // The facts of a refusal (`FAIRSHM_REFUSED`), filled by the acquire calls.
@@ -215,12 +220,17 @@ int32_t fairshm_open(const char *name,
                      uint32_t file_mode,
                      fairshm_table **out);
 
-// Closes a table (unmaps it; the segment stays). Null is ignored. Leases this process
-// still holds are not released: release them first, or they come back when the
-// process exits.
+// Closes a table (unmaps it; the segment stays), once the calls on it in flight in
+// other threads have returned: a blocking acquire returns within its slice
+// (`FAIRSHM_WAIT_SLICE`) or its timeout. A call on the handle after that fails
+// (`FAIRSHM_E_INVALID_REQUEST`, the table is closed) and a second close does nothing:
+// the handle's few bytes stay allocated so that they can. Null is ignored. Leases this
+// process still holds are not released: release them first, or they come back when
+// the process exits. In a forked child, calls in flight in the parent at the fork are
+// not waited for (the child does not have their threads).
 //
 // # Safety
-// `t` is null or from `fairshm_open`, and not used again after this call.
+// `t` is null or from `fairshm_open`.
 void fairshm_close(fairshm_table *t);
 
 // Removes the segment `name` from `/dev/shm` (processes that have it mapped keep it).

@@ -51,6 +51,15 @@ thread_local! {
     static TID: Cell<(u64, u32)> = const { Cell::new((u64::MAX, 0)) };
 }
 
+/// The fork epoch of this process: one more in a forked child than in its parent at
+/// the fork, once the parent has called this (or `pid`, `tid`), which installs the
+/// handler that counts.
+#[inline]
+pub fn epoch() -> u64 {
+    install();
+    EPOCH.load(Relaxed)
+}
+
 /// This thread's kernel thread id.
 #[inline]
 pub fn tid() -> u32 {

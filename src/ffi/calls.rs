@@ -5,8 +5,8 @@ use std::ffi::{CString, c_char};
 use std::time::Duration;
 
 use super::{
-    FAIRSHM_OK, FAIRSHM_REFUSED, arg_str, arg_table, fail, fairshm_cancel, fairshm_refusal,
-    fairshm_table, guard, invalid,
+    FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_str, arg_table, fail, fairshm_cancel,
+    fairshm_refusal, fairshm_table, guard, invalid,
 };
 use crate::clock;
 use crate::engine::{LeaseId, Outcome, PoolId, TenantId};
@@ -52,7 +52,7 @@ unsafe fn asking<'a>(
     lease: *mut u64,
     pool: u32,
     tenant: u32,
-) -> Result<(&'a Table, PoolId, TenantId), i32> {
+) -> Result<(TableRef<'a>, PoolId, TenantId), i32> {
     // SAFETY: per the caller's contract.
     let table = unsafe { arg_table(t) }?;
     if lease.is_null() {
@@ -82,7 +82,7 @@ unsafe fn resolve(
         if out.is_null() {
             return invalid("argument `out` is null".into());
         }
-        match f(table, name) {
+        match f(&table, name) {
             Ok(h) => {
                 // SAFETY: `out` is non-null (checked) and writable by the contract.
                 unsafe { put(out, h) };

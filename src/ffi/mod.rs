@@ -25,12 +25,15 @@ mod rates;
 mod refusal;
 mod residents;
 
-use std::cell::RefCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::ffi::{CStr, CString, c_char};
+use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::handle_users::Users;
 use crate::table::Table;
 
 pub use calls::*;
@@ -41,8 +44,34 @@ pub use refusal::*;
 pub use residents::*;
 
 /// An open table: the segment mapped into this process. Opaque.
+///
+/// Every call on it is counted in and out (`users`), and `fairshm_close` takes the
+/// table only once none is in flight. The handle itself is never freed (a few bytes a
+/// close): a thread that read the pointer just before another closed it then finds it
+/// closed, not freed.
 pub struct fairshm_table {
-    pub(crate) table: Table,
+    users: Users,
+    /// `None` once closed. Written only by `fairshm_close`, with no call in flight.
+    table: UnsafeCell<Option<Box<Table>>>,
+}
+
+/// The table of a handle, for one call: counted out when dropped.
+pub(crate) struct TableRef<'a> {
+    users: &'a Users,
+    table: &'a Table,
+}
+
+impl Deref for TableRef<'_> {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        self.table
+    }
+}
+
+impl Drop for TableRef<'_> {
+    fn drop(&mut self) {
+        self.users.leave();
+    }
 }
 
 /// Granted (an acquire), or done.
@@ -168,15 +197,31 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, what: &str) -> Result<&'a str
         .map_err(|_| invalid(format!("argument `{what}` is not UTF-8")))
 }
 
-/// The table behind a handle, or an error.
+/// The table behind a handle, counted in for as long as the returned reference lives,
+/// or an error (a null handle, a closed table).
 ///
 /// # Safety
-/// `t` is null or a pointer from `fairshm_open` not yet closed.
-pub(crate) unsafe fn arg_table<'a>(t: *const fairshm_table) -> Result<&'a Table, i32> {
-    // SAFETY: null or live, by the caller's contract.
-    match unsafe { t.as_ref() } {
-        Some(t) => Ok(&t.table),
-        None => Err(invalid("argument `table` is null".into())),
+/// `t` is null or a pointer from `fairshm_open` (closed or not: handles are never
+/// freed).
+pub(crate) unsafe fn arg_table<'a>(t: *const fairshm_table) -> Result<TableRef<'a>, i32> {
+    // SAFETY: null or from `fairshm_open`, by the caller's contract, and never freed.
+    let Some(h) = (unsafe { t.as_ref() }) else {
+        return Err(invalid("argument `table` is null".into()));
+    };
+    if !h.users.enter(crate::selfid::epoch()) {
+        return Err(invalid("the table is closed (fairshm_close)".into()));
+    }
+    // SAFETY: counted in before any close began, so `fairshm_close` does not take the
+    // table until this reference is dropped (`Users`); nothing else writes the cell.
+    match unsafe { (*h.table.get()).as_deref() } {
+        Some(table) => Ok(TableRef {
+            users: &h.users,
+            table,
+        }),
+        None => {
+            h.users.leave();
+            Err(invalid("the table is closed (fairshm_close)".into()))
+        }
     }
 }
 
@@ -244,7 +289,10 @@ pub unsafe extern "C" fn fairshm_open(
         };
         match opened {
             Ok(table) => {
-                let b = Box::new(fairshm_table { table });
+                let b = Box::new(fairshm_table {
+                    users: Users::new(crate::selfid::epoch()),
+                    table: UnsafeCell::new(Some(Box::new(table))),
+                });
                 // SAFETY: `out` is non-null (checked) and writable by contract.
                 unsafe { *out = Box::into_raw(b) };
                 FAIRSHM_OK
@@ -254,20 +302,37 @@ pub unsafe extern "C" fn fairshm_open(
     })
 }
 
-/// Closes a table (unmaps it; the segment stays). Null is ignored. Leases this process
-/// still holds are not released: release them first, or they come back when the
-/// process exits.
+/// Closes a table (unmaps it; the segment stays), once the calls on it in flight in
+/// other threads have returned: a blocking acquire returns within its slice
+/// (`FAIRSHM_WAIT_SLICE`) or its timeout. A call on the handle after that fails
+/// (`FAIRSHM_E_INVALID_REQUEST`, the table is closed) and a second close does nothing:
+/// the handle's few bytes stay allocated so that they can. Null is ignored. Leases this
+/// process still holds are not released: release them first, or they come back when
+/// the process exits. In a forked child, calls in flight in the parent at the fork are
+/// not waited for (the child does not have their threads).
 ///
 /// # Safety
-/// `t` is null or from `fairshm_open`, and not used again after this call.
+/// `t` is null or from `fairshm_open`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairshm_close(t: *mut fairshm_table) {
     if t.is_null() {
         return;
     }
     let _ = guard(|| {
-        // SAFETY: from `Box::into_raw` in `fairshm_open`, closed once by contract.
-        drop(unsafe { Box::from_raw(t) });
+        // SAFETY: from `fairshm_open`, by contract, and never freed.
+        let h = unsafe { &*t };
+        if !h.users.close(crate::selfid::epoch()) {
+            return FAIRSHM_OK; // closed already
+        }
+        let mut pause = Duration::from_micros(20);
+        while !h.users.drained() {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        // SAFETY: closing, and every call counted in has left: no reference to the
+        // table is alive and none can be made (`enter` refuses), so this thread has the
+        // cell alone.
+        drop(unsafe { (*h.table.get()).take() });
         FAIRSHM_OK
     });
 }

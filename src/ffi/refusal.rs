@@ -120,7 +120,7 @@ pub unsafe extern "C" fn fairshm_explain(
         // SAFETY: null or readable, by the contract.
         let r = unsafe { refusal.as_ref() }
             .ok_or_else(|| invalid("argument `refusal` is null".into()))?;
-        let text = explain(table, r)?;
+        let text = explain(&table, r)?;
         if len > 0 {
             if buf.is_null() {
                 return Err(invalid("argument `buf` is null with len > 0".into()));

@@ -31,7 +31,7 @@ unsafe fn with_lease(
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        match f(table, LeaseId::from_u64(lease)) {
+        match f(&table, LeaseId::from_u64(lease)) {
             Ok(()) => FAIRSHM_OK,
             Err(err) => fail(err),
         }

@@ -86,6 +86,23 @@ static void *blocked(void *arg) {
   return NULL;
 }
 
+static int about_to_wait;
+
+/* As `blocked`, for 400 ms, saying first that it is about to wait. */
+static void *blocked_briefly(void *arg) {
+  struct waiter *w = arg;
+  uint64_t lease;
+  __atomic_store_n(&about_to_wait, 1, __ATOMIC_SEQ_CST);
+  w->rc = fairshm_acquire(w->t, w->pool, w->tenant, 1, 0, 400, 0, NULL, &lease, &w->r);
+  return NULL;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: pool_bound SEGMENT_NAME\n");
@@ -225,7 +242,32 @@ int main(int argc, char **argv) {
   CHECK(stats && strstr(stats, "\"pools\""), "stats JSON");
   CHECK(stats && strstr(stats, "\"in_use\":0"), "nothing held at the end: %.200s", stats);
   fairshm_string_free(stats);
+
+  /* A close while another thread waits in an acquire on the table: the close waits for
+     that call to return (its 400 ms timeout) instead of unmapping under it; later calls
+     and a second close are refused or ignored, not undefined. */
+  for (int i = 0; i < CAPACITY; i++) fairshm_try_acquire(t, pool, tenant, 1, 0, &held[i], NULL);
+  struct waiter c = {t, NULL, pool, tenant, -1000, {0}};
+  pthread_create(&th, NULL, blocked_briefly, &c);
+  while (!__atomic_load_n(&about_to_wait, __ATOMIC_SEQ_CST)) nanosleep(&ts, NULL);
+  struct timespec settle = {0, 100 * 1000 * 1000};
+  nanosleep(&settle, NULL);
+  double began = now_ms();
   fairshm_close(t);
+  double took = now_ms() - began;
+  pthread_join(th, NULL);
+  if (c.rc == FAIRSHM_REFUSED) {
+    CHECK(c.r.reason == 3 && took >= 200, "the close waited for the waiter's call: reason %u, "
+          "close took %.0f ms", c.r.reason, took);
+  } else {
+    /* Only on a host so loaded that the waiter entered after the close began. */
+    CHECK(c.rc == FAIRSHM_E_INVALID_REQUEST, "the waiter, come late: rc %d", c.rc);
+    printf("the waiter came after the close began (rc %d): its wait was not checked\n", c.rc);
+  }
+  CHECK(fairshm_try_acquire(t, pool, tenant, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "closed") != NULL,
+        "a call after the close is refused: %s", fairshm_last_error());
+  fairshm_close(t); /* a second close does nothing */
   CHECK(fairshm_unlink(name) == FAIRSHM_OK, "unlink");
   if (failures) fprintf(stderr, "%d checks failed\n", failures);
   return failures ? 1 : 0;

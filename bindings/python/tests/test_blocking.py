@@ -107,3 +107,46 @@ def test_ctrl_c_interrupts_a_blocking_acquire(name):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_closing_the_table_while_another_thread_waits_on_it(name):
+    # The close waits for the waiter's call (a slice of at most WAIT_SLICE_MS) instead of
+    # unmapping the table under it, which crashed the process (SIGSEGV); the waiter is
+    # then told the table is closed. In a child process, so that a crash fails the test
+    # rather than ending the run.
+    script = textwrap.dedent(
+        """
+        import sys, threading, time, fairshm
+        t = fairshm.Table.create(sys.argv[1], {"pools": [{"name": "requests", "capacity": 1}]})
+        held = t.try_acquire("requests", "acme")
+        got = []
+        def waiter():
+            try:
+                t.acquire("requests", "globex", timeout=10)
+                got.append("granted")
+            except fairshm.Error as e:
+                got.append(e.kind + ": " + str(e))
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.3)
+        t.close()
+        th.join(10)
+        print(got[0] if got else "still waiting", flush=True)
+        try:
+            held.release()
+        except fairshm.Error as e:
+            print("release:", e.kind, flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, "the child ended with %d: %s" % (p.returncode, err[-500:])
+    lines = out.splitlines()
+    assert lines[0].startswith("invalid_request: ") and "is closed" in lines[0], out
+    assert lines[1] == "release: invalid_request", out

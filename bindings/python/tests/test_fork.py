@@ -6,6 +6,9 @@ import os
 import select
 import signal
 import struct
+import subprocess
+import sys
+import textwrap
 import time
 
 import fairshm
@@ -88,3 +91,58 @@ def test_a_killed_worker_gives_its_permits_back(name):
         assert time.monotonic() < deadline, "the killed worker's permits came back"
         time.sleep(0.01)
     table.close()
+
+
+def test_a_child_forked_while_a_thread_waits_closes_its_table_at_once(name):
+    # The child inherits the handle's count of calls in flight, with the parent's
+    # waiting thread counted in, but not that thread: its close must not wait for it.
+    # In a child process of the test, which forks from a thread-holding process.
+    script = textwrap.dedent(
+        """
+        import os, sys, threading, time
+        from ctypes import byref, c_uint64
+        import fairshm
+        from fairshm import _lib
+        t = fairshm.Table.create(sys.argv[1], {"pools": [{"name": "requests", "capacity": 1}]})
+        held = t.try_acquire("requests", "acme")
+        p, g, h = t.pool("requests"), t.tenant("globex"), t._h
+        def waiter():  # one call of 3 s, in flight when the fork comes
+            lease, refusal = c_uint64(), _lib.Refusal()
+            _lib.lib.fairshm_acquire(h, p, g, 1, 0, 3000, 0, None, byref(lease), byref(refusal))
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.3)
+        pid = os.fork()
+        if pid == 0:
+            t0 = time.monotonic()
+            t.close()
+            os.write(1, b"child closed in %d ms\\n" % ((time.monotonic() - t0) * 1000))
+            os._exit(0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got:
+                print("child status", status, flush=True)
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            print("child hung", flush=True)
+        th.join()
+        held.release()
+        t.close()
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, "the test process ended with %d: %s" % (p.returncode, err[-500:])
+    assert "child status 0" in out, out
+    closed_ms = int(out.split("child closed in ")[1].split()[0])
+    assert closed_ms < 1000, "the child waited %d ms for its parent's call" % closed_ms

@@ -64,4 +64,49 @@ class TestBlocking < Minitest::Test
     leases.each(&:release)
     assert_equal 0, in_use
   end
+
+  # The close waits for the waiter's call (a slice of at most WAIT_SLICE_MS) instead of
+  # unmapping the table under it, which crashed the process; the waiter is then told
+  # the table is closed. In a forked child, so that a crash fails the test.
+  def test_closing_the_table_while_another_thread_waits_on_it
+    name = "#{@name}-close"
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      t = Fairshm::Table.create(name, { "pools" => [{ "name" => "requests", "capacity" => 1 }] })
+      held = t.try_acquire("requests", "acme")
+      got = nil
+      th = Thread.new do
+        t.acquire("requests", "globex", timeout: 10)
+        got = "granted"
+      rescue Fairshm::Error => e
+        got = "#{e.kind}: #{e.message}"
+      end
+      sleep 0.3
+      t.close
+      th.join(10)
+      w.puts(got || "still waiting")
+      begin
+        held.release
+      rescue Fairshm::Error => e
+        w.puts("release: #{e.kind}")
+      end
+      w.close
+      Fairshm::Table.unlink(name)
+      exit!(0)
+    end
+    w.close
+    status = wait_child(pid)
+    out = r.read.lines.map(&:chomp)
+    r.close
+    assert status.success?, "the child ended with #{status.inspect}"
+    assert_match(/\Ainvalid_request: .*is closed/, out[0])
+    assert_equal "release: invalid_request", out[1]
+  ensure
+    begin
+      Fairshm::Table.unlink(name)
+    rescue Fairshm::NotFound
+      nil
+    end
+  end
 end
