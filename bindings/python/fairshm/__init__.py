@@ -102,20 +102,25 @@ class Refused(Exception):
     def _explain(self):
         h = getattr(self._table, "_h", None)
         if not h:
-            f = self._facts
-            return ("tenant %r asked for %d unit(s) of pool %r: %s (in use %d of %d, the "
-                    "tenant holds %d); retry after %d ms. The table was closed before this "
-                    "refusal was explained, so only its numbers are known."
-                    % (self.tenant, f.units, self.pool, self.reason, f.in_use, f.capacity,
-                       f.held, self.retry_after_ms))
+            return self._numbers_only()
         buf = create_string_buffer(512)
         n = lib.fairshm_explain(h, byref(self._facts), buf, 512)
+        if n == _lib.E_INVALID_REQUEST and "closed" in _lib.last_error():
+            return self._numbers_only()  # closed by another thread since the check
         if n < 0:
             _raise(n)
         if n >= 512:
             buf = create_string_buffer(n + 1)
             lib.fairshm_explain(h, byref(self._facts), buf, n + 1)
         return buf.value.decode()
+
+    def _numbers_only(self):
+        f = self._facts
+        return ("tenant %r asked for %d unit(s) of pool %r: %s (in use %d of %d, the "
+                "tenant holds %d); retry after %d ms. The table was closed before this "
+                "refusal was explained, so only its numbers are known."
+                % (self.tenant, f.units, self.pool, self.reason, f.in_use, f.capacity,
+                   f.held, self.retry_after_ms))
 
     def as_dict(self):
         d = {name: getattr(self._facts, name) for name in _FACT_NAMES}

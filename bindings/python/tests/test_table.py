@@ -206,6 +206,23 @@ def test_a_refusal_outliving_its_table_still_explains_itself(name):
     assert "globex" in text and "requests" in text and "closed" in text
 
 
+def test_a_refusal_explained_just_after_another_thread_closed_the_table(name):
+    # The race where the Refused reads the handle, another thread closes the table, and
+    # the explanation's call then finds it closed: the numbers, not an error out of
+    # str(). Played here by closing the C handle under the Table object.
+    from fairshm import _lib
+
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 1}]})
+    lease = t.try_acquire("requests", "acme")
+    with pytest.raises(fairshm.Refused) as r:
+        t.try_acquire("requests", "globex")
+    lease.release()
+    _lib.lib.fairshm_close(t._h)  # the Table still holds the handle
+    text = str(r.value)
+    assert text.startswith("pool_full: ") and "globex" in text and "closed" in text
+    t.close()  # a second close of the handle does nothing
+
+
 def test_names_a_c_string_cannot_carry_are_refused_not_cut(table, name):
     # "a\x00b" would reach the library as tenant "a".
     with pytest.raises(fairshm.Error) as e:

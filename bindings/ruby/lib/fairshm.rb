@@ -67,14 +67,7 @@ module Fairshm
     # The library's explanation, made when first asked for. A refusal that outlives
     # its table (closed since) is explained from its numbers alone.
     def explanation
-      @explanation ||= if @table.closed?
-                         "tenant #{@tenant.inspect} asked for #{units} unit(s) of pool " \
-                           "#{@pool.inspect}: #{@reason} (in use #{in_use} of #{capacity}, the tenant " \
-                           "holds #{held}); retry after #{@retry_after_ms} ms. The table was closed " \
-                           "before this refusal was explained, so only its numbers are known."
-                       else
-                         explain
-                       end
+      @explanation ||= (@table.closed? ? numbers_only : explain)
     end
 
     def to_h
@@ -103,10 +96,21 @@ module Fairshm
 
     private
 
+    def numbers_only
+      "tenant #{@tenant.inspect} asked for #{units} unit(s) of pool " \
+        "#{@pool.inspect}: #{@reason} (in use #{in_use} of #{capacity}, the tenant " \
+        "holds #{held}); retry after #{@retry_after_ms} ms. The table was closed " \
+        "before this refusal was explained, so only its numbers are known."
+    end
+
     def explain
       src = Fiddle::Pointer.to_ptr(@bytes)
       buf = Fiddle::Pointer.malloc(512, Fiddle::RUBY_FREE)
       n = Native::EXPLAIN.call(@table.handle, src, buf, 512)
+      # Closed by another thread since the check: the numbers, not an error out of
+      # #message.
+      return numbers_only if n == Native::E_INVALID_REQUEST && Native.last_error.include?("closed")
+
       Fairshm.raise_code(n) if n.negative?
       if n >= 512
         buf = Fiddle::Pointer.malloc(n + 1, Fiddle::RUBY_FREE)

@@ -56,6 +56,16 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # The race where the Refused reads the handle, another thread closes the table, and
+  # the explanation's call then finds it closed: the numbers, not an error out of
+  # #message. Played here by closing the C handle under the Table object.
+  def test_a_refusal_explained_just_after_another_thread_closed_the_table
+    fill
+    r = @table.attempt("requests", "globex")
+    Fairshm::Native::CLOSE.call(@table.handle) # the Table still holds the handle
+    assert_match(/\Apool_full: .*"globex".*closed/, r.message)
+  end
+
   # A copy would share the native pointer: closed (or freed) through one, used through
   # the other. Refused, naming what to do instead; the original stays usable.
   def test_a_table_or_a_cancel_is_not_copied_with_its_native_handle
