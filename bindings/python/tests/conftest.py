@@ -41,3 +41,21 @@ def wait_child(pid, timeout=30.0):
             os.waitpid(pid, 0)
             raise AssertionError("child %d did not finish in %.0f s" % (pid, timeout))
         time.sleep(0.02)
+
+
+def run_script(script, *args, timeout=30):
+    """Runs ``script`` in a child Python with ``args``, with a deadline (killed at it);
+    returns its exit status, standard output and standard error. A crash of the child
+    (a negative status: the signal) fails the test that asserts on it, not the run."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return p.returncode, out, err

@@ -9,6 +9,7 @@ import time
 import pytest
 
 import fairshm
+from conftest import run_script
 
 
 def fill(table, n=4):
@@ -138,15 +139,8 @@ def test_closing_the_table_while_another_thread_waits_on_it(name):
             print("release:", e.kind, flush=True)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0, "the child ended with %d: %s" % (p.returncode, err[-500:])
+    rc, out, err = run_script(script, name)
+    assert rc == 0, "the child ended with %d: %s" % (rc, err[-500:])
     lines = out.splitlines()
     assert lines[0].startswith("invalid_request: ") and "is closed" in lines[0], out
     assert lines[1] == "release: invalid_request", out

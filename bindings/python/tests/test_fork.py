@@ -6,13 +6,11 @@ import os
 import select
 import signal
 import struct
-import subprocess
-import sys
 import textwrap
 import time
 
 import fairshm
-from conftest import wait_child
+from conftest import run_script, wait_child
 
 CAP = 3
 WORKERS = 6
@@ -134,15 +132,8 @@ def test_a_child_forked_while_a_thread_waits_closes_its_table_at_once(name):
         t.close()
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0, "the test process ended with %d: %s" % (p.returncode, err[-500:])
+    rc, out, err = run_script(script, name)
+    assert rc == 0, "the test process ended with %d: %s" % (rc, err[-500:])
     assert "child status 0" in out, out
     closed_ms = int(out.split("child closed in ")[1].split()[0])
     assert closed_ms < 1000, "the child waited %d ms for its parent's call" % closed_ms
