@@ -35,33 +35,42 @@ impl Users {
         }
     }
 
-    /// Counts a call in (this process being in fork epoch `epoch`); false, counting
-    /// nothing, once closing has begun. A `true` must be matched by one `leave`.
-    pub(crate) fn enter(&self, epoch: u64) -> bool {
+    /// While the handle is not closing, replaces the word `cur` with `next(cur, e)`,
+    /// `e` being `epoch`'s bits, and returns true; false, changing nothing, once
+    /// closing has begun. The one CAS loop of `enter` and `close`.
+    fn unless_closed(&self, epoch: u64, next: impl Fn(u64, u64) -> u64) -> bool {
         let e = epoch & EPOCH_MASK;
         // Relaxed: the count itself is all this orders. A call counted in is before
         // `close`'s `CLOSED` in this word's modification order (else the CAS would
         // have seen `CLOSED`), so `close` waits for its `leave`, whose Release orders
         // the call's use of the table before `close`'s Acquire in `drained`.
         let mut cur = self.0.load(Relaxed);
-        loop {
-            if cur & CLOSED != 0 {
-                return false;
-            }
-            let count = Self::count_in(cur, e);
-            debug_assert!(count < COUNT_MASK, "2^32 calls in flight on one handle");
-            let new = (e << EPOCH_SHIFT) | (count + 1);
-            match self.0.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
+        while cur & CLOSED == 0 {
+            match self
+                .0
+                .compare_exchange_weak(cur, next(cur, e), Relaxed, Relaxed)
+            {
                 Ok(_) => return true,
                 Err(now) => cur = now,
             }
         }
+        false
+    }
+
+    /// Counts a call in (this process being in fork epoch `epoch`); false, counting
+    /// nothing, once closing has begun. A `true` must be matched by one `leave`.
+    pub(crate) fn enter(&self, epoch: u64) -> bool {
+        self.unless_closed(epoch, |cur, e| {
+            let count = Self::count_in(cur, e);
+            debug_assert!(count < COUNT_MASK, "2^32 calls in flight on one handle");
+            (e << EPOCH_SHIFT) | (count + 1)
+        })
     }
 
     /// Counts a call out (one `enter` that returned true).
     pub(crate) fn leave(&self) {
         // Release: the call's use of the table happens before `close` takes it (see
-        // `enter`).
+        // `unless_closed`).
         let prev = self.0.fetch_sub(1, Release);
         debug_assert!(prev & COUNT_MASK != 0, "a leave without its enter");
     }
@@ -69,19 +78,9 @@ impl Users {
     /// Begins closing (in fork epoch `epoch`): from now on `enter` refuses. Returns
     /// false if closing had begun already (a second close).
     pub(crate) fn close(&self, epoch: u64) -> bool {
-        let e = epoch & EPOCH_MASK;
-        // Relaxed: ordered against the calls by `drained` (see `enter`).
-        let mut cur = self.0.load(Relaxed);
-        loop {
-            if cur & CLOSED != 0 {
-                return false;
-            }
-            let new = CLOSED | (e << EPOCH_SHIFT) | Self::count_in(cur, e);
-            match self.0.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
+        self.unless_closed(epoch, |cur, e| {
+            CLOSED | (e << EPOCH_SHIFT) | Self::count_in(cur, e)
+        })
     }
 
     /// Whether every call counted in before `close` has left.
