@@ -105,9 +105,9 @@ class Refused(Exception):
             return self._numbers_only()
         buf = create_string_buffer(512)
         n = lib.fairshm_explain(h, byref(self._facts), buf, 512)
-        if n == _lib.E_INVALID_REQUEST and "closed" in _lib.last_error():
-            return self._numbers_only()  # closed by another thread since the check
         if n < 0:
+            if not getattr(self._table, "_h", None):
+                return self._numbers_only()  # closed by another thread since the check
             _raise(n)
         if n >= 512:
             buf = create_string_buffer(n + 1)

@@ -107,11 +107,13 @@ module Fairshm
       src = Fiddle::Pointer.to_ptr(@bytes)
       buf = Fiddle::Pointer.malloc(512, Fiddle::RUBY_FREE)
       n = Native::EXPLAIN.call(@table.handle, src, buf, 512)
-      # Closed by another thread since the check: the numbers, not an error out of
-      # #message.
-      return numbers_only if n == Native::E_INVALID_REQUEST && Native.last_error.include?("closed")
+      if n.negative?
+        # Closed by another thread since the check: the numbers, not an error out of
+        # #message.
+        return numbers_only if @table.closed?
 
-      Fairshm.raise_code(n) if n.negative?
+        Fairshm.raise_code(n)
+      end
       if n >= 512
         buf = Fiddle::Pointer.malloc(n + 1, Fiddle::RUBY_FREE)
         Native::EXPLAIN.call(@table.handle, src, buf, n + 1)
@@ -318,7 +320,7 @@ module Fairshm
     def close
       h = @handle
       @handle = 0
-      @open[0] = 0 if @open
+      @open[0] = 0
       Native::CLOSE.call(h) unless h.nil? || h.zero?
       nil
     end
