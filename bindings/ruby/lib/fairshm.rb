@@ -132,8 +132,7 @@ module Fairshm
       raise TypeError, "a #{self.class} cannot be copied: #{not_copied_because}"
     end
 
-    def clone(freeze: nil)
-      _ = freeze
+    def clone(**)
       dup
     end
 
