@@ -109,7 +109,7 @@ pub enum Abandoned {
     /// It was removed (or was gone, or replaced by another, when looked at again).
     Removed,
     /// It is not such a leftover: left alone.
-    NotAbandoned,
+    NotLeftover,
     /// In use: a creator still holds its lock, or these processes have it open or
     /// mapped. Left alone.
     Held(Vec<u32>),
@@ -139,7 +139,7 @@ fn lock(
         return Ok(Err(Abandoned::Removed));
     }
     if !meta.file_type().is_file() {
-        return Ok(Err(Abandoned::NotAbandoned));
+        return Ok(Err(Abandoned::NotLeftover));
     }
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let locked = loop {
@@ -181,7 +181,7 @@ pub(crate) fn remove_if_never_ready_seen(name: &str, seen: Option<(u64, u64)>) -
         Err(answer) => return Ok(answer),
     };
     if !never_ready(&mut f).map_err(io(name, "read"))? {
-        return Ok(Abandoned::NotAbandoned);
+        return Ok(Abandoned::NotLeftover);
     }
     std::fs::remove_file(path_of(name)).map_err(io(name, "unlink"))?;
     Ok(Abandoned::Removed)
@@ -198,7 +198,7 @@ pub fn remove_if_version(name: &str, version: u32) -> Result<Abandoned> {
     };
     let b = read_start(&mut f).map_err(io(name, "read"))?;
     if b.len() < HEADER || le(&b, 0, 8) != MAGIC || le(&b, 8, 4) != version as u64 {
-        return Ok(Abandoned::NotAbandoned);
+        return Ok(Abandoned::NotLeftover);
     }
     let path = path_of(name);
     let held = holders(&path, (meta.dev(), meta.ino()), Some(f.as_raw_fd()));

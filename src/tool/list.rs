@@ -227,7 +227,7 @@ fn clean_unreadable(name: &str, force: bool, e: Error) -> Result<Clean> {
     };
     match judged {
         Abandoned::Removed => Ok(Clean::Removed),
-        Abandoned::NotAbandoned => Err(e),
+        Abandoned::NotLeftover => Err(e),
         Abandoned::Held(_) if force => {
             Table::unlink(name)?;
             Ok(Clean::Removed)
