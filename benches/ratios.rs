@@ -8,7 +8,11 @@
 //! - `active_1024`: the same pair with 1,024 other tenants active in the pool;
 //! - `directory_65535`: the same pair in a segment whose tenant directory has 65,535
 //!   slots (4,096 claimed);
-//! - `refusal`: one refused `acquire` (a full pool).
+//! - `refusal`: one refused `acquire` (a full pool);
+//! - `skeleton`: the pair's shared-memory traffic alone, on the lines of a segment of
+//!   its own (`setups::skeleton`): the same loads, stores and locked instructions,
+//!   without the logic. Not a target: `skeleton / bare` is the part of the pair's 6x
+//!   that the traffic takes on the host at hand, `pair / skeleton` what the logic adds.
 //!
 //! Targets: `pair / bare` at most 6, `active_1024 / pair` and `directory_65535 / pair`
 //! at most 1.2, `refusal / pair` at most 2 (reported, not enforced: a bench).
@@ -50,6 +54,8 @@ fn main() {
         setups::directory(),
         setups::full(),
     );
+    let traffic = setups::plain();
+    let skeleton = setups::skeleton::Skeleton::new(&traffic.table);
     let bare = || {
         black_box(word.fetch_add(1, SeqCst));
         black_box(word.fetch_sub(1, SeqCst));
@@ -58,12 +64,14 @@ fn main() {
     let active = || busy.pair();
     let dir = || directory.pair();
     let refusal = || full.refusal();
-    let cases: [(&str, &dyn Fn()); 5] = [
+    let skel = || skeleton.pair();
+    let cases: [(&str, &dyn Fn()); 6] = [
         ("bare", &bare),
         ("pair", &pair),
         ("active_1024", &active),
         ("directory_65535", &dir),
         ("refusal", &refusal),
+        ("skeleton", &skel),
     ];
     // Warm up every case once (first touches of its lines and code).
     for (_, f) in &cases {
@@ -100,5 +108,14 @@ fn main() {
         "refusal / pair             {:>6.2}   (target <= 2)",
         ratio(4, 1)
     );
-    drop((plain, busy, directory, full));
+    println!(
+        "skeleton / bare            {:>6.2}   (the traffic alone; not a target)",
+        ratio(5, 0)
+    );
+    println!(
+        "pair / skeleton            {:>6.2}   (what the logic adds; not a target)",
+        ratio(1, 5)
+    );
+    drop(skeleton);
+    drop((plain, busy, directory, full, traffic));
 }

@@ -110,6 +110,11 @@ mod counting {
                     self.0.fetch_max(v, o)
                 }
                 #[inline]
+                pub fn fetch_xor(&self, v: $int, o: Ordering) -> $int {
+                    locked();
+                    self.0.fetch_xor(v, o)
+                }
+                #[inline]
                 pub fn as_ptr(&self) -> *mut $int {
                     self.0.as_ptr()
                 }

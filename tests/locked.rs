@@ -2,8 +2,11 @@
 //! `count-locked` shim (every RMW and SeqCst store on fairshm's atomics): a figure that
 //! no host changes. Run: `cargo test --release --features count-locked --test locked`.
 mod common;
+#[path = "../benches/setups/skeleton.rs"]
+mod skeleton;
 
 use common::{Seg, one_pool};
+use fairshm::region::Region;
 use fairshm::{Request, locked_instructions};
 
 /// Counts one pair after a warm-up pair (registration, the tenant's claim, the
@@ -52,6 +55,43 @@ fn an_uncontended_pair_is_at_most_eight_locked_instructions() {
     assert!(
         acq + rel <= 9,
         "acquire {acq} + release {rel} locked instructions, new ms"
+    );
+}
+
+/// The ratios bench's skeleton (the pair's traffic without its logic) makes the
+/// engine's steady-state pair's locked instructions, one for one, so that the two
+/// stay the same traffic when the protocol changes.
+#[test]
+fn the_skeleton_makes_the_pairs_locked_instructions() {
+    let (seg, traffic) = (Seg::new("locked-engine"), Seg::new("locked-skeleton"));
+    let (t, ts) = (seg.create(&one_pool(64)), traffic.create(&one_pool(64)));
+    let e = t.engine();
+    let (p, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
+    let engine_pair = || {
+        let before = locked_instructions();
+        let fairshm::Outcome::Granted(id) = e.acquire(p, acme, 1, 0, 1000).unwrap() else {
+            panic!("refused in an empty pool")
+        };
+        e.release(id, 1000).unwrap();
+        locked_instructions() - before
+    };
+    engine_pair(); // the warm-up: registration, the claim, the activity stamp
+    let pair = engine_pair();
+    let skeleton = skeleton::Skeleton::new(&ts);
+    let before = locked_instructions();
+    skeleton.pair();
+    let traffic_locked = locked_instructions() - before;
+    eprintln!("engine pair {pair} locked, its skeleton {traffic_locked}");
+    assert_eq!(traffic_locked, pair, "the skeleton's locked instructions");
+    let word = ts
+        .region()
+        .pool(p.index())
+        .word
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        fairshm::layout::op_word::count(word),
+        0,
+        "the skeleton left the pool word's count at 0"
     );
 }
 

@@ -8,6 +8,8 @@ use fairshm::{Config, Engine, LeaseId, Outcome, PoolConfig, PoolId, Table, Tenan
 
 use crate::common::{self, Seg};
 
+pub mod skeleton;
+
 /// A table, the segment it lives in, and the pool and tenant a case acquires with.
 pub struct Case {
     pub table: Table,
