@@ -223,6 +223,26 @@ class TestTable < Minitest::Test
     @table.permit("requests", :acme) { assert_equal 1, in_use }
   end
 
+  # A name is text: one in another encoding is the same tenant as its UTF-8 spelling
+  # (it reached the library as its raw bytes, which are not UTF-8, and was refused).
+  def test_a_name_in_another_encoding_is_its_utf8_spelling
+    latin1 = "caf\xE9".dup.force_encoding(Encoding::ISO_8859_1)
+    utf16 = "café".encode(Encoding::UTF_16LE)
+    @table.permit("requests", latin1) do
+      @table.permit("requests", utf16) do
+        tenants = @table.stats["tenants"].map { |t| t["name"] }
+        assert_equal ["café"], tenants, "one tenant, named in UTF-8"
+        assert_equal 2, in_use
+      end
+    end
+    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", "caf\xE9".b) }
+    assert_equal "invalid_request", e.kind, "raw bytes that are not UTF-8 stay refused"
+    bad = "caf\xFF".dup.force_encoding(Encoding::Shift_JIS)
+    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", bad) }
+    assert_equal "invalid_tenant", e.kind
+    assert_includes e.message, "UTF-8"
+  end
+
   def test_timeouts_infinite_nan_and_a_closed_table
     @table.acquire("requests", "acme", timeout: Float::INFINITY).release
     assert_raises(ArgumentError) { @table.acquire("requests", "acme", timeout: Float::NAN) }

@@ -78,17 +78,30 @@ module Fairshm
     raise ArgumentError, "#{name} must be an integer from 0 to #{max}, not #{value.inspect}"
   end
 
-  # +name+ as the C ABI takes it (a NUL-terminated string; a Symbol is its name). One
-  # that a C string cannot carry is refused as the library refuses a bad name (error
-  # +code+), never cut at its NUL: "a\0b" would otherwise be tenant "a".
+  # +name+ as the C ABI takes it (a NUL-terminated UTF-8 string; a Symbol is its name,
+  # a String in another encoding its UTF-8 spelling, raw bytes are passed as they are).
+  # One that a C string cannot carry, or that has no UTF-8 spelling, is refused as the
+  # library refuses a bad name (error +code+), never cut at its NUL: "a\0b" would
+  # otherwise be tenant "a".
   def self.c_name(name, what, code)
     name = name.to_s if name.is_a?(Symbol)
     raise TypeError, "a #{what} name is a String, not #{name.inspect}" unless name.is_a?(String)
+    name = utf8(name, what, code)
     if name.include?("\0")
       raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: contains a NUL byte")
     end
 
     name
+  end
+
+  # Names reach the library as UTF-8 bytes: a String in another encoding is
+  # transcoded (UTF-8, ASCII and binary strings are passed as they are).
+  def self.utf8(name, what, code)
+    return name if [Encoding::UTF_8, Encoding::US_ASCII, Encoding::BINARY].include?(name.encoding)
+
+    name.encode(Encoding::UTF_8)
+  rescue EncodingError => e
+    raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: no UTF-8 spelling (#{e.message})")
   end
 
   # The monotonic instant a wait of +timeout+ seconds ends: nil (no end) for nil or
