@@ -42,6 +42,15 @@ def queued_us(value, now_us=None):
     return max(0, int(waited))
 
 
+def invalid_tenant_response(error):
+    """The 400 for a request whose tenant name the table cannot take (empty, too long,
+    a NUL byte, not text): the name comes from the request, so the request is at fault,
+    not the server, and each such request would otherwise be a 500 with a traceback."""
+    body = json.dumps({"error": "invalid_tenant", "explanation": str(error)}).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    return headers, body
+
+
 def refusal_response(refused):
     ms = int(refused.retry_after_ms)
     body = json.dumps(

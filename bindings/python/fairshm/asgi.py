@@ -6,12 +6,13 @@ whole response (or failed).
                                 tenant=lambda scope: dict(scope["headers"]).get(b"x-tenant", b"").decode() or None)
 
 ``tenant`` maps a request's scope to its tenant's name; ``None`` lets it through. A
-refused request gets 429 with ``Retry-After``. Other scopes (lifespan, websocket) pass
+refused request gets 429 with ``Retry-After``; one whose tenant name the table cannot
+take gets 400. Other scopes (lifespan, websocket) pass
 through untouched. ``X-Request-Start`` is read as by the WSGI middleware.
 """
 
-from . import Refused
-from ._http import Permits, refusal_response
+from . import InvalidTenant, Refused
+from ._http import Permits, invalid_tenant_response, refusal_response
 
 
 class FairshmASGIMiddleware(Permits):
@@ -25,12 +26,15 @@ class FairshmASGIMiddleware(Permits):
             stamp = next((v for k, v in scope.get("headers", ()) if k.lower() == b"x-request-start"), None)
         try:
             lease = self.acquire(self.tenant(scope), stamp)
-        except Refused as r:
-            headers, body = refusal_response(r)
+        except (Refused, InvalidTenant) as e:
+            if isinstance(e, Refused):
+                status, (headers, body) = 429, refusal_response(e)
+            else:
+                status, (headers, body) = 400, invalid_tenant_response(e)
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 429,
+                    "status": status,
                     "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
                 }
             )

@@ -5,15 +5,16 @@
                             tenant=lambda environ: environ.get("HTTP_X_TENANT"))
 
 ``tenant`` maps a request to its tenant's name; ``None`` lets the request through
-unlimited. A refused request gets 429 with ``Retry-After``. Behind a front proxy that
+unlimited. A refused request gets 429 with ``Retry-After``; one whose tenant name the
+table cannot take (empty, too long, a NUL byte) gets 400. Behind a front proxy that
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
 table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when
 the server closes the response (``close()``, which PEP 3333 requires even of a streamed
 body), or at once if the application raises.
 """
 
-from . import Refused
-from ._http import Permits, refusal_response
+from . import InvalidTenant, Refused
+from ._http import Permits, invalid_tenant_response, refusal_response
 
 
 class FairshmMiddleware(Permits):
@@ -25,6 +26,10 @@ class FairshmMiddleware(Permits):
         except Refused as r:
             headers, body = refusal_response(r)
             start_response("429 Too Many Requests", headers)
+            return [body]
+        except InvalidTenant as e:
+            headers, body = invalid_tenant_response(e)
+            start_response("400 Bad Request", headers)
             return [body]
         if lease is None:
             return self.app(environ, start_response)

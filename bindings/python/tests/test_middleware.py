@@ -216,3 +216,41 @@ def test_wsgi_passes_the_server_queue_and_a_long_wait_stretches_the_hint(table):
     for b in bodies:
         b.close()
     assert in_use(table) == 0
+
+
+# The tenant's name comes from the request: one the table cannot take is the request's
+# fault (400, saying why), not a 500 with a traceback; nothing is claimed or held.
+BAD_NAMES = ["", "t" * 49, "acme\x00evil"]
+
+
+def test_wsgi_answers_400_to_a_tenant_name_the_table_cannot_take(table):
+    mw = FairshmMiddleware(wsgi_app, table, "requests", tenant_of)
+    for name in BAD_NAMES:
+        sr = StartResponse()
+        body = b"".join(mw({"HTTP_X_TENANT": name}, sr))
+        assert sr.status == "400 Bad Request", name
+        doc = json.loads(body)
+        assert doc["error"] == "invalid_tenant" and "invalid tenant name" in doc["explanation"]
+        assert int(sr.headers["Content-Length"]) == len(body)
+    assert in_use(table) == 0 and table.stats()["tenants"] == []
+
+
+def test_asgi_answers_400_to_a_tenant_name_the_table_cannot_take(table):
+    async def app(scope, receive, send):
+        raise AssertionError("a request with a bad tenant name reached the app")
+
+    mw = FairshmASGIMiddleware(app, table, "requests", lambda scope: scope["tenant"])
+
+    async def run():
+        for name in BAD_NAMES:
+            sent = []
+
+            async def send(msg):
+                sent.append(msg)
+
+            await mw({"type": "http", "headers": [], "tenant": name}, None, send)
+            assert sent[0]["status"] == 400, name
+            assert json.loads(sent[1]["body"])["error"] == "invalid_tenant"
+
+    asyncio.run(run())
+    assert in_use(table) == 0 and table.stats()["tenants"] == []

@@ -157,7 +157,23 @@ class TestRack < Minitest::Test
     end
   end
 
-  # Both answers, a 200 held until close and a 429, pass Rack::Lint.
+  # The tenant's name comes from the request: one the table cannot take is the
+  # request's fault (400, saying why), not a 500; nothing is claimed or held.
+  def test_answers_400_to_a_tenant_name_the_table_cannot_take
+    mw = app
+    ["", "t" * 49, "acme\0evil", "caf\xFF".dup.force_encoding(Encoding::Shift_JIS)].each do |name|
+      status, headers, body = mw.call("HTTP_X_TENANT" => name)
+      assert_equal 400, status, name.inspect
+      doc = JSON.parse(body.join)
+      assert_equal "invalid_tenant", doc["error"]
+      assert_includes doc["explanation"], "invalid tenant name"
+      assert_equal body.join.bytesize, Integer(headers["content-length"])
+    end
+    assert_equal 0, in_use
+    assert_equal [], @table.stats["tenants"]
+  end
+
+  # Its answers, a 200 held until close, a 429 and a 400, pass Rack::Lint.
   def test_both_answers_pass_rack_lint
     require "rack"
     require "rack/lint"
@@ -173,6 +189,10 @@ class TestRack < Minitest::Test
     status, headers, body = lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))
     assert_equal 429, status
     assert_operator Integer(headers["retry-after"]), :>=, 1
+    body.each { |_| nil }
+    body.close
+    status, _, body = lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "t" * 49))
+    assert_equal 400, status
     body.each { |_| nil }
     body.close
     held.each do |b|

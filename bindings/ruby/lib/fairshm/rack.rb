@@ -7,7 +7,8 @@ module Fairshm
   # Rack middleware: a permit per request, held until the server closes the response
   # body (so a streamed body keeps it while it streams), or released at once if the
   # application raises. A refused request gets 429 with Retry-After (whole seconds,
-  # rounded up), Retry-After-Ms from the same number, and a short JSON body.
+  # rounded up), Retry-After-Ms from the same number, and a short JSON body; one whose
+  # tenant name the table cannot take gets 400.
   #
   #   use Fairshm::RackMiddleware, table: TABLE, pool: "requests",
   #       tenant: ->(env) { env["HTTP_X_TENANT"] }
@@ -43,7 +44,11 @@ module Fairshm
         return @app.call(env)
       end
 
-      lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms, queued_us: q)
+      begin
+        lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms, queued_us: q)
+      rescue InvalidTenant => e
+        return RackMiddleware.invalid_tenant(e)
+      end
       # Returned, not raised: no backtrace is captured for a 429.
       return RackMiddleware.refused(lease) if lease.is_a?(Refused)
 
@@ -76,6 +81,14 @@ module Fairshm
       return nil if waited > MAX_QUEUED_US
 
       [waited.to_i, 0].max
+    end
+
+    # The 400 for a request whose tenant name the table cannot take (empty, too long, a
+    # NUL byte, no UTF-8 spelling): the name comes from the request, so the request is
+    # at fault, not the server, and each such request would otherwise be a 500.
+    def self.invalid_tenant(error)
+      body = JSON.generate(error: "invalid_tenant", explanation: error.message)
+      [400, { "content-type" => "application/json", "content-length" => body.bytesize.to_s }, [body]]
     end
 
     def self.refused(refused)
