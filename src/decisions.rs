@@ -153,7 +153,8 @@ pub fn record<R: Region>(r: &R, slot: usize, e: &Entry) {
     rec.stamp.store(stamp, Release);
 }
 
-fn fields(rec: &LogRec) -> [&crate::sync::AtomicU64; 7] {
+/// An entry's seven words after its stamp, in the order `Entry::words` gives them.
+pub fn fields(rec: &LogRec) -> [&crate::sync::AtomicU64; 7] {
     [
         &rec.at_ms,
         &rec.what,

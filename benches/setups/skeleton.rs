@@ -99,15 +99,7 @@ impl<'t> Skeleton<'t> {
         let rec = self.log[pos as usize & (self.log.len() - 1)];
         rec.stamp.store(0, Relaxed);
         fence(Release);
-        for f in [
-            &rec.at_ms,
-            &rec.what,
-            &rec.units_in_use,
-            &rec.held_cap,
-            &rec.floor_weight,
-            &rec.active_hint,
-            &rec.tid_pid,
-        ] {
+        for f in fairshm::decisions::fields(rec) {
             f.store(black_box(pos), Relaxed);
         }
         rec.stamp.store(black_box(pos | 1), Release);
