@@ -114,7 +114,7 @@ pub use table::{DEFAULT_SWEEP, Lease, LeaseGuard, OwnedLease, Request, Table};
 pub use waiting::Cancel;
 
 #[cfg(all(not(loom), feature = "count-locked"))]
-pub use sync::locked_instructions;
+pub use sync::{locked_instructions, plain_stores};
 
 #[cfg(loom)]
 mod loom_crash;

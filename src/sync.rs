@@ -16,9 +16,9 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 #[cfg(all(not(loom), feature = "count-locked"))]
-pub use counting::locked_instructions;
-#[cfg(all(not(loom), feature = "count-locked"))]
 pub(crate) use counting::{AtomicU32, AtomicU64};
+#[cfg(all(not(loom), feature = "count-locked"))]
+pub use counting::{locked_instructions, plain_stores};
 #[cfg(all(not(loom), feature = "count-locked"))]
 pub(crate) use std::sync::atomic::{Ordering, fence};
 
@@ -26,7 +26,9 @@ pub(crate) use std::sync::atomic::{Ordering, fence};
 /// the operations that x86-64 compiles to a locked instruction: every read-modify-write
 /// (`lock cmpxchg`, `lock xadd`, `xchg`) and every SeqCst store (`xchg`). Same size and
 /// alignment (`repr(transparent)`), so the layout is unchanged. `tests/locked.rs` uses
-/// it to count the locked instructions of an uncontended pair, a figure no host changes.
+/// it to count the locked instructions of an uncontended pair, a figure no host changes,
+/// and (with the plain stores, also counted) to keep the ratios bench's skeleton of the
+/// pair making the pair's traffic.
 #[cfg(all(not(loom), feature = "count-locked"))]
 mod counting {
     use std::cell::Cell;
@@ -34,6 +36,7 @@ mod counting {
 
     std::thread_local! {
         static LOCKED: Cell<u64> = const { Cell::new(0) };
+        static PLAIN_STORES: Cell<u64> = const { Cell::new(0) };
     }
 
     #[inline]
@@ -44,6 +47,12 @@ mod counting {
     /// Locked instructions this thread has executed on fairshm's atomics so far.
     pub fn locked_instructions() -> u64 {
         LOCKED.with(|c| c.get())
+    }
+
+    /// Stores that are not locked (every ordering but SeqCst) this thread has made to
+    /// fairshm's atomics so far.
+    pub fn plain_stores() -> u64 {
+        PLAIN_STORES.with(|c| c.get())
     }
 
     macro_rules! counted {
@@ -64,6 +73,8 @@ mod counting {
                 pub fn store(&self, v: $int, o: Ordering) {
                     if o == Ordering::SeqCst {
                         locked();
+                    } else {
+                        PLAIN_STORES.with(|c| c.set(c.get() + 1));
                     }
                     self.0.store(v, o)
                 }

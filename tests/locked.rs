@@ -7,7 +7,7 @@ mod skeleton;
 
 use common::{Seg, one_pool};
 use fairshm::region::Region;
-use fairshm::{Request, locked_instructions};
+use fairshm::{Request, locked_instructions, plain_stores};
 
 /// Counts one pair after a warm-up pair (registration, the tenant's claim, the
 /// activity stamp of this `now`), so only the steady state is counted.
@@ -59,30 +59,31 @@ fn an_uncontended_pair_is_at_most_eight_locked_instructions() {
 }
 
 /// The ratios bench's skeleton (the pair's traffic without its logic) makes the
-/// engine's steady-state pair's locked instructions, one for one, so that the two
-/// stay the same traffic when the protocol changes.
+/// engine's steady-state pair's locked instructions and plain stores, one for one, so
+/// that the two stay the same traffic when the protocol changes.
 #[test]
-fn the_skeleton_makes_the_pairs_locked_instructions() {
+fn the_skeleton_makes_the_pairs_locked_instructions_and_stores() {
     let (seg, traffic) = (Seg::new("locked-engine"), Seg::new("locked-skeleton"));
     let (t, ts) = (seg.create(&one_pool(64)), traffic.create(&one_pool(64)));
     let e = t.engine();
     let (p, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
+    let counts = |f: &dyn Fn()| {
+        let (locked, stores) = (locked_instructions(), plain_stores());
+        f();
+        (locked_instructions() - locked, plain_stores() - stores)
+    };
     let engine_pair = || {
-        let before = locked_instructions();
         let fairshm::Outcome::Granted(id) = e.acquire(p, acme, 1, 0, 1000).unwrap() else {
             panic!("refused in an empty pool")
         };
         e.release(id, 1000).unwrap();
-        locked_instructions() - before
     };
     engine_pair(); // the warm-up: registration, the claim, the activity stamp
-    let pair = engine_pair();
+    let pair = counts(&engine_pair);
     let skeleton = skeleton::Skeleton::new(&ts);
-    let before = locked_instructions();
-    skeleton.pair();
-    let traffic_locked = locked_instructions() - before;
-    eprintln!("engine pair {pair} locked, its skeleton {traffic_locked}");
-    assert_eq!(traffic_locked, pair, "the skeleton's locked instructions");
+    let traffic_made = counts(&|| skeleton.pair());
+    eprintln!("(locked, plain stores): engine pair {pair:?}, its skeleton {traffic_made:?}");
+    assert_eq!(traffic_made, pair, "the skeleton's (locked, plain stores)");
     let word = ts
         .region()
         .pool(p.index())

@@ -12,8 +12,8 @@
 //! and held words come back to where they were), so the table it runs on is its own:
 //! its log entries are junk, and nothing else may use it.
 //!
-//! `tests/locked.rs` checks that it makes as many locked instructions as the pair, so
-//! that the two stay the same traffic. The ratios bench reports `skeleton / bare` (the
+//! `tests/locked.rs` checks that it makes as many locked instructions and plain stores
+//! as the pair (the counting shim's figures), so that the two stay the same traffic. The ratios bench reports `skeleton / bare` (the
 //! part of a pair-over-bare target that the traffic alone takes on the host at hand)
 //! and `pair / skeleton` (what the logic adds on top).
 
