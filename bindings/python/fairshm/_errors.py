@@ -155,13 +155,18 @@ def _raise(code):
 
 def _c_name(name, what, code):
     """``name`` as the C ABI takes it (UTF-8, NUL-terminated). One that a C string
-    cannot carry is refused as the library refuses a bad name (error ``code``), never
-    cut at its NUL: ``"a\\x00b"`` would otherwise be tenant ``"a"``."""
+    cannot carry, or that has no UTF-8 spelling (a lone surrogate, as
+    ``surrogateescape`` decoding leaves), is refused as the library refuses a bad name
+    (error ``code``), never cut at its NUL: ``"a\\x00b"`` would otherwise be tenant
+    ``"a"``."""
     if not isinstance(name, str):
         raise TypeError("a %s name is a str, not %s" % (what, type(name).__name__))
     if "\x00" in name:
         raise _ERRORS.get(code, Error)(code, "invalid %s name %r: contains a NUL byte" % (what, name))
-    return name.encode()
+    try:
+        return name.encode()
+    except UnicodeEncodeError:
+        raise _ERRORS.get(code, Error)(code, "invalid %s name %r: not UTF-8" % (what, name)) from None
 
 
 def _deadline(timeout):

@@ -246,6 +246,21 @@ def test_names_a_c_string_cannot_carry_are_refused_not_cut(table, name):
     assert table.stats()["tenants"] == []  # nothing was claimed
 
 
+def test_a_name_with_no_utf8_spelling_is_a_bad_name_of_its_kind(table, name):
+    # A lone surrogate (what os.fsdecode or "surrogateescape" leaves of bytes that are
+    # not UTF-8) was a UnicodeEncodeError, which no fairshm handler catches.
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    with pytest.raises(fairshm.InvalidTenant) as e:
+        table.try_acquire("requests", bad)
+    assert "not UTF-8" in str(e.value)
+    with pytest.raises(fairshm.UnknownPool):
+        table.try_acquire("requests" + bad, "acme")
+    with pytest.raises(fairshm.Error) as e:
+        fairshm.Table.open(name + bad)
+    assert e.value.kind == "invalid_name"
+    assert table.stats()["tenants"] == []
+
+
 def test_timeouts_infinite_nan_and_a_closed_table(table, name):
     lease = table.acquire("requests", "acme", timeout=float("inf"))  # room: at once
     lease.release()

@@ -224,8 +224,10 @@ class TestTable < Minitest::Test
   end
 
   # A name is text: one in another encoding is the same tenant as its UTF-8 spelling
-  # (it reached the library as its raw bytes, which are not UTF-8, and was refused).
-  def test_a_name_in_another_encoding_is_its_utf8_spelling
+  # (it reached the library as its raw bytes, which are not UTF-8, and was refused),
+  # and bytes that are not UTF-8 are a bad name of their kind (they were an
+  # invalid_request, which the Rack middleware answered with a 500).
+  def test_names_are_utf8_text
     latin1 = "caf\xE9".dup.force_encoding(Encoding::ISO_8859_1)
     utf16 = "café".encode(Encoding::UTF_16LE)
     @table.permit("requests", latin1) do
@@ -235,12 +237,21 @@ class TestTable < Minitest::Test
         assert_equal 2, in_use
       end
     end
-    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", "caf\xE9".b) }
-    assert_equal "invalid_request", e.kind, "raw bytes that are not UTF-8 stay refused"
-    bad = "caf\xFF".dup.force_encoding(Encoding::Shift_JIS)
-    e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", bad) }
-    assert_equal "invalid_tenant", e.kind
+    assert_equal 0, in_use
+    # Raw bytes (what Rack servers give header values as) are UTF-8 or refused as a bad
+    # tenant name; so is a String with no UTF-8 spelling.
+    @table.permit("requests", "caf\xC3\xA9".b) { assert_equal 1, in_use }
+    ["caf\xE9".b, "caf\xE9".dup.force_encoding(Encoding::UTF_8),
+     "caf\xFF".dup.force_encoding(Encoding::Shift_JIS)].each do |bad|
+      e = assert_raises(Fairshm::Error) { @table.try_acquire("requests", bad) }
+      assert_equal "invalid_tenant", e.kind, bad.inspect
+      assert_includes e.message, "UTF-8"
+    end
+    e = assert_raises(Fairshm::UnknownPool) { @table.try_acquire("requests\xFF".b, "acme") }
     assert_includes e.message, "UTF-8"
+    e = assert_raises(Fairshm::Error) { Fairshm::Table.open("#{@name}\xFF".b) }
+    assert_equal "invalid_name", e.kind
+    assert_equal ["café"], @table.stats["tenants"].map { |t| t["name"] }
   end
 
   def test_timeouts_infinite_nan_and_a_closed_table

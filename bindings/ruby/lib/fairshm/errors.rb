@@ -80,7 +80,7 @@ module Fairshm
 
   # +name+ as the C ABI takes it (a NUL-terminated UTF-8 string; a Symbol is its name,
   # a String in another encoding its UTF-8 spelling, raw bytes are passed as they are).
-  # One that a C string cannot carry, or that has no UTF-8 spelling, is refused as the
+  # One that a C string cannot carry, or that is not or has no UTF-8, is refused as the
   # library refuses a bad name (error +code+), never cut at its NUL: "a\0b" would
   # otherwise be tenant "a".
   def self.c_name(name, what, code)
@@ -95,10 +95,14 @@ module Fairshm
   end
 
   # Names reach the library as UTF-8 bytes: a String in another encoding is
-  # transcoded (UTF-8, ASCII and binary strings are passed as they are).
+  # transcoded; UTF-8, ASCII and binary strings (what Rack servers give header values
+  # as) are passed as they are, if their bytes are UTF-8.
   def self.utf8(name, what, code)
-    return name if [Encoding::UTF_8, Encoding::US_ASCII, Encoding::BINARY].include?(name.encoding)
+    if [Encoding::UTF_8, Encoding::US_ASCII, Encoding::BINARY].include?(name.encoding)
+      return name if name.dup.force_encoding(Encoding::UTF_8).valid_encoding?
 
+      raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: not UTF-8")
+    end
     name.encode(Encoding::UTF_8)
   rescue EncodingError => e
     raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: no UTF-8 spelling (#{e.message})")
