@@ -53,7 +53,15 @@ fn a_c_program_forks_workers_that_keep_the_pool_bound() {
     );
 
     let seg = common::Seg::new("c-abi");
-    let mut child = Command::new(&out).arg(&seg.name).spawn().expect("run it");
+    // The library it loads is the one just built: `cargo test` runs tests with
+    // `LD_LIBRARY_PATH` naming `target/release`, which the dynamic loader searches
+    // before the program's run path, and there it would find whatever library the
+    // last `cargo build --release` left (a program that passed against a stale library).
+    let mut child = Command::new(&out)
+        .arg(&seg.name)
+        .env("LD_LIBRARY_PATH", &dir)
+        .spawn()
+        .expect("run it");
     let deadline = Instant::now() + Duration::from_secs(90);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
