@@ -210,6 +210,7 @@ extern "C" {
 // `FAIRSHM_OPEN_OR_CREATE`, `FAIRSHM_OBSERVER`), with a config per `config_kind`
 // (`FAIRSHM_CONFIG_*`; `config` may be null only with `FAIRSHM_CONFIG_NONE`), and
 // the file mode `file_mode` when creating (0: 0600). On success `*out` is the table.
+// A name that is not a segment's (empty, a `/`, not UTF-8) is `FAIRSHM_E_INVALID_NAME`.
 //
 // # Safety
 // `name` and `config` are null or NUL-terminated strings; `out` is null or writable.
@@ -253,7 +254,8 @@ const char *fairshm_code_name(int32_t code);
 // `s` is null or a string from this library, not freed before.
 void fairshm_string_free(char *s);
 
-// Resolves a pool's name to its handle, in `*out`.
+// Resolves a pool's name to its handle, in `*out`. A name that is not UTF-8 is
+// `FAIRSHM_E_UNKNOWN_POOL`, as one the table does not have.
 //
 // # Safety
 // `t` is null or an open table; `name` null or a NUL-terminated string; `out` null
@@ -261,7 +263,8 @@ void fairshm_string_free(char *s);
 int32_t fairshm_pool(const fairshm_table *t, const char *name, uint32_t *out);
 
 // Resolves a tenant's name to its handle, in `*out`, claiming a directory slot on
-// the name's first use (which registers this process).
+// the name's first use (which registers this process). A name the table cannot take
+// (empty, over 48 bytes, not UTF-8) is `FAIRSHM_E_INVALID_TENANT`.
 //
 // # Safety
 // As `fairshm_pool`.

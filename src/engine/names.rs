@@ -14,19 +14,27 @@ use crate::tenants;
 impl Engine {
     /// Resolves a pool's name.
     pub fn pool(&self, name: &str) -> Result<PoolId> {
-        let pools = &self.config().pools;
-        pools
+        self.config()
+            .pools
             .iter()
             .position(|p| p.name == name)
             .map(|p| PoolId(p as u32))
-            .ok_or_else(|| Error::UnknownPool {
-                pool: name.to_owned(),
-                known: pools
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+            .ok_or_else(|| self.unknown_pool(name))
+    }
+
+    /// The error for pool `name`, which this table does not have (it lists those it
+    /// has).
+    pub(crate) fn unknown_pool(&self, name: &str) -> Error {
+        Error::UnknownPool {
+            pool: name.to_owned(),
+            known: self
+                .config()
+                .pools
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     }
 
     /// The name of a pool handle.

@@ -5,11 +5,12 @@ use std::ffi::{CString, c_char};
 use std::time::Duration;
 
 use super::{
-    FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_str, arg_table, fail, fairshm_cancel,
+    FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_name, arg_table, fail, fairshm_cancel,
     fairshm_refusal, fairshm_table, guard, invalid,
 };
 use crate::clock;
 use crate::engine::{LeaseId, Outcome, PoolId, TenantId};
+use crate::error::Error;
 use crate::table::Table;
 
 /// `fairshm_acquire`'s `flags`: this wait is one slice of a longer one (a binding
@@ -71,13 +72,19 @@ unsafe fn resolve(
     t: *const fairshm_table,
     name: *const c_char,
     out: *mut u32,
+    not_utf8: impl FnOnce(&Table, String) -> Error,
     f: impl FnOnce(&Table, &str) -> crate::error::Result<u32>,
 ) -> i32 {
     guard(|| {
         // SAFETY: per the caller's contract.
-        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
-            (Ok(t), Ok(n)) => (t, n),
-            (Err(rc), _) | (_, Err(rc)) => return rc,
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        // SAFETY: per the caller's contract.
+        let name = match unsafe { arg_name(name, |n| not_utf8(&table, n)) } {
+            Ok(n) => n,
+            Err(rc) => return rc,
         };
         if out.is_null() {
             return invalid("argument `out` is null".into());
@@ -93,7 +100,8 @@ unsafe fn resolve(
     })
 }
 
-/// Resolves a pool's name to its handle, in `*out`.
+/// Resolves a pool's name to its handle, in `*out`. A name that is not UTF-8 is
+/// `FAIRSHM_E_UNKNOWN_POOL`, as one the table does not have.
 ///
 /// # Safety
 /// `t` is null or an open table; `name` null or a NUL-terminated string; `out` null
@@ -105,11 +113,20 @@ pub unsafe extern "C" fn fairshm_pool(
     out: *mut u32,
 ) -> i32 {
     // SAFETY: this function's contract is `resolve`'s.
-    unsafe { resolve(t, name, out, |table, n| table.engine().pool(n).map(|p| p.0)) }
+    unsafe {
+        resolve(
+            t,
+            name,
+            out,
+            |table, n| table.engine().unknown_pool(&n),
+            |table, n| table.engine().pool(n).map(|p| p.0),
+        )
+    }
 }
 
 /// Resolves a tenant's name to its handle, in `*out`, claiming a directory slot on
-/// the name's first use (which registers this process).
+/// the name's first use (which registers this process). A name the table cannot take
+/// (empty, over 48 bytes, not UTF-8) is `FAIRSHM_E_INVALID_TENANT`.
 ///
 /// # Safety
 /// As `fairshm_pool`.
@@ -121,9 +138,16 @@ pub unsafe extern "C" fn fairshm_tenant(
 ) -> i32 {
     // SAFETY: this function's contract is `resolve`'s.
     unsafe {
-        resolve(t, name, out, |table, n| {
-            table.engine().tenant(n).map(|x| x.index)
-        })
+        resolve(
+            t,
+            name,
+            out,
+            |_, name| Error::InvalidTenant {
+                name,
+                why: "not UTF-8",
+            },
+            |table, n| table.engine().tenant(n).map(|x| x.index),
+        )
     }
 }
 

@@ -4,7 +4,10 @@
 
 use std::ffi::{CString, c_char};
 
-use super::{FAIRSHM_OK, FAIRSHM_REFUSED, arg_str, arg_table, fail, fairshm_table, guard, invalid};
+use super::{
+    FAIRSHM_OK, FAIRSHM_REFUSED, arg_name, arg_table, fail, fairshm_table, guard, invalid,
+};
+use crate::error::Error;
 use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
@@ -49,9 +52,14 @@ pub unsafe extern "C" fn fairshm_guaranteed_pool(
 ) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
-            (Ok(t), Ok(n)) => (t, n),
-            (Err(rc), _) | (_, Err(rc)) => return rc,
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        // SAFETY: per this function's contract.
+        let name = match unsafe { arg_name(name, |n| table.engine().unknown_guaranteed_pool(&n)) } {
+            Ok(n) => n,
+            Err(rc) => return rc,
         };
         let Some(out) = std::ptr::NonNull::new(pool) else {
             return invalid("argument `pool` is null".into());
@@ -81,9 +89,18 @@ pub unsafe extern "C" fn fairshm_guaranteed_tenant(
 ) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (table, name) = match unsafe { (arg_table(t), arg_str(name, "name")) } {
-            (Ok(t), Ok(n)) => (t, n),
-            (Err(rc), _) | (_, Err(rc)) => return rc,
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let not_utf8 = |name| Error::InvalidTenant {
+            name,
+            why: "not UTF-8",
+        };
+        // SAFETY: per this function's contract.
+        let name = match unsafe { arg_name(name, not_utf8) } {
+            Ok(n) => n,
+            Err(rc) => return rc,
         };
         let Some(out) = std::ptr::NonNull::new(tenant) else {
             return invalid("argument `tenant` is null".into());

@@ -197,6 +197,33 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, what: &str) -> Result<&'a str
         .map_err(|_| invalid(format!("argument `{what}` is not UTF-8")))
 }
 
+/// A name argument (a segment's, a pool's, a tenant's): null is an invalid request, and
+/// bytes that are not UTF-8 are a bad name of its kind, `bad` of their lossy spelling
+/// (as the bindings refuse such names before the call).
+///
+/// # Safety
+/// As [`arg_str`].
+pub(crate) unsafe fn arg_name<'a>(
+    p: *const c_char,
+    bad: impl FnOnce(String) -> Error,
+) -> Result<&'a str, i32> {
+    if p.is_null() {
+        return Err(invalid("argument `name` is null".into()));
+    }
+    // SAFETY: non-null, and NUL-terminated and live by the caller's contract.
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str()
+        .map_err(|_| fail(bad(c.to_string_lossy().into_owned())))
+}
+
+/// A segment name that is not UTF-8, as [`arg_name`] refuses it.
+fn not_utf8_segment(name: String) -> Error {
+    Error::InvalidName {
+        name,
+        why: "not UTF-8",
+    }
+}
+
 /// The table behind a handle, counted in for as long as the returned reference lives,
 /// or an error (a null handle, a closed table).
 ///
@@ -229,6 +256,7 @@ pub(crate) unsafe fn arg_table<'a>(t: *const fairshm_table) -> Result<TableRef<'
 /// `FAIRSHM_OPEN_OR_CREATE`, `FAIRSHM_OBSERVER`), with a config per `config_kind`
 /// (`FAIRSHM_CONFIG_*`; `config` may be null only with `FAIRSHM_CONFIG_NONE`), and
 /// the file mode `file_mode` when creating (0: 0600). On success `*out` is the table.
+/// A name that is not a segment's (empty, a `/`, not UTF-8) is `FAIRSHM_E_INVALID_NAME`.
 ///
 /// # Safety
 /// `name` and `config` are null or NUL-terminated strings; `out` is null or writable.
@@ -246,7 +274,7 @@ pub unsafe extern "C" fn fairshm_open(
             return invalid("argument `out` is null".into());
         }
         // SAFETY: per this function's contract.
-        let name = match unsafe { arg_str(name, "name") } {
+        let name = match unsafe { arg_name(name, not_utf8_segment) } {
             Ok(n) => n,
             Err(rc) => return rc,
         };
@@ -345,7 +373,7 @@ pub unsafe extern "C" fn fairshm_close(t: *mut fairshm_table) {
 pub unsafe extern "C" fn fairshm_unlink(name: *const c_char) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
-        let name = match unsafe { arg_str(name, "name") } {
+        let name = match unsafe { arg_name(name, not_utf8_segment) } {
             Ok(n) => n,
             Err(rc) => return rc,
         };

@@ -50,22 +50,28 @@ impl Engine {
     pub fn guaranteed_pool(&self, name: &str) -> Result<GPoolId> {
         match self.config().guaranteed.iter().position(|g| g.name == name) {
             Some(i) => Ok(GPoolId(i as u32)),
-            None => Err(Error::UnknownPool {
-                pool: name.to_owned(),
-                known: format!(
-                    "guaranteed pools {:?} (and fair-share pools {:?})",
-                    self.config()
-                        .guaranteed
-                        .iter()
-                        .map(|g| g.name.as_str())
-                        .collect::<Vec<_>>(),
-                    self.config()
-                        .pools
-                        .iter()
-                        .map(|p| p.name.as_str())
-                        .collect::<Vec<_>>()
-                ),
-            }),
+            None => Err(self.unknown_guaranteed_pool(name)),
+        }
+    }
+
+    /// The error for guaranteed pool `name`, which this table does not have (it lists
+    /// the pools it has, of both policies).
+    pub(crate) fn unknown_guaranteed_pool(&self, name: &str) -> Error {
+        Error::UnknownPool {
+            pool: name.to_owned(),
+            known: format!(
+                "guaranteed pools {:?} (and fair-share pools {:?})",
+                self.config()
+                    .guaranteed
+                    .iter()
+                    .map(|g| g.name.as_str())
+                    .collect::<Vec<_>>(),
+                self.config()
+                    .pools
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+            ),
         }
     }
 

@@ -135,6 +135,16 @@ int main(int argc, char **argv) {
   uint32_t pool = 99, tenant = 99;
   CHECK(fairshm_pool(t, "nope", &pool) == FAIRSHM_E_UNKNOWN_POOL, "unknown pool");
   CHECK(strcmp(fairshm_code_name(FAIRSHM_E_UNKNOWN_POOL), "unknown_pool") == 0, "code name");
+  /* A name that is not UTF-8 is a bad name of its kind, as the bindings refuse it. */
+  CHECK(fairshm_pool(t, "requests\xff", &pool) == FAIRSHM_E_UNKNOWN_POOL, "pool not UTF-8");
+  CHECK(fairshm_tenant(t, "caf\xe9", &tenant) == FAIRSHM_E_INVALID_TENANT && tenant == 99,
+        "tenant not UTF-8 (%s)", fairshm_last_error());
+  CHECK(strstr(fairshm_last_error(), "not UTF-8") != NULL, "says so: %s", fairshm_last_error());
+  CHECK(fairshm_guaranteed_pool(t, "g\xff", &pool) == FAIRSHM_E_UNKNOWN_POOL,
+        "guaranteed pool not UTF-8");
+  CHECK(fairshm_open("seg\xff", FAIRSHM_OPEN, NULL, 0, 0, &bad) == FAIRSHM_E_INVALID_NAME,
+        "segment name not UTF-8 (%s)", fairshm_last_error());
+  CHECK(fairshm_unlink("seg\xff") == FAIRSHM_E_INVALID_NAME, "unlink of a name not UTF-8");
   CHECK(fairshm_pool(t, "requests", &pool) == FAIRSHM_OK && pool == 0, "pool handle");
   CHECK(fairshm_tenant(t, "acme", &tenant) == FAIRSHM_OK, "tenant handle");
   uint64_t lease;
