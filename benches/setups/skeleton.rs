@@ -56,7 +56,7 @@ impl<'t> Skeleton<'t> {
             pool: r.pool(p.index()),
             tp: r.tenant_pool(p.index(), t.index()),
             rate: r.rate(t.index()),
-            lease: r.lease(id.to_u64() as usize >> 32),
+            lease: r.lease(id.index as usize),
             proc_rec: r.proc_slot(slot),
             log: (0..n).map(|i| r.log(slot, i)).collect(),
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{
     FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_name, arg_table, fail, fairshm_cancel,
-    fairshm_refusal, fairshm_table, guard, invalid,
+    fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
 };
 use crate::clock;
 use crate::engine::{LeaseId, Outcome, PoolId, TenantId};
@@ -142,10 +142,7 @@ pub unsafe extern "C" fn fairshm_tenant(
             t,
             name,
             out,
-            |_, name| Error::InvalidTenant {
-                name,
-                why: "not UTF-8",
-            },
+            |_, name| not_utf8_tenant(name),
             |table, n| table.engine().tenant(n).map(|x| x.index),
         )
     }

@@ -6,8 +6,8 @@ use std::ffi::{CString, c_char};
 
 use super::{
     FAIRSHM_OK, FAIRSHM_REFUSED, arg_name, arg_table, fail, fairshm_table, guard, invalid,
+    not_utf8_tenant,
 };
-use crate::error::Error;
 use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
@@ -93,12 +93,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_tenant(
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        let not_utf8 = |name| Error::InvalidTenant {
-            name,
-            why: "not UTF-8",
-        };
         // SAFETY: per this function's contract.
-        let name = match unsafe { arg_name(name, not_utf8) } {
+        let name = match unsafe { arg_name(name, not_utf8_tenant) } {
             Ok(n) => n,
             Err(rc) => return rc,
         };

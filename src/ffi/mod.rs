@@ -188,18 +188,17 @@ pub(crate) fn now_or_clock(now_ms: u64) -> u64 {
 /// # Safety
 /// `p` is null or points to a NUL-terminated string that lives for `'a`.
 pub(crate) unsafe fn arg_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, i32> {
-    if p.is_null() {
-        return Err(invalid(format!("argument `{what}` is null")));
+    // SAFETY: the caller's contract.
+    unsafe {
+        arg_text(p, what, |_| {
+            Error::InvalidRequest(format!("argument `{what}` is not UTF-8"))
+        })
     }
-    // SAFETY: non-null, and NUL-terminated and live by the caller's contract.
-    let c = unsafe { CStr::from_ptr(p) };
-    c.to_str()
-        .map_err(|_| invalid(format!("argument `{what}` is not UTF-8")))
 }
 
-/// A name argument (a segment's, a pool's, a tenant's): null is an invalid request, and
-/// bytes that are not UTF-8 are a bad name of its kind, `bad` of their lossy spelling
-/// (as the bindings refuse such names before the call).
+/// A name argument (a segment's, a pool's, a tenant's): as [`arg_str`], but bytes that
+/// are not UTF-8 are a bad name of its kind, `bad` of their lossy spelling (as the
+/// bindings refuse such names before the call).
 ///
 /// # Safety
 /// As [`arg_str`].
@@ -207,18 +206,40 @@ pub(crate) unsafe fn arg_name<'a>(
     p: *const c_char,
     bad: impl FnOnce(String) -> Error,
 ) -> Result<&'a str, i32> {
+    // SAFETY: the caller's contract.
+    unsafe { arg_text(p, "name", bad) }
+}
+
+/// The one conversion of a C string argument `what`: null is an invalid request, bytes
+/// that are not UTF-8 are `not_utf8` of their lossy spelling.
+///
+/// # Safety
+/// As [`arg_str`].
+unsafe fn arg_text<'a>(
+    p: *const c_char,
+    what: &str,
+    not_utf8: impl FnOnce(String) -> Error,
+) -> Result<&'a str, i32> {
     if p.is_null() {
-        return Err(invalid("argument `name` is null".into()));
+        return Err(invalid(format!("argument `{what}` is null")));
     }
     // SAFETY: non-null, and NUL-terminated and live by the caller's contract.
     let c = unsafe { CStr::from_ptr(p) };
     c.to_str()
-        .map_err(|_| fail(bad(c.to_string_lossy().into_owned())))
+        .map_err(|_| fail(not_utf8(c.to_string_lossy().into_owned())))
 }
 
 /// A segment name that is not UTF-8, as [`arg_name`] refuses it.
 fn not_utf8_segment(name: String) -> Error {
     Error::InvalidName {
+        name,
+        why: "not UTF-8",
+    }
+}
+
+/// A tenant name that is not UTF-8, as [`arg_name`] refuses it.
+pub(crate) fn not_utf8_tenant(name: String) -> Error {
+    Error::InvalidTenant {
         name,
         why: "not UTF-8",
     }

@@ -162,11 +162,16 @@ def _c_name(name, what, code):
     if not isinstance(name, str):
         raise TypeError("a %s name is a str, not %s" % (what, type(name).__name__))
     if "\x00" in name:
-        raise _ERRORS.get(code, Error)(code, "invalid %s name %r: contains a NUL byte" % (what, name))
+        raise _bad_name(name, what, code, "contains a NUL byte")
     try:
         return name.encode()
     except UnicodeEncodeError:
-        raise _ERRORS.get(code, Error)(code, "invalid %s name %r: not UTF-8" % (what, name)) from None
+        raise _bad_name(name, what, code, "not UTF-8") from None
+
+
+def _bad_name(name, what, code, why):
+    """The library's error ``code`` for a bad ``what`` name, saying ``why``."""
+    return _ERRORS.get(code, Error)(code, "invalid %s name %r: %s" % (what, name, why))
 
 
 def _deadline(timeout):

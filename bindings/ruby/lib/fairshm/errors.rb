@@ -87,11 +87,13 @@ module Fairshm
     name = name.to_s if name.is_a?(Symbol)
     raise TypeError, "a #{what} name is a String, not #{name.inspect}" unless name.is_a?(String)
     name = utf8(name, what, code)
-    if name.include?("\0")
-      raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: contains a NUL byte")
-    end
-
+    bad_name(name, what, code, "contains a NUL byte") if name.include?("\0")
     name
+  end
+
+  # Raises the library's error +code+ for a bad +what+ name, saying +why+.
+  def self.bad_name(name, what, code, why)
+    raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: #{why}")
   end
 
   # Names reach the library as UTF-8 bytes: a String in another encoding is
@@ -101,11 +103,11 @@ module Fairshm
     if [Encoding::UTF_8, Encoding::US_ASCII, Encoding::BINARY].include?(name.encoding)
       return name if name.dup.force_encoding(Encoding::UTF_8).valid_encoding?
 
-      raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: not UTF-8")
+      bad_name(name, what, code, "not UTF-8")
     end
     name.encode(Encoding::UTF_8)
   rescue EncodingError => e
-    raise ERRORS.fetch(code, Error).new(code, "invalid #{what} name #{name.inspect}: no UTF-8 spelling (#{e.message})")
+    bad_name(name, what, code, "no UTF-8 spelling (#{e.message})")
   end
 
   # The monotonic instant a wait of +timeout+ seconds ends: nil (no end) for nil or
