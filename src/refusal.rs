@@ -304,6 +304,27 @@ impl std::fmt::Display for Turn<'_> {
     }
 }
 
+/// How much room the pool had: "is full (8 of 8 in use)", or, for a request of more
+/// units than are free, "has only 5 of 8 units free (3 in use)": a pool with room
+/// left is not called full.
+struct Room<'a>(&'a Refused);
+
+impl std::fmt::Display for Room<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let x = self.0;
+        match x.capacity.checked_sub(x.in_use) {
+            Some(free) if free > 0 => write!(
+                f,
+                "has only {} of {} free ({} in use)",
+                free,
+                plural(x.capacity, "unit"),
+                x.in_use
+            ),
+            _ => write!(f, "is full ({} of {} in use)", x.in_use, x.capacity),
+        }
+    }
+}
+
 fn plural(n: u32, one: &str) -> String {
     if n == 1 {
         format!("1 {one}")
@@ -409,13 +430,12 @@ impl Refusal {
                 write!(
                     f,
                     "tenant {tenant:?} asked for {} of pool {pool:?}, which evicts residents \
-                     to make room and is full ({} of {} in use). It holds {}, {standing} its \
-                     share of {sh:.1} ({company}), and {whose} in a call, so none could be \
-                     put to sleep. Retry after {retry} ms: a resident that ends its call \
-                     becomes evictable, and a release makes room.",
+                     to make room and {}. It holds {}, {standing} its share of {sh:.1} \
+                     ({company}), and {whose} in a call, so none could be put to sleep. \
+                     Retry after {retry} ms: a resident that ends its call becomes \
+                     evictable, and a release makes room.",
                     plural(units, "unit"),
-                    x.in_use,
-                    x.capacity,
+                    Room(x),
                     x.held,
                 )
             }
@@ -436,13 +456,12 @@ impl Refusal {
             ),
             _ => write!(
                 f,
-                "tenant {tenant:?} asked for {} of pool {pool:?}, which is full \
-                 ({} of {} in use). It holds {}, under its share of {sh:.1} ({company}), \
-                 so it is first in line. {turn}: retry after {retry} ms, when a \
-                 release is expected; it is admitted as soon as {} free{}.",
+                "tenant {tenant:?} asked for {} of pool {pool:?}, which {}. It holds {}, \
+                 under its share of {sh:.1} ({company}), so it is first in line. {turn}: \
+                 retry after {retry} ms, when a release is expected; it is admitted as \
+                 soon as {} free{}.",
                 plural(units, "unit"),
-                x.in_use,
-                x.capacity,
+                Room(x),
                 x.held,
                 plural(units, "unit"),
                 if units == 1 { "s" } else { "" },

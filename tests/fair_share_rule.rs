@@ -166,7 +166,25 @@ fn grants_are_all_or_nothing() {
         6,
         "nothing partially granted"
     );
-    drop(a);
+    // The pool has room, just not 3 units of it: the explanation does not call it full.
+    let text = r.explanation();
+    assert!(
+        text.contains("which has only 2 of 8 units free (6 in use)") && !text.contains("full"),
+        "{text}"
+    );
+    // Full to the last unit, it is full.
+    let b = t.try_acquire_at(&Request::new("requests", "a").units(2), 12);
+    let b = b.unwrap().unwrap();
+    let r = t
+        .try_acquire_at(&Request::new("requests", "b"), 13)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::PoolFull);
+    assert!(
+        r.explanation().contains("which is full (8 of 8 in use)"),
+        "{r}"
+    );
+    drop((a, b));
 }
 
 #[test]
