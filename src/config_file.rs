@@ -154,7 +154,7 @@ impl Config {
     /// Parses and validates a config in TOML.
     pub fn from_toml(text: &str) -> Result<Config> {
         toml::from_str::<FileConfig>(text)
-            .map_err(|e| Error::InvalidConfig(format!("TOML: {}", e.message())))?
+            .map_err(|e| Error::InvalidConfig(format!("TOML: {}", toml_error(&e, text))))?
             .into_config()
     }
 
@@ -175,6 +175,27 @@ impl Config {
             }
             other => other,
         })
+    }
+}
+
+/// A TOML error in one line, with where it is as JSON's errors say it ("... at line 3
+/// column 12"): the crate's `Display` spreads it over several lines with a drawing of
+/// the text, and its message alone does not say where.
+fn toml_error(e: &toml::de::Error, text: &str) -> String {
+    let msg = e.message().trim_end().replace('\n', "; ");
+    match e.span() {
+        Some(span) => {
+            // The span is the crate's; cut at a character boundary at or before it.
+            let start = (0..=span.start.min(text.len()))
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            let before = &text[..start];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("{msg} at line {line} column {column}")
+        }
+        None => msg,
     }
 }
 
@@ -271,6 +292,15 @@ mod tests {
             e("[[pools]]\nname = \"r\"\ncapacty = 5")
         );
         assert!(e("[[pools]]\nname = \"r\"").contains("needs a capacity"));
+        // A type error says where it is, as JSON's do.
+        let ten = e("[[pools]]\nname = \"r\"\ncapacity = \"ten\"\n");
+        assert!(ten.contains("expected u32 at line 3 column 12"), "{ten}");
+        assert!(!ten.contains('\n'), "one line: {ten}");
+        let header = e("[[pools]\n");
+        assert!(
+            header.contains("at line 1 column 8") && !header.contains('\n'),
+            "{header}"
+        );
         assert!(e("[[pools]]\nname = \"r\"\ncapacity = 0").contains("capacity 0"));
         let j = Config::from_json("{\"pools\": 3}").unwrap_err();
         assert!(matches!(j, Error::InvalidConfig(_)), "{j}");
