@@ -59,13 +59,24 @@ pub enum Error {
     #[error("invalid tenant name {name:?}: {why}")]
     InvalidTenant { name: String, why: &'static str },
 
-    #[error("the tenant table is full ({max} tenants), so tenant {name:?} cannot be added")]
+    #[error(
+        "the tenant table is full ({max} tenants), so tenant {name:?} cannot be added: a \
+         name keeps its slot for the segment's life, so raise max_tenants in the config \
+         (at most 65535) and recreate the segment (shmtool clean, then a new master)"
+    )]
     TenantTableFull { name: String, max: usize },
 
-    #[error("all {max} lease slots of this process are in use; release a lease first")]
+    #[error(
+        "all {max} lease slots of this process are in use; release a lease first, or \
+         raise leases_per_process in the config"
+    )]
     LeaseTableFull { max: usize },
 
-    #[error("the process table is full ({max} slots, none free or reapable)")]
+    #[error(
+        "the process table is full ({max} slots, none free or reapable): raise \
+         max_processes in the config, or end processes that opened the table and no \
+         longer use it"
+    )]
     ProcessTableFull { max: usize },
 
     #[error("invalid request: {0}")]

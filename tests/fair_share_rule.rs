@@ -245,6 +245,29 @@ fn a_full_tenant_table_is_a_typed_error() {
         matches!(e, fairshm::Error::TenantTableFull { max: 2, .. }),
         "{e}"
     );
+    // It says what to change.
+    assert!(e.to_string().contains("raise max_tenants"), "{e}");
+}
+
+#[test]
+fn a_full_lease_table_is_a_typed_error_that_loses_nothing() {
+    let seg = Seg::new("leases");
+    let mut cfg = one_pool(8);
+    cfg.leases_per_process = 2;
+    let t = seg.create(&cfg);
+    let held = [take(&t, "a", 1).unwrap(), take(&t, "a", 1).unwrap()];
+    let e = t
+        .try_acquire_at(&Request::new("requests", "a"), 2)
+        .unwrap_err();
+    assert!(
+        matches!(e, fairshm::Error::LeaseTableFull { max: 2 }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("raise leases_per_process"), "{e}");
+    // Nothing was taken or counted for it, and a release makes room again.
+    assert_eq!(t.snapshot_at(2).held("requests", "a"), 2);
+    drop(held);
+    assert!(take(&t, "a", 3).is_ok());
 }
 
 #[test]
