@@ -34,7 +34,11 @@ pub enum Error {
         expected: u64,
     },
 
-    #[error("segment {name:?} has layout version {found}; this library reads version {expected}")]
+    #[error(
+        "segment {name:?} has layout version {found}; this library reads version \
+         {expected}: once no process of the old version uses it, remove it (shmtool clean) \
+         and let the new master create it"
+    )]
     VersionMismatch {
         name: String,
         found: u32,
@@ -47,7 +51,11 @@ pub enum Error {
     #[error("segment {name:?} is owned by uid {owner}, not by this process's uid {me}")]
     WrongOwner { name: String, owner: u32, me: u32 },
 
-    #[error("segment {name:?} was created with a different config: {what}")]
+    #[error(
+        "segment {name:?} was created with a different config: {what}; a segment keeps \
+         the config it was created with, so once no process of the old config uses it, \
+         remove it (shmtool clean) and let the new master create it"
+    )]
     ConfigMismatch { name: String, what: String },
 
     #[error("shared memory is corrupt: {0}")]

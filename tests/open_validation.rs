@@ -107,6 +107,10 @@ fn another_layout_version_is_a_version_mismatch() {
         ),
         "{e}"
     );
+    assert!(
+        e.to_string().contains("shmtool clean"),
+        "says what to do: {e}"
+    );
 }
 
 #[test]
@@ -135,6 +139,10 @@ fn a_different_config_is_a_config_mismatch_naming_the_difference() {
         ),
         other => panic!("expected ConfigMismatch, got {other}"),
     }
+    assert!(
+        e.to_string().contains("shmtool clean"),
+        "says what to do: {e}"
+    );
     let e = Table::open_or_create(&seg.name, &Config::default())
         .err()
         .unwrap();
