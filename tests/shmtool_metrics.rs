@@ -70,6 +70,8 @@ fn metrics_are_prometheus_text_printed_and_served() {
         .map(str::to_owned);
     let scrape = addr.as_ref().map(|a| get(a, "/metrics"));
     let missing = addr.as_ref().map(|a| get(a, "/nothing"));
+    let query = addr.as_ref().map(|a| get(a, "/metrics?scrape=1"));
+    let post = addr.as_ref().map(|a| request(a, "POST", "/metrics"));
     let _ = server.kill();
     let _ = server.wait();
     let (status, body) = scrape.expect("the server printed its address");
@@ -77,15 +79,34 @@ fn metrics_are_prometheus_text_printed_and_served() {
     let s = check_prometheus(&body);
     assert_eq!(sample(&s, "fairshm_pool_in_use", &pool), 3.0);
     assert!(missing.unwrap().0.contains("404"));
+    let (status, body) = query.unwrap();
+    assert!(
+        status.contains("200"),
+        "a query string is ignored: {status}"
+    );
+    assert_eq!(
+        sample(&check_prometheus(&body), "fairshm_pool_in_use", &pool),
+        3.0
+    );
+    assert!(post.unwrap().0.contains("405"), "only GET and HEAD read");
     kids.kill_all();
     drop(t);
 }
 
 /// An HTTP/1.0 GET: (status line, body).
 fn get(addr: &str, path: &str) -> (String, String) {
+    request(addr, "GET", path)
+}
+
+/// An HTTP/1.0 request with no body: (status line, body).
+fn request(addr: &str, method: &str, path: &str) -> (String, String) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(common::DEADLINE)).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let (head, body) = resp.split_once("\r\n\r\n").expect("a response");

@@ -205,7 +205,21 @@ pub fn serve_metrics(t: &Table, addr: &str, listening: impl FnOnce(&str)) -> Res
         .map_or_else(|| addr.to_owned(), |a| a.to_string());
     listening(&bound);
     for req in server.incoming_requests() {
-        let resp = if req.url() == "/metrics" {
+        // The path alone: a scraper may add a query string, which asks for nothing here.
+        let path = req.url().split('?').next().unwrap_or("");
+        let read = matches!(
+            req.method(),
+            tiny_http::Method::Get | tiny_http::Method::Head
+        );
+        let resp = if path == "/metrics" && !read {
+            tiny_http::Response::from_string("method not allowed: GET /metrics\n")
+                .with_status_code(405)
+                .with_header(
+                    "Allow: GET, HEAD"
+                        .parse::<tiny_http::Header>()
+                        .expect("a valid header"),
+                )
+        } else if path == "/metrics" {
             match super::report(t) {
                 Ok(r) => tiny_http::Response::from_string(super::prometheus(&r)).with_header(
                     "Content-Type: text/plain; version=0.0.4"
