@@ -21,6 +21,11 @@
 // A panic inside the library, caught at the boundary (a bug: please report it).
 #define FAIRSHM_E_PANIC -99
 
+// A `now_ms` argument meaning the library's clock (`CLOCK_MONOTONIC` ms). Every other
+// value, 0 included, is that explicit time, so that a recorded trace that starts at
+// t = 0 replays through the C ABI as it does in Rust.
+#define FAIRSHM_NOW UINT64_MAX
+
 // Error codes: minus `fairshm::Error::code()`, one per kind (`fairshm_code_name`).
 #define FAIRSHM_E_INVALID_NAME -1
 
@@ -417,7 +422,8 @@ int32_t fairshm_guaranteed_tenant(const fairshm_table *t,
                                   uint32_t *tenant);
 
 // Asks for `cost` for `tenant` of guaranteed pool `pool`, declaring a hold of
-// `hold_ms`, at `now_ms` (0: the library's clock). `FAIRSHM_OK`: `*lease` is the lease.
+// `hold_ms`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; 0 is the time 0).
+// `FAIRSHM_OK`: `*lease` is the lease.
 // `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
 // explanation is written there (NUL-terminated, cut to `why_len` bytes).
 //
@@ -435,16 +441,17 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
                                    char *why,
                                    size_t why_len);
 
-// Releases guaranteed lease `lease` at `now_ms` (0: the library's clock). A second
-// release is `FAIRSHM_E_ALREADY_RELEASED`.
+// Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
+// A second release is `FAIRSHM_E_ALREADY_RELEASED`.
 //
 // # Safety
 // `t` is null or an open table.
 int32_t fairshm_guaranteed_release(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
 
-// Guaranteed pool `pool` at `now_ms` (0: the pool's own clock, the latest `now` it
-// was given) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free
-// it with `fairshm_string_free`; null on error (`fairshm_last_error`).
+// Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
+// before the pool's own clock, the latest `now` it was given, such as 0, counts as
+// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free it
+// with `fairshm_string_free`; null on error (`fairshm_last_error`).
 //
 // # Safety
 // `t` is null or an open table.
@@ -464,8 +471,8 @@ int32_t fairshm_set_rates(const fairshm_table *t,
                           uint32_t work_units_per_s);
 
 // Charges `units` of work done for tenant `tenant` to its work rate (after the work:
-// it may put the tenant in debt). `now_ms`: 0 for the library's clock, else an
-// explicit time (ms, the clock of the acquires). Writes the ms until the tenant is out
+// it may put the tenant in debt). `now_ms`: `FAIRSHM_NOW` for the library's clock, else
+// an explicit time (ms, the clock of the acquires). Writes the ms until the tenant is out
 // of debt (0: not in debt) to `debt_ms` if it is not null.
 //
 // # Safety
@@ -506,7 +513,8 @@ int64_t fairshm_explain(const fairshm_table *t,
 // `refusal` is null or readable.
 double fairshm_share(const fairshm_refusal *refusal);
 
-// Starts a call on resident `lease` at `now_ms` (0: the library's clock): while any
+// Starts a call on resident `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock;
+// else an explicit time, ms, which orders residents by their last call): while any
 // call is in progress it is never revoked. Calls nest. `FAIRSHM_E_REVOKED` once it
 // was revoked: put the object to sleep and release the lease. `FAIRSHM_E_NOT_RESIDENT`
 // for a lease of a pool that does not evict.
@@ -516,7 +524,8 @@ double fairshm_share(const fairshm_refusal *refusal);
 int32_t fairshm_begin_call(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
 
 // Ends a call begun with `fairshm_begin_call` (`FAIRSHM_E_NOT_RESIDENT` if none is in
-// progress). Once its last call ends the resident is evictable again.
+// progress) at `now_ms` (as `fairshm_begin_call`'s). Once its last call ends the
+// resident is evictable again.
 //
 // # Safety
 // `t` is null or an open table.

@@ -113,7 +113,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_tenant(
 }
 
 /// Asks for `cost` for `tenant` of guaranteed pool `pool`, declaring a hold of
-/// `hold_ms`, at `now_ms` (0: the library's clock). `FAIRSHM_OK`: `*lease` is the lease.
+/// `hold_ms`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; 0 is the time 0).
+/// `FAIRSHM_OK`: `*lease` is the lease.
 /// `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
 /// explanation is written there (NUL-terminated, cut to `why_len` bytes).
 ///
@@ -198,8 +199,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
     })
 }
 
-/// Releases guaranteed lease `lease` at `now_ms` (0: the library's clock). A second
-/// release is `FAIRSHM_E_ALREADY_RELEASED`.
+/// Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
+/// A second release is `FAIRSHM_E_ALREADY_RELEASED`.
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -226,9 +227,10 @@ pub unsafe extern "C" fn fairshm_guaranteed_release(
     })
 }
 
-/// Guaranteed pool `pool` at `now_ms` (0: the pool's own clock, the latest `now` it
-/// was given) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free
-/// it with `fairshm_string_free`; null on error (`fairshm_last_error`).
+/// Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
+/// before the pool's own clock, the latest `now` it was given, such as 0, counts as
+/// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free it
+/// with `fairshm_string_free`; null on error (`fairshm_last_error`).
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -254,7 +256,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_stats_json(
             Ok(x) => x,
             Err(err) => return fail(err),
         };
-        let now = if now_ms == 0 { st.clock } else { now_ms };
+        // The state's own reports count a `now` before its clock as the clock.
+        let now = super::now_or_clock(now_ms);
         let json = serde_json::json!({
             "stats": st.stats(rules, now),
             "fairness_report": st.fairness_report(rules),

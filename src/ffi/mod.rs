@@ -80,6 +80,10 @@ pub const FAIRSHM_OK: i32 = 0;
 pub const FAIRSHM_REFUSED: i32 = 1;
 /// A panic inside the library, caught at the boundary (a bug: please report it).
 pub const FAIRSHM_E_PANIC: i32 = -99;
+/// A `now_ms` argument meaning the library's clock (`CLOCK_MONOTONIC` ms). Every other
+/// value, 0 included, is that explicit time, so that a recorded trace that starts at
+/// t = 0 replays through the C ABI as it does in Rust.
+pub const FAIRSHM_NOW: u64 = u64::MAX;
 /// Error codes: minus `fairshm::Error::code()`, one per kind (`fairshm_code_name`).
 pub const FAIRSHM_E_INVALID_NAME: i32 = -1;
 pub const FAIRSHM_E_INVALID_CONFIG: i32 = -2;
@@ -174,9 +178,10 @@ pub(crate) fn guard(f: impl FnOnce() -> i32) -> i32 {
     }
 }
 
-/// A `now_ms` argument: 0 means the library's clock (`CLOCK_MONOTONIC` ms).
+/// A `now_ms` argument: [`FAIRSHM_NOW`] means the library's clock, anything else is
+/// an explicit time.
 pub(crate) fn now_or_clock(now_ms: u64) -> u64 {
-    if now_ms == 0 {
+    if now_ms == FAIRSHM_NOW {
         crate::clock::now_ms()
     } else {
         now_ms

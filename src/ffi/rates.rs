@@ -35,8 +35,8 @@ pub unsafe extern "C" fn fairshm_set_rates(
 }
 
 /// Charges `units` of work done for tenant `tenant` to its work rate (after the work:
-/// it may put the tenant in debt). `now_ms`: 0 for the library's clock, else an
-/// explicit time (ms, the clock of the acquires). Writes the ms until the tenant is out
+/// it may put the tenant in debt). `now_ms`: `FAIRSHM_NOW` for the library's clock, else
+/// an explicit time (ms, the clock of the acquires). Writes the ms until the tenant is out
 /// of debt (0: not in debt) to `debt_ms` if it is not null.
 ///
 /// # Safety

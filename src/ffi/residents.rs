@@ -38,7 +38,8 @@ unsafe fn with_lease(
     })
 }
 
-/// Starts a call on resident `lease` at `now_ms` (0: the library's clock): while any
+/// Starts a call on resident `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock;
+/// else an explicit time, ms, which orders residents by their last call): while any
 /// call is in progress it is never revoked. Calls nest. `FAIRSHM_E_REVOKED` once it
 /// was revoked: put the object to sleep and release the lease. `FAIRSHM_E_NOT_RESIDENT`
 /// for a lease of a pool that does not evict.
@@ -60,7 +61,8 @@ pub unsafe extern "C" fn fairshm_begin_call(
 }
 
 /// Ends a call begun with `fairshm_begin_call` (`FAIRSHM_E_NOT_RESIDENT` if none is in
-/// progress). Once its last call ends the resident is evictable again.
+/// progress) at `now_ms` (as `fairshm_begin_call`'s). Once its last call ends the
+/// resident is evictable again.
 ///
 /// # Safety
 /// `t` is null or an open table.

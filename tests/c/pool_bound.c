@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
         "rate explanation: %s", rate_text);
   uint64_t debt = 0;
   CHECK(fairshm_set_rates(t, slow, 0, 100) == FAIRSHM_OK, "work rate");
-  CHECK(fairshm_charge(t, slow, 300, 0, &debt) == FAIRSHM_OK && debt >= 1900 && debt <= 2000,
+  CHECK(fairshm_charge(t, slow, 300, FAIRSHM_NOW, &debt) == FAIRSHM_OK && debt >= 1900 && debt <= 2000,
         "debt %llu", (unsigned long long)debt);
   CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, &r) == FAIRSHM_REFUSED && r.reason == 6,
         "work_debt: reason %u", r.reason);

@@ -26,7 +26,7 @@ from ._errors import (  # the subclass of Error for each code, exported from her
     Corrupt, Error, ForeignPidNamespace, InvalidConfig, InvalidName, InvalidRequest, InvalidTenant,
     IoError, LeaseTableFull, NotFound, NotOwner, NotReady, NotResident, PoolLeasesFull,
     ProcessTableFull, ReadOnly, Revoked, TenantBusy, TenantTableFull, Truncated, UnitsExceedCapacity,
-    UnknownPool, VersionMismatch, WrongOwner, _c_name, _check, _check_request, _deadline, _raise,
+    UnknownPool, VersionMismatch, WrongOwner, _c_name, _check, _check_request, _deadline, _now, _raise,
     _take_json,
 )
 from ._lib import lib
@@ -197,18 +197,17 @@ class Lease:
             self.table._fail(rc)
 
     # Residents (a lease of an ``evict`` pool).
-    def begin_call(self, now_ms=0):
+    def begin_call(self, now_ms=None):
         """Starts a call: while one is in progress the resident is never revoked.
-        Raises ``Revoked`` once it was: put the object to sleep and release."""
-        _check("now_ms", now_ms, _U64)
-        rc = lib.fairshm_begin_call(self.table._h, self.id, now_ms)
+        Raises ``Revoked`` once it was: put the object to sleep and release.
+        ``now_ms``: ``None`` for the library's clock, else an explicit time."""
+        rc = lib.fairshm_begin_call(self.table._h, self.id, _now(now_ms))
         if rc:
             self.table._fail(rc)
 
-    def end_call(self, now_ms=0):
+    def end_call(self, now_ms=None):
         """Ends a call; once the last ends, the resident is evictable again."""
-        _check("now_ms", now_ms, _U64)
-        rc = lib.fairshm_end_call(self.table._h, self.id, now_ms)
+        rc = lib.fairshm_end_call(self.table._h, self.id, _now(now_ms))
         if rc:
             self.table._fail(rc)
 
@@ -517,13 +516,14 @@ class Table:
         """A guaranteed pool (seed 001) of this table, by name."""
         return Guaranteed(self, name)
 
-    def charge(self, tenant, units, now_ms=0):
+    def charge(self, tenant, units, now_ms=None):
         """Charges ``units`` of work done for ``tenant`` (after the work). Returns the
-        ms until it is out of the debt this leaves (0: none)."""
+        ms until it is out of the debt this leaves (0: none). ``now_ms``: ``None`` for
+        the library's clock, else an explicit time."""
         _check("units", units, _U64)
-        _check("now_ms", now_ms, _U64)
+        now = _now(now_ms)
         debt = c_uint64()
-        rc = lib.fairshm_charge(self._h, self.tenant(tenant), units, now_ms, byref(debt))
+        rc = lib.fairshm_charge(self._h, self.tenant(tenant), units, now, byref(debt))
         if rc:
             self._fail(rc)
         return debt.value

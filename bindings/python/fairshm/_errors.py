@@ -226,6 +226,16 @@ def _check(name, value, hi):
         raise _out_of_range(name, value, hi)
 
 
+def _now(now_ms):
+    """A ``now_ms`` argument for the C ABI: ``None`` is the library's clock
+    (``FAIRSHM_NOW``), any other integer an explicit time in ms, 0 included (so a
+    trace that starts at t = 0 replays as it does in Rust)."""
+    if now_ms is None:
+        return _lib.NOW
+    _check("now_ms", now_ms, _U64 - 1)
+    return now_ms
+
+
 def _check_request(units, hold_ms):
     _check("units", units, _U32)
     _check("hold_ms", hold_ms, _U64)

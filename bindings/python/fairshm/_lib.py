@@ -65,6 +65,9 @@ E_INVALID_TENANT = -13
 E_INVALID_REQUEST = -17
 OPEN, CREATE, OPEN_OR_CREATE, OBSERVER = 0, 1, 2, 3
 CONFIG_NONE, CONFIG_JSON, CONFIG_TOML, CONFIG_FILE = 0, 1, 2, 3
+# A ``now_ms`` meaning the library's clock (FAIRSHM_NOW); every other value, 0
+# included, is an explicit time.
+NOW = 0xFFFFFFFFFFFFFFFF
 WAIT_SLICE = 1
 
 

@@ -4,7 +4,7 @@ guaranteed its part of the ceiling, idle parts lent for at most the reclaim hori
 from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
 
 from . import _lib
-from ._errors import _REASONS, _U64, _c_name, _check, _take_json
+from ._errors import _REASONS, _U64, _c_name, _check, _now, _take_json
 from ._lib import lib
 
 
@@ -67,7 +67,7 @@ class GuaranteedLease:
         self.id = lease_id
         self._done = False
 
-    def release(self, now_ms=0):
+    def release(self, now_ms=None):
         if not self._done:
             self._done = True
             self._pool.release(self.id, now_ms)
@@ -83,7 +83,8 @@ class GuaranteedLease:
 class Guaranteed:
     """A guaranteed pool (seed 001) of a table: fixed, weighted tenants, each guaranteed
     its part of the ceiling, idle parts lent for at most the reclaim horizon. Every call
-    takes ``now_ms`` (0: the library's clock)."""
+    takes ``now_ms``: an explicit time in ms (0 included: seed 001's traces start at
+    t = 0), or ``None``, the default, for the library's clock."""
 
     def __init__(self, table, name):
         self._table = table
@@ -107,15 +108,15 @@ class Guaranteed:
             t = self._tenants[name] = out.value
         return t
 
-    def acquire(self, tenant, cost, hold_ms, now_ms=0):
+    def acquire(self, tenant, cost, hold_ms, now_ms=None):
         """A ``GuaranteedLease``, or ``GuaranteedRefused``."""
         _check("cost", cost, _U64)
         _check("hold_ms", hold_ms, _U64)
-        _check("now_ms", now_ms, _U64)
+        now = _now(now_ms)
         lease = c_uint64()
         facts = _lib.GuaranteedRefusal()
         rc = lib.fairshm_guaranteed_acquire(self._table._h, self._id, self._tenant(tenant), cost,
-                                            hold_ms, now_ms, byref(lease), byref(facts),
+                                            hold_ms, now, byref(lease), byref(facts),
                                             self._why, sizeof(self._why))
         if rc == _lib.OK:
             return GuaranteedLease(self, lease.value)
@@ -124,20 +125,20 @@ class Guaranteed:
                                     self.name, tenant)
         self._table._fail(rc)
 
-    def release(self, lease_id, now_ms=0):
+    def release(self, lease_id, now_ms=None):
         _check("lease_id", lease_id, _U64)
-        _check("now_ms", now_ms, _U64)
-        rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, now_ms)
+        rc = lib.fairshm_guaranteed_release(self._table._h, lease_id, _now(now_ms))
         if rc:
             self._table._fail(rc)
 
-    def stats(self, now_ms=0):
-        """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms`` (0:
-        the pool's own clock)."""
-        _check("now_ms", now_ms, _U64)
+    def stats(self, now_ms=None):
+        """``{"stats": ..., "fairness_report": ..., "plan": [...]}`` at ``now_ms``
+        (``None``: the library's clock; a time before the pool's own clock, the latest
+        ``now`` it was given, counts as that clock)."""
+        now = _now(now_ms)
         if not self._table._h:
             self._table._fail(-11)
-        return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now_ms), -11)
+        return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now), -11)
 
 
 for _c in (GuaranteedRefused, GuaranteedLease, Guaranteed):

@@ -26,12 +26,12 @@ def tokens(name):
 
 
 def returner_refused(tokens):
-    """b holds its own 50 and borrows a's 50 for 100 ms; a comes back at 11 and is
-    refused. Returns the loan and the refusal."""
-    tokens.acquire("b", 50, 10_000, now_ms=1)
-    loan = tokens.acquire("b", 50, 100, now_ms=1)
+    """Seed 001's trace at its own times: at t=0 b holds its own 50 and borrows a's 50
+    for 100 ms; a comes back at t=10 and is refused. Returns the loan and the refusal."""
+    tokens.acquire("b", 50, 10_000, now_ms=0)
+    loan = tokens.acquire("b", 50, 100, now_ms=0)
     with pytest.raises(fairshm.GuaranteedRefused) as r:
-        tokens.acquire("a", 50, 50, now_ms=11)
+        tokens.acquire("a", 50, 50, now_ms=10)
     return loan, r.value
 
 
@@ -41,13 +41,17 @@ def test_the_returner_is_served_within_the_horizon(tokens):
     assert r.blocking == [loan.id]
     assert (r.guarantee, r.own_free, r.lent) == (50, 0, 50)
     assert 'Tenant "a" asked for 50 cost units' in r.explanation and "b#2" in r.explanation
-    loan.release(now_ms=101)
+    loan.release(now_ms=100)
     with pytest.raises(fairshm.GuaranteedRefused):
-        tokens.acquire("b", 50, 100, now_ms=101)  # a is waiting: no renewal
-    tokens.acquire("a", 50, 50, now_ms=101)
-    s = tokens.stats(now_ms=101)
+        tokens.acquire("b", 50, 100, now_ms=100)  # a is waiting: no renewal
+    tokens.acquire("a", 50, 50, now_ms=100)  # a is served at t=100
+    s = tokens.stats(now_ms=100)
+    assert s["stats"]["now_ms"] == 100, "explicit times, 0 included, not the library's clock"
     a = s["stats"]["tenants"][0]
     assert (a["name"], a["worst_reclaim_ms"], a["deficit_unit_ms"]) == ("a", 90, 90 * 50)
+    # A time before the pool's clock counts as that clock; None is the library's.
+    assert tokens.stats(now_ms=0)["stats"]["now_ms"] == 100
+    assert tokens.stats()["stats"]["now_ms"] > 100
     assert s["fairness_report"]["unit"] == "cost"
     assert [p["target"] for p in s["plan"]] == [50, 50]
 
@@ -70,6 +74,9 @@ def test_errors_are_typed(tokens):
     assert "lease_id must be an integer from 0 to" in str(e.value)
     with pytest.raises(TypeError):
         tokens.release(1.5, now_ms=9)
+    with pytest.raises(ValueError) as e:  # 2**64 - 1 is FAIRSHM_NOW, which None says
+        tokens.acquire("a", 1, 1, now_ms=2**64 - 1)
+    assert "now_ms must be an integer from 0 to" in str(e.value)
 
 
 def test_a_forked_worker_shares_the_pool_and_its_death_returns_its_lease(name, tokens):

@@ -194,17 +194,16 @@ module Fairshm
 
     # Residents (a lease of an evict pool): starts a call, during which it is never
     # revoked; raises Revoked once it was (put the object to sleep and release).
-    def begin_call(now_ms: 0)
-      Fairshm.check_int("now_ms", now_ms, U64_MAX)
-      rc = Native::BEGIN_CALL.call(@table.handle, @id, now_ms)
+    # now_ms: nil for the library's clock, else an explicit time.
+    def begin_call(now_ms: nil)
+      rc = Native::BEGIN_CALL.call(@table.handle, @id, Fairshm.now_arg(now_ms))
       @table.raise_for(rc) unless rc.zero?
       nil
     end
 
     # Ends a call; once the last ends, the resident is evictable again.
-    def end_call(now_ms: 0)
-      Fairshm.check_int("now_ms", now_ms, U64_MAX)
-      rc = Native::END_CALL.call(@table.handle, @id, now_ms)
+    def end_call(now_ms: nil)
+      rc = Native::END_CALL.call(@table.handle, @id, Fairshm.now_arg(now_ms))
       @table.raise_for(rc) unless rc.zero?
       nil
     end
@@ -499,12 +498,13 @@ module Fairshm
     end
 
     # Charges units of work done for the tenant (after the work). Returns the ms until
-    # it is out of the debt this leaves (0: none). now_ms: 0 for the library's clock.
-    def charge(tenant_name, units, now_ms: 0)
+    # it is out of the debt this leaves (0: none). now_ms: nil for the library's clock,
+    # else an explicit time.
+    def charge(tenant_name, units, now_ms: nil)
       Fairshm.check_int("units", units, U64_MAX)
-      Fairshm.check_int("now_ms", now_ms, U64_MAX)
+      now = Fairshm.now_arg(now_ms)
       out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
-      rc = Native::CHARGE.call(@handle, tenant(tenant_name), units, now_ms, out)
+      rc = Native::CHARGE.call(@handle, tenant(tenant_name), units, now, out)
       raise_for(rc) unless rc.zero?
       out[0, 8].unpack1("Q")
     end

@@ -20,19 +20,27 @@ class TestGuaranteed < Minitest::Test
     @g = @table.guaranteed("tokens")
   end
 
+  # Seed 001's trace at its own times: t=0, 10 and 100.
   def test_the_returner_is_served_within_the_horizon
-    @g.acquire("b", 50, 10_000, now_ms: 1)
-    loan = @g.acquire("b", 50, 100, now_ms: 1)
-    r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 11) }
+    @g.acquire("b", 50, 10_000, now_ms: 0)
+    loan = @g.acquire("b", 50, 100, now_ms: 0)
+    r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 10) }
     assert_equal ["guarantee_on_loan", 90, 1], [r.reason, r.retry_after_ms, r.retry_after_header]
     assert_equal [loan], r.blocking
     assert_equal [50, 0, 50], [r.facts[:guarantee], r.facts[:own_free], r.facts[:lent]]
     assert_includes r.explanation, 'Tenant "a" asked for 50 cost units'
-    @g.release(loan, now_ms: 101)
-    assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("b", 50, 100, now_ms: 101) }
-    @g.acquire("a", 50, 50, now_ms: 101)
-    a = @g.stats(now_ms: 101)["stats"]["tenants"][0]
+    @g.release(loan, now_ms: 100)
+    assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("b", 50, 100, now_ms: 100) }
+    @g.acquire("a", 50, 50, now_ms: 100)
+    stats = @g.stats(now_ms: 100)["stats"]
+    assert_equal 100, stats["now_ms"], "explicit times, 0 included, not the library's clock"
+    a = stats["tenants"][0]
     assert_equal ["a", 90, 4500], [a["name"], a["worst_reclaim_ms"], a["deficit_unit_ms"]]
+    # A time before the pool's clock counts as that clock; nil is the library's.
+    assert_equal 100, @g.stats(now_ms: 0)["stats"]["now_ms"]
+    assert_operator @g.stats["stats"]["now_ms"], :>, 100
+    e = assert_raises(ArgumentError) { @g.acquire("a", 1, 1, now_ms: Fairshm::NOW) }
+    assert_includes e.message, "now_ms must be an integer from 0 to"
   end
 
   def test_a_refusal_survives_marshal

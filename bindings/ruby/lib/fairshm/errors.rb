@@ -70,6 +70,20 @@ module Fairshm
   U32_MAX = 0xFFFF_FFFF
   U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
 
+  # A now_ms meaning the library's clock (FAIRSHM_NOW); every other value, 0
+  # included, is an explicit time.
+  NOW = U64_MAX
+
+  # A now_ms argument for the C ABI: nil is the library's clock (NOW), any other
+  # Integer an explicit time in ms, 0 included (so a trace that starts at t = 0
+  # replays as it does in Rust).
+  def self.now_arg(now_ms)
+    return NOW if now_ms.nil?
+
+    check_int("now_ms", now_ms, U64_MAX - 1)
+    now_ms
+  end
+
   # Raises ArgumentError unless +value+ is an Integer in 0..+max+, naming +name+:
   # Fiddle would pass -1 as 4294967295 (and refuses a too large one without naming it).
   def self.check_int(name, value, max)

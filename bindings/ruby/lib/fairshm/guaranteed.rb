@@ -30,7 +30,8 @@ module Fairshm
 
   # A guaranteed pool (seed 001): fixed, weighted tenants, each guaranteed its part of
   # the ceiling, idle parts lent for at most the reclaim horizon. Every call takes
-  # +now_ms+ (0: the library's clock).
+  # +now_ms+: an explicit time in ms (0 included: seed 001's traces start at t = 0),
+  # or nil, the default, for the library's clock.
   class Guaranteed
     attr_reader :name
 
@@ -46,14 +47,14 @@ module Fairshm
 
     # The lease id, or raises GuaranteedRefused. With a block: yields the lease id and
     # releases it afterwards (at the library's clock).
-    def acquire(tenant_name, cost, hold_ms, now_ms: 0)
+    def acquire(tenant_name, cost, hold_ms, now_ms: nil)
       Fairshm.check_int("cost", cost, U64_MAX)
       Fairshm.check_int("hold_ms", hold_ms, U64_MAX)
-      Fairshm.check_int("now_ms", now_ms, U64_MAX)
+      now = Fairshm.now_arg(now_ms)
       lease = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       facts = Fiddle::Pointer.malloc(Native::G_REFUSAL_SIZE, Fiddle::RUBY_FREE)
       why = Fiddle::Pointer.malloc(Native::G_WHY_SIZE, Fiddle::RUBY_FREE)
-      rc = Native::G_ACQUIRE.call(@table.handle, @id, tenant(tenant_name), cost, hold_ms, now_ms,
+      rc = Native::G_ACQUIRE.call(@table.handle, @id, tenant(tenant_name), cost, hold_ms, now,
                                   lease, facts, why, Native::G_WHY_SIZE)
       if rc == 1
         raise GuaranteedRefused.new(facts[0, Native::G_REFUSAL_SIZE], why.to_s.force_encoding("UTF-8"),
@@ -70,19 +71,19 @@ module Fairshm
       end
     end
 
-    def release(lease_id, now_ms: 0)
+    def release(lease_id, now_ms: nil)
       Fairshm.check_int("lease_id", lease_id, U64_MAX)
-      Fairshm.check_int("now_ms", now_ms, U64_MAX)
-      rc = Native::G_RELEASE.call(@table.handle, lease_id, now_ms)
+      rc = Native::G_RELEASE.call(@table.handle, lease_id, Fairshm.now_arg(now_ms))
       @table.raise_for(rc) unless rc.zero?
     end
 
-    # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (0: the
-    # pool's own clock).
-    def stats(now_ms: 0)
-      Fairshm.check_int("now_ms", now_ms, U64_MAX)
+    # {"stats" => ..., "fairness_report" => ..., "plan" => [...]} at now_ms (nil: the
+    # library's clock; a time before the pool's own clock, the latest now it was
+    # given, counts as that clock).
+    def stats(now_ms: nil)
+      now = Fairshm.now_arg(now_ms)
       @table.raise_for(-11) if @table.closed?
-      Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now_ms), -11)
+      Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now), -11)
     end
 
     private
