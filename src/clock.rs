@@ -27,6 +27,23 @@ pub fn now_ms() -> u64 {
     (monotonic().as_millis() as u64).max(1)
 }
 
+/// The segment's time for a caller's `now` (ms): `now + 1`. The segment's time stamps
+/// read 0 as "never", so its times start at 1; moving every time by the same one keeps
+/// every difference, so a trace whose explicit `now` starts at 0 decides exactly as the
+/// same trace moved to any later start (a window, a hold, a rate's interval all end at
+/// the same caller's instant). Every engine call that takes a `now` converts it here,
+/// and every time it reports goes back through [`external`].
+#[inline(always)]
+pub fn internal(now: u64) -> u64 {
+    now.saturating_add(1)
+}
+
+/// The caller's time of a segment time `t` (see [`internal`]); `None` for 0, "never".
+#[inline]
+pub fn external(t: u64) -> Option<u64> {
+    t.checked_sub(1)
+}
+
 /// Milliseconds of `CLOCK_REALTIME` since the Unix epoch (0 before it), for the times
 /// the segment records for people: creation, deaths.
 pub fn unix_ms() -> u64 {
@@ -48,6 +65,16 @@ pub fn after(start: Instant, wait: Duration) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segment_times_are_callers_times_plus_one_and_zero_is_never() {
+        assert_eq!((internal(0), internal(41)), (1, 42));
+        assert_eq!(internal(u64::MAX), u64::MAX, "saturates, never wraps to never");
+        assert_eq!((external(0), external(1), external(42)), (None, Some(0), Some(41)));
+        for now in [0, 1, 999, u64::MAX - 1] {
+            assert_eq!(external(internal(now)), Some(now));
+        }
+    }
 
     #[test]
     fn a_wait_of_duration_max_is_far_off_and_does_not_overflow() {

@@ -6,6 +6,7 @@
 //! with Acquire (so the fields they publish are current); counters with Relaxed.
 
 use crate::admission::{recent, scan_active};
+use crate::clock;
 use crate::config::Config;
 use crate::layout::{
     held_word, lease_state as ls, op_word, owner_word as ow, pair, pool_word as pw,
@@ -17,8 +18,11 @@ use crate::region::Region;
 use crate::sync::Ordering::*;
 use serde::Serialize;
 
+/// Every time in a snapshot is the callers' (ms, the `now` the calls were given or the
+/// library's clock), not the segment's own stamp (`clock::internal`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
+    /// The `now` the snapshot was read at.
     pub now_ms: u64,
     pub pools: Vec<PoolSnap>,
     pub leases: Vec<LeaseSnap>,
@@ -109,7 +113,8 @@ pub struct TenantSnap {
     /// `share(t)` if the tenant asked now.
     pub share: f64,
     pub active: bool,
-    pub last_active_ms: u64,
+    /// Its last acquire attempt or release here; `None` if it has had none.
+    pub last_active_ms: Option<u64>,
     pub grants: u64,
     /// `(reason, count)` for each reason with a count.
     pub refusals: Vec<(String, u64)>,
@@ -209,6 +214,12 @@ fn resident_of<R: Region>(r: &R, l: usize, sw: u32) -> Option<(&'static str, u64
         .then(|| (rw::name(rw::state(w)), rec.last_call_ms.load(Relaxed)))
 }
 
+/// A segment time as the callers' (`clock::external`; a stamp never written, 0, as 0).
+fn out_ms(t: u64) -> u64 {
+    clock::external(t).unwrap_or(0)
+}
+
+/// The snapshot at segment time `now` (`clock::internal` of the caller's).
 pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
     let geo = *r.geometry();
     let names: Vec<Option<String>> = (0..geo.tenants)
@@ -298,7 +309,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                         weight,
                         share: share(cap, floor, weight, total),
                         active,
-                        last_active_ms: last,
+                        last_active_ms: clock::external(last),
                         grants,
                         refusals,
                         hold_ewma_us: tp.hold_ewma_us.load(Relaxed) as u64,
@@ -379,10 +390,10 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 units: rec.units.load(Relaxed),
                 process_slot: l / geo.leases_per_proc,
                 tid: rec.tid.load(Relaxed),
-                granted_ms: rec.granted_ms.load(Relaxed),
+                granted_ms: out_ms(rec.granted_ms.load(Relaxed)),
                 hold_ms: rec.hold_ms.load(Relaxed),
                 resident: resident_of(r, l, sw).map(|(st, _)| st),
-                last_call_ms: resident_of(r, l, sw).map(|(_, at)| at),
+                last_call_ms: resident_of(r, l, sw).map(|(_, at)| out_ms(at)),
             })
         })
         .collect();
@@ -404,7 +415,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 status,
                 pid: ps::pid(st),
                 start_time: rec.start_time.load(Relaxed),
-                registered_ms: rec.registered_ms.load(Relaxed),
+                registered_ms: out_ms(rec.registered_ms.load(Relaxed)),
                 anchor: match owner {
                     ow::Owner::Alive { .. } => "alive",
                     ow::Owner::Died => "died",
@@ -444,7 +455,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         })
         .collect();
     Snapshot {
-        now_ms: now,
+        now_ms: out_ms(now),
         pools,
         leases,
         processes,

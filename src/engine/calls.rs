@@ -2,6 +2,7 @@
 //! resident lease (an `evict` pool's) while its object is in use.
 
 use super::{Engine, LeaseId, Outcome, PoolId, TenantId};
+use crate::clock::internal;
 use crate::error::{Error, Result};
 use crate::refusal::Refused;
 use crate::region::Region;
@@ -29,7 +30,7 @@ impl Engine {
     pub fn note_queue(&self, pool: PoolId, queued_us: u64, now: u64) -> Result<()> {
         self.writable("noting the server's queue")?;
         self.check_pool_handle(pool)?;
-        crate::server_queue::note(self.seg.pool(pool.index()), queued_us, now.max(1));
+        crate::server_queue::note(self.seg.pool(pool.index()), queued_us, internal(now));
         Ok(())
     }
 
@@ -48,7 +49,7 @@ impl Engine {
             &self.seg,
             tenant.index(),
             units,
-            now.max(1),
+            internal(now),
         ))
     }
 
@@ -79,7 +80,8 @@ impl Engine {
     pub fn begin_call(&self, id: LeaseId, now: u64) -> Result<()> {
         self.writable("beginning a call")?;
         let l = self.own_lease(id)?;
-        crate::residents::begin_call(&self.seg, l, id.generation, now.max(1), &id.to_string())
+        let now = internal(now);
+        crate::residents::begin_call(&self.seg, l, id.generation, now, &id.to_string())
     }
 
     /// Ends a call on resident lease `id` at `now` (ms). When its last call ends the
@@ -87,8 +89,13 @@ impl Engine {
     pub fn end_call(&self, id: LeaseId, now: u64) -> Result<()> {
         self.writable("ending a call")?;
         let l = self.own_lease(id)?;
-        let (p, idle) =
-            crate::residents::end_call(&self.seg, l, id.generation, now.max(1), &id.to_string())?;
+        let (p, idle) = crate::residents::end_call(
+            &self.seg,
+            l,
+            id.generation,
+            internal(now),
+            &id.to_string(),
+        )?;
         if idle && (p as usize) < self.seg.geometry().pools {
             // A resident became evictable: a waiter may now evict it.
             crate::waiting::released(self.seg.pool(p as usize), 1);

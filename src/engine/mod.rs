@@ -173,7 +173,7 @@ impl Engine {
             return Ok(slot);
         }
         let (pid32, start) = liveness::me();
-        let now = clock::now_ms();
+        let now = clock::internal(clock::now_ms()); // the segment's time
         let slot = match liveness::register(&self.seg, pid32, start, now) {
             Err(Error::ProcessTableFull { .. }) => {
                 self.reap_dead_as(crate::layout::noticed::CALL)?;
@@ -262,9 +262,11 @@ impl Engine {
         if units == 0 {
             return Err(Error::InvalidRequest("asked for 0 units".into()));
         }
+        // The segment's time (the caller's + 1: see `clock::internal`).
+        let now = crate::clock::internal(now);
         // The tenant's rates first: over them, nothing else is done (no pool is
         // touched, nothing is registered). One load when they are unbounded.
-        if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now.max(1)) {
+        if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
             return Ok(self.rate_refusal(tenant, units, &l));
         }
         // Registered first: a per_worker pool counts this process before sizing.
@@ -287,7 +289,7 @@ impl Engine {
             tenant: tenant.index(),
             units,
             hold_ms,
-            now: now.max(1),
+            now,
             window_ms: self.config().pools[p].window_ms as u64,
             weight: tenant.weight.max(1),
             tid: crate::selfid::tid(),
@@ -297,7 +299,7 @@ impl Engine {
             evict: self.config().pools[p].evict,
             queued_us: match queued_us {
                 Some(q) => {
-                    crate::server_queue::note(self.seg.pool(p), q, now.max(1));
+                    crate::server_queue::note(self.seg.pool(p), q, now);
                     q.min(crate::server_queue::UNKNOWN as u64 - 1) as u32
                 }
                 None => crate::server_queue::UNKNOWN,
@@ -370,7 +372,8 @@ impl Engine {
             }
             Some(_) => None,
         };
-        let d = match admission::release(&self.seg, l, id.generation, None, now.max(1), keep) {
+        let now = crate::clock::internal(now); // the segment's time
+        let d = match admission::release(&self.seg, l, id.generation, None, now, keep) {
             Ok(d) => d,
             Err(e @ Error::AlreadyReleased { .. }) => return Err(e),
             // Our own lease, which we stopped driving: resolved now, never left

@@ -76,7 +76,7 @@ impl Engine {
         // The pools' inputs, from the config (the creator's values; `per_worker`
         // capacities from the live workers), and a recount of the active set.
         crate::capacity::reset(&self.seg, self.config());
-        let now = clock::now_ms();
+        let now = clock::internal(clock::now_ms()); // the segment's time
         for p in 0..self.seg.geometry().pools {
             // Relaxed: a priority input (see `admission::touch`).
             self.seg.pool(p).rescan_at_ms.store(0, Relaxed);
@@ -160,7 +160,7 @@ impl Engine {
 
     /// A snapshot with activity judged at `now`.
     pub fn snapshot_at(&self, now: u64) -> Snapshot {
-        stats::snapshot(&self.seg, self.config(), now)
+        stats::snapshot(&self.seg, self.config(), clock::internal(now))
     }
 
     /// This process as a reaper: the identity it registered with, or (not registered)

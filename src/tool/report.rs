@@ -224,7 +224,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
                     share: t.share,
                     weight: t.weight,
                     active: t.active,
-                    idle_ms: (t.last_active_ms != 0).then(|| now.saturating_sub(t.last_active_ms)),
+                    idle_ms: t.last_active_ms.map(|last| now.saturating_sub(last)),
                     grants: t.grants,
                     refusals: t.refusals.into_iter().collect(),
                     mean_hint_ms: t.mean_hint_ms,
@@ -344,9 +344,11 @@ fn named(t: &Table, l: &Logged) -> Decision {
         .ok()
         .and_then(|id| t.engine().tenant_name(id))
         .unwrap_or_else(|| format!("#{}", e.tenant));
+    // The caller's time of the decision (the log keeps the segment's: `clock::internal`).
+    let at_ms = crate::clock::external(e.at_ms).unwrap_or(0);
     Decision {
-        unix_ms: (e.at_ms as i64).saturating_add(realtime_offset_ms()).max(0) as u64,
-        at_ms: e.at_ms,
+        unix_ms: (at_ms as i64).saturating_add(realtime_offset_ms()).max(0) as u64,
+        at_ms,
         slot: l.slot,
         seq: l.seq,
         pid: e.pid,
