@@ -32,13 +32,13 @@ pub fn now_ms() -> u64 {
 /// every difference, so a trace whose explicit `now` starts at 0 decides exactly as the
 /// same trace moved to any later start (a window, a hold, a rate's interval all end at
 /// the same caller's instant). Every engine call that takes a `now` converts it here,
-/// and every time it reports goes back through [`external`].
+/// and every time it reports goes back through `external`.
 #[inline(always)]
 pub fn internal(now: u64) -> u64 {
     now.saturating_add(1)
 }
 
-/// The caller's time of a segment time `t` (see [`internal`]); `None` for 0, "never".
+/// The caller's time of a segment time `t` (see `internal`); `None` for 0, "never".
 #[inline]
 pub fn external(t: u64) -> Option<u64> {
     t.checked_sub(1)
