@@ -44,6 +44,16 @@ pub fn external(t: u64) -> Option<u64> {
     t.checked_sub(1)
 }
 
+/// `external`, for a report field where a stamp never written shows as 0.
+pub fn external_or_0(t: u64) -> u64 {
+    external(t).unwrap_or(0)
+}
+
+/// The library's clock as a segment time: `internal(now_ms())`.
+pub fn segment_now() -> u64 {
+    internal(now_ms())
+}
+
 /// Milliseconds of `CLOCK_REALTIME` since the Unix epoch (0 before it), for the times
 /// the segment records for people: creation, deaths.
 pub fn unix_ms() -> u64 {

@@ -70,7 +70,9 @@ pub enum Error {
     #[error(
         "the tenant table is full ({max} tenants), so tenant {name:?} cannot be added: a \
          name keeps its slot for the segment's life, so raise max_tenants in the config \
-         (at most 65535) and recreate the segment (shmtool clean, then a new master)"
+         (at most {max_tenants}) and recreate the segment (shmtool clean, then a new \
+         master)",
+        max_tenants = crate::config::MAX_TENANTS
     )]
     TenantTableFull { name: String, max: usize },
 

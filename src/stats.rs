@@ -214,11 +214,6 @@ fn resident_of<R: Region>(r: &R, l: usize, sw: u32) -> Option<(&'static str, u64
         .then(|| (rw::name(rw::state(w)), rec.last_call_ms.load(Relaxed)))
 }
 
-/// A segment time as the callers' (`clock::external`; a stamp never written, 0, as 0).
-fn out_ms(t: u64) -> u64 {
-    clock::external(t).unwrap_or(0)
-}
-
 /// The snapshot at segment time `now` (`clock::internal` of the caller's).
 pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
     let geo = *r.geometry();
@@ -390,10 +385,10 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 units: rec.units.load(Relaxed),
                 process_slot: l / geo.leases_per_proc,
                 tid: rec.tid.load(Relaxed),
-                granted_ms: out_ms(rec.granted_ms.load(Relaxed)),
+                granted_ms: clock::external_or_0(rec.granted_ms.load(Relaxed)),
                 hold_ms: rec.hold_ms.load(Relaxed),
                 resident: resident_of(r, l, sw).map(|(st, _)| st),
-                last_call_ms: resident_of(r, l, sw).map(|(_, at)| out_ms(at)),
+                last_call_ms: resident_of(r, l, sw).map(|(_, at)| clock::external_or_0(at)),
             })
         })
         .collect();
@@ -415,7 +410,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 status,
                 pid: ps::pid(st),
                 start_time: rec.start_time.load(Relaxed),
-                registered_ms: out_ms(rec.registered_ms.load(Relaxed)),
+                registered_ms: clock::external_or_0(rec.registered_ms.load(Relaxed)),
                 anchor: match owner {
                     ow::Owner::Alive { .. } => "alive",
                     ow::Owner::Died => "died",
@@ -455,7 +450,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         })
         .collect();
     Snapshot {
-        now_ms: out_ms(now),
+        now_ms: clock::external_or_0(now),
         pools,
         leases,
         processes,

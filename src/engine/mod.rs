@@ -173,7 +173,7 @@ impl Engine {
             return Ok(slot);
         }
         let (pid32, start) = liveness::me();
-        let now = clock::internal(clock::now_ms()); // the segment's time
+        let now = clock::segment_now();
         let slot = match liveness::register(&self.seg, pid32, start, now) {
             Err(Error::ProcessTableFull { .. }) => {
                 self.reap_dead_as(crate::layout::noticed::CALL)?;

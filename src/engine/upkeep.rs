@@ -76,7 +76,7 @@ impl Engine {
         // The pools' inputs, from the config (the creator's values; `per_worker`
         // capacities from the live workers), and a recount of the active set.
         crate::capacity::reset(&self.seg, self.config());
-        let now = clock::internal(clock::now_ms()); // the segment's time
+        let now = clock::segment_now();
         for p in 0..self.seg.geometry().pools {
             // Relaxed: a priority input (see `admission::touch`).
             self.seg.pool(p).rescan_at_ms.store(0, Relaxed);

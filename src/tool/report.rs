@@ -345,7 +345,7 @@ fn named(t: &Table, l: &Logged) -> Decision {
         .and_then(|id| t.engine().tenant_name(id))
         .unwrap_or_else(|| format!("#{}", e.tenant));
     // The caller's time of the decision (the log keeps the segment's: `clock::internal`).
-    let at_ms = crate::clock::external(e.at_ms).unwrap_or(0);
+    let at_ms = crate::clock::external_or_0(e.at_ms);
     Decision {
         unix_ms: (at_ms as i64).saturating_add(realtime_offset_ms()).max(0) as u64,
         at_ms,
