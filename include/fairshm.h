@@ -122,6 +122,10 @@
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 #define FAIRSHM_GUARANTEED_BLOCKING 8
 
+// Bytes of a `why` buffer that always hold a guaranteed refusal's whole explanation
+// and its NUL (it names at most five blocking leases and counts the rest).
+#define FAIRSHM_GUARANTEED_WHY_MAX 4096
+
 // `fairshm_resident_status`: no call in progress (evictable).
 #define FAIRSHM_RESIDENT_IDLE 0
 
@@ -203,7 +207,10 @@ typedef struct {
   uint64_t seq;
   // Blocking leases in all; the first `FAIRSHM_GUARANTEED_BLOCKING` are in `blocking`.
   uint32_t n_blocking;
-  uint32_t reserved;
+  // The explanation's full length in bytes, without the NUL: more than the `why`
+  // buffer held means it was cut (a buffer of `FAIRSHM_GUARANTEED_WHY_MAX` bytes
+  // never cuts it).
+  uint32_t why_len;
   uint64_t blocking[FAIRSHM_GUARANTEED_BLOCKING];
 } fairshm_guaranteed_refusal;
 
@@ -425,7 +432,9 @@ int32_t fairshm_guaranteed_tenant(const fairshm_table *t,
 // `hold_ms`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; 0 is the time 0).
 // `FAIRSHM_OK`: `*lease` is the lease.
 // `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
-// explanation is written there (NUL-terminated, cut to `why_len` bytes).
+// explanation is written there (NUL-terminated, cut at a character boundary to
+// `why_len` bytes; `FAIRSHM_GUARANTEED_WHY_MAX` bytes always hold it whole, and
+// `refusal->why_len` is its full length).
 //
 // # Safety
 // `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
@@ -494,9 +503,9 @@ int32_t fairshm_rates(const fairshm_table *t,
                       uint32_t *work_units_per_s);
 
 // Writes the explanation of a refusal (what was asked, what blocked it, what to do)
-// into `buf` (`len` bytes, NUL-terminated, cut if too short; `buf` may be null when
-// `len` is 0). Returns the explanation's full length in bytes, without the NUL, or a
-// negative error code.
+// into `buf` (`len` bytes, NUL-terminated, cut at a character boundary if too short;
+// `buf` may be null when `len` is 0). Returns the explanation's full length in bytes,
+// without the NUL, or a negative error code.
 //
 // # Safety
 // `t` is null or an open table; `refusal` null or readable; `buf` null or writable

@@ -354,6 +354,93 @@ fn an_overrunning_loan_is_listed_and_withholds_the_retry_after() {
     );
 }
 
+/// Fifty loans hold a's guarantee: the explanation names the five due first, in
+/// deadline order, and counts the rest, so it still ends with what to do; the refusal
+/// itself lists all fifty.
+#[test]
+fn a_refusal_names_the_five_leases_due_first_and_counts_the_rest() {
+    let seg = Seg::new("g-many-blocking");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 100_000, 0);
+    // Later leases are due sooner: the order of deadlines is not the order of grants.
+    let loans: Vec<GGrant> = (0..50).map(|i| grant(&g, "b", 1, 100 - i, 0)).collect();
+    let r = refuse(&g, "a", 50, 50, 10);
+    assert_eq!(r.reason, Reason::GuaranteeOnLoan);
+    let by_deadline: Vec<String> = loans.iter().rev().map(|l| l.name.clone()).collect();
+    assert_eq!(r.blocking_leases, by_deadline);
+    let text = r.explanation();
+    assert!(
+        text.contains(&format!(
+            "in 50 leases, the earliest due first: {} (1 cost unit, due in 41 ms), ",
+            by_deadline[0]
+        )),
+        "{text}"
+    );
+    for (i, name) in by_deadline.iter().enumerate() {
+        let named = text.contains(&format!("{name} ("));
+        assert_eq!(named, i < 5, "lease {name}, {i}th due: {text}");
+    }
+    assert!(text.contains("(1 cost unit, due in 45 ms) and 45 more due no sooner. Nothing"));
+    assert!(text.ends_with("so that loans come back sooner."), "{text}");
+    assert!(text.len() < 1024, "{} bytes: {text}", text.len());
+}
+
+/// The longest explanations there can be (names of 48 bytes that each print as six
+/// characters, numbers of 10 to 20 digits, overrunning loans, more blocking leases than
+/// are named) fit the C ABI's `FAIRSHM_GUARANTEED_WHY_MAX`, which the bindings'
+/// buffers are.
+#[test]
+fn every_explanation_fits_the_c_abis_why_buffer() {
+    let a = "\u{1f}".repeat(48);
+    let b = "\u{1e}".repeat(48);
+    let horizon = u32::MAX - 1;
+    let cfg = Config::with_pools(vec![]).guaranteed(
+        fairshm::GuaranteedConfig::new("ceiling", u32::MAX)
+            .unit(FairnessUnit::Cost)
+            .tenant(&a, 1)
+            .tenant(&b, 1)
+            .reclaim_horizon_ms(horizon)
+            .idle_after_ms(u32::MAX)
+            .max_leases(64),
+    );
+    let seg = Seg::new("g-longest");
+    let t: Table = seg.create(&cfg);
+    let g = t.guaranteed("ceiling").unwrap();
+    let idle = u32::MAX as u64 + 1;
+    let own = u32::MAX as u64 / 2;
+    grant(&g, &b, own, u64::MAX / 4, idle);
+    for _ in 0..20 {
+        grant(&g, &b, 100_000_000, horizon as u64, idle);
+    }
+    let (most, late) = (u32::MAX as u64, u64::MAX / 2);
+    let refusals = [
+        refuse(&g, &b, most, u64::MAX, idle),
+        refuse(&g, &a, most / 2, u64::MAX, late),
+        refuse(&g, &b, most, horizon as u64, late + 1),
+    ];
+    let reasons: Vec<Reason> = refusals.iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            Reason::HoldExceedsReclaimHorizon,
+            Reason::GuaranteeOnLoan,
+            Reason::GuaranteeExhausted
+        ]
+    );
+    let on_loan = refusals[1].explanation();
+    assert!(on_loan.contains("past its declared deadline"), "{on_loan}");
+    assert!(on_loan.contains("and 15 more due no sooner"), "{on_loan}");
+    for r in &refusals {
+        let text = r.explanation();
+        assert!(
+            text.len() < fairshm::ffi::FAIRSHM_GUARANTEED_WHY_MAX,
+            "{} bytes: {text}",
+            text.len()
+        );
+    }
+}
+
 #[test]
 fn a_lease_released_twice_is_an_error_that_changes_nothing() {
     let seg = Seg::new("g-double");

@@ -13,6 +13,10 @@ use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 pub const FAIRSHM_GUARANTEED_BLOCKING: usize = 8;
 
+/// Bytes of a `why` buffer that always hold a guaranteed refusal's whole explanation
+/// and its NUL (it names at most five blocking leases and counts the rest).
+pub const FAIRSHM_GUARANTEED_WHY_MAX: usize = 4096;
+
 /// The facts of a guaranteed pool's refusal (`FAIRSHM_REFUSED`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -35,7 +39,10 @@ pub struct fairshm_guaranteed_refusal {
     pub seq: u64,
     /// Blocking leases in all; the first `FAIRSHM_GUARANTEED_BLOCKING` are in `blocking`.
     pub n_blocking: u32,
-    pub reserved: u32,
+    /// The explanation's full length in bytes, without the NUL: more than the `why`
+    /// buffer held means it was cut (a buffer of `FAIRSHM_GUARANTEED_WHY_MAX` bytes
+    /// never cuts it).
+    pub why_len: u32,
     pub blocking: [u64; FAIRSHM_GUARANTEED_BLOCKING],
 }
 
@@ -116,7 +123,9 @@ pub unsafe extern "C" fn fairshm_guaranteed_tenant(
 /// `hold_ms`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; 0 is the time 0).
 /// `FAIRSHM_OK`: `*lease` is the lease.
 /// `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
-/// explanation is written there (NUL-terminated, cut to `why_len` bytes).
+/// explanation is written there (NUL-terminated, cut at a character boundary to
+/// `why_len` bytes; `FAIRSHM_GUARANTEED_WHY_MAX` bytes always hold it whole, and
+/// `refusal->why_len` is its full length).
 ///
 /// # Safety
 /// `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
@@ -181,16 +190,13 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
                 for (dst, b) in out.blocking.iter_mut().zip(&x.blocking) {
                     *dst = GLeaseId { pool, no: b.lease }.to_u64();
                 }
+                let text = r.explanation();
+                out.why_len = u32::try_from(text.len()).unwrap_or(u32::MAX);
                 // SAFETY: non-null, and writable by this function's contract.
                 unsafe { refusal.as_ptr().write(out) };
                 if !why.is_null() && why_len > 0 {
-                    let text = r.explanation();
-                    let n = text.len().min(why_len - 1);
-                    // SAFETY: `why` is writable for `why_len > n` bytes (contract).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(text.as_ptr(), why as *mut u8, n);
-                        why.add(n).write(0);
-                    }
+                    // SAFETY: non-null, and writable for `why_len > 0` bytes (contract).
+                    unsafe { super::write_text(&text, why, why_len) };
                 }
                 FAIRSHM_REFUSED
             }

@@ -188,6 +188,27 @@ pub(crate) fn now_or_clock(now_ms: u64) -> u64 {
     }
 }
 
+/// Writes `text` into `buf` (`len` bytes, `len > 0`), NUL-terminated and cut if too
+/// short, at a character boundary, so that what a short buffer holds is still UTF-8.
+/// Returns the bytes written before the NUL.
+///
+/// # Safety
+/// `buf` is non-null and writable for `len` bytes.
+pub(crate) unsafe fn write_text(text: &str, buf: *mut c_char, len: usize) -> usize {
+    debug_assert!(!buf.is_null() && len > 0);
+    let mut n = text.len().min(len - 1);
+    while !text.is_char_boundary(n) {
+        n -= 1;
+    }
+    // SAFETY: `buf` is writable for `len > n` bytes (contract); the source is `n` bytes
+    // of `text`, which does not overlap it.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        buf.add(n).write(0);
+    }
+    n
+}
+
 /// A UTF-8 string argument, or an error naming it.
 ///
 /// # Safety

@@ -100,9 +100,9 @@ impl fairshm_refusal {
 }
 
 /// Writes the explanation of a refusal (what was asked, what blocked it, what to do)
-/// into `buf` (`len` bytes, NUL-terminated, cut if too short; `buf` may be null when
-/// `len` is 0). Returns the explanation's full length in bytes, without the NUL, or a
-/// negative error code.
+/// into `buf` (`len` bytes, NUL-terminated, cut at a character boundary if too short;
+/// `buf` may be null when `len` is 0). Returns the explanation's full length in bytes,
+/// without the NUL, or a negative error code.
 ///
 /// # Safety
 /// `t` is null or an open table; `refusal` null or readable; `buf` null or writable
@@ -125,13 +125,8 @@ pub unsafe extern "C" fn fairshm_explain(
             if buf.is_null() {
                 return Err(invalid("argument `buf` is null with len > 0".into()));
             }
-            let n = text.len().min(len - 1);
-            // SAFETY: `buf` is writable for `len` > n bytes by the contract; the
-            // source is `n` bytes of `text`, which does not overlap it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
-                buf.add(n).write(0);
-            }
+            // SAFETY: non-null, and writable for `len > 0` bytes by the contract.
+            unsafe { super::write_text(&text, buf, len) };
         }
         Ok(text.len() as i64)
     })

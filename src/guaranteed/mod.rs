@@ -110,6 +110,9 @@ impl GOutcome {
     }
 }
 
+/// Blocking leases a `guarantee_on_loan` explanation names; it counts the rest.
+const EXPLAINED_LEASES: usize = 5;
+
 fn amount(unit: FairnessUnit, n: u64) -> String {
     match (unit, n) {
         (FairnessUnit::Cost, 1) => "1 cost unit".into(),
@@ -166,10 +169,15 @@ impl GRefusal {
                 x.hold_ms, x.horizon_ms, x.own_free, x.horizon_ms
             ),
             Reason::GuaranteeOnLoan => {
+                // The earliest due first (as `blocking` is ordered), at most
+                // `EXPLAINED_LEASES` of them and a count of the rest (all are in
+                // `blocking_leases`), so the text stays short enough to read, and to fit
+                // the C ABI's `FAIRSHM_GUARANTEED_WHY_MAX`, however many there are.
                 let leases: Vec<String> = x
                     .blocking
                     .iter()
                     .zip(&self.blocking_leases)
+                    .take(EXPLAINED_LEASES)
                     .map(|(b, name)| {
                         if b.overrun_ms > 0 {
                             format!(
@@ -187,9 +195,20 @@ impl GRefusal {
                     })
                     .collect();
                 let overrun = x.blocking.iter().any(|b| b.overrun_ms > 0);
+                let n = x.blocking.len();
+                let in_leases = match n {
+                    1 => format!("in lease {}", leases.join(", ")),
+                    _ if n <= EXPLAINED_LEASES => format!("in leases {}", leases.join(", ")),
+                    _ => format!(
+                        "in {n} leases, the earliest due first: {} and {} more due no \
+                         sooner",
+                        leases.join(", "),
+                        n - EXPLAINED_LEASES
+                    ),
+                };
                 format!(
                     "Tenant {t:?} asked for {asked} for {}ms. Its guarantee is {}, of which \
-                     {} are free: {} are on loan to other tenants, in lease{} {}. Nothing \
+                     {} are free: {} are on loan to other tenants, {in_leases}. Nothing \
                      here is preempted, so the loan comes back as those leases end, and \
                      while {t:?} keeps asking no new loan is written against its \
                      guarantee.{} {}; ask for no more than the {} free now; or lower \
@@ -198,8 +217,6 @@ impl GRefusal {
                     amount(u, x.guarantee),
                     x.own_free,
                     x.lent,
-                    if leases.len() == 1 { "" } else { "s" },
-                    leases.join(", "),
                     if overrun {
                         " A lease past its declared deadline breaks the bound: it stays \
                          counted against the ceiling (the work behind it is still \

@@ -49,7 +49,7 @@ class GuaranteedRefusal(ctypes.Structure):
         ("lendable", c_uint64),
         ("seq", c_uint64),
         ("n_blocking", c_uint32),
-        ("reserved", c_uint32),
+        ("why_len", c_uint32),
         ("blocking", c_uint64 * 8),
     ]
 
@@ -68,6 +68,9 @@ CONFIG_NONE, CONFIG_JSON, CONFIG_TOML, CONFIG_FILE = 0, 1, 2, 3
 # A ``now_ms`` meaning the library's clock (FAIRSHM_NOW); every other value, 0
 # included, is an explicit time.
 NOW = 0xFFFFFFFFFFFFFFFF
+# Bytes that always hold a guaranteed refusal's whole explanation
+# (FAIRSHM_GUARANTEED_WHY_MAX).
+G_WHY_MAX = 4096
 WAIT_SLICE = 1
 
 

@@ -12,7 +12,8 @@ class GuaranteedRefused(Exception):
     """An acquire of a guaranteed pool (seed 001) not granted. ``reason`` is
     ``hold_exceeds_reclaim_horizon``, ``guarantee_on_loan`` or ``guarantee_exhausted``;
     ``retry_after_ms`` is ``None`` when no time can be promised (a blocking lease has
-    overrun); ``blocking`` lists the lease ids holding the tenant's guarantee on loan;
+    overrun); ``blocking`` lists the ids of the leases holding the tenant's guarantee on
+    loan, the earliest due first, at most 8 of them (``n_blocking`` counts them all);
     ``explanation`` says who asked for what, what blocks it and the ways out."""
 
     def __init__(self, facts, explanation, pool, tenant):
@@ -95,7 +96,7 @@ class Guaranteed:
             self._table._fail(rc)
         self._id = out.value
         self._tenants = {}
-        self._why = create_string_buffer(1024)
+        self._why = create_string_buffer(_lib.G_WHY_MAX)
 
     def _tenant(self, name):
         t = self._tenants.get(name)

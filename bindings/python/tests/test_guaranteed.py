@@ -118,3 +118,52 @@ def test_a_refusal_pickles_with_its_facts(tokens):
         "guarantee_on_loan", 90, [loan.id], "tokens", "a")
     assert (r.guarantee, r.own_free, r.lent) == (50, 0, 50)
     assert r.explanation == r0.explanation and str(r) == str(r0)
+
+
+def test_a_refusal_held_by_many_leases_is_explained_whole(tokens):
+    # 50 loans of 1 hold a's guarantee, the later ones due sooner. The explanation names
+    # the five due first and counts the rest, whole however many there are (it was cut
+    # at 1,023 bytes, in the middle of the list, before it said what to do); `blocking`
+    # has the first 8 ids, and `n_blocking` and `why_len` count all of them.
+    tokens.acquire("b", 50, 10_000, now_ms=0)
+    loans = [tokens.acquire("b", 1, 100 - i, now_ms=0) for i in range(50)]
+    with pytest.raises(fairshm.GuaranteedRefused) as e:
+        tokens.acquire("a", 50, 50, now_ms=10)
+    r = e.value
+    assert r.reason == "guarantee_on_loan" and r.retry_after_ms == 90  # all 50 are needed
+    assert r.blocking == [loan.id for loan in reversed(loans)][:8]
+    assert r.n_blocking == 50
+    assert r.explanation.endswith("so that loans come back sooner."), r.explanation
+    assert "in 50 leases, the earliest due first: b#51 (1 cost unit, due in 41 ms)" in r.explanation
+    assert "and 45 more due no sooner" in r.explanation
+    assert r._facts.why_len == len(r.explanation.encode())
+
+
+def test_a_short_why_buffer_is_cut_between_characters(name):
+    # Through the C ABI itself: a buffer too short for the explanation gets a cut one,
+    # NUL-terminated and still UTF-8 (the tenant's name is two bytes a character), and
+    # the refusal says how long the whole one is.
+    from ctypes import byref, c_uint64, create_string_buffer
+
+    from fairshm._lib import GuaranteedRefusal, lib
+
+    cfg = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0], tenants={"ééé": 1, "b": 1})])
+    t = fairshm.Table.create(name, cfg)
+    try:
+        g = t.guaranteed("tokens")
+        g.acquire("b", 50, 10_000, now_ms=0)
+        g.acquire("b", 50, 100, now_ms=0)
+        with pytest.raises(fairshm.GuaranteedRefused) as e:
+            g.acquire("ééé", 50, 50, now_ms=10)
+        whole = e.value.explanation.encode()
+        assert whole.startswith('Tenant "ééé" asked'.encode())
+        for size in range(8, 16):  # 'Tenant "' is 8 bytes, then 2 a character
+            why, facts, lease = create_string_buffer(size), GuaranteedRefusal(), c_uint64()
+            rc = lib.fairshm_guaranteed_acquire(t._h, g._id, g._tenant("ééé"), 50, 50, 10,
+                                                byref(lease), byref(facts), why, size)
+            assert rc == 1 and facts.why_len == len(whole)
+            cut = why.value
+            assert whole.startswith(cut) and cut.decode("utf-8") is not None, (size, cut)
+            assert len(cut) in (size - 1, size - 2), (size, cut)
+    finally:
+        t.close()

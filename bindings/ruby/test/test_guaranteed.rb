@@ -53,6 +53,21 @@ class TestGuaranteed < Minitest::Test
     assert_equal [r.facts, r.explanation, r.message], [copy.facts, copy.explanation, copy.message]
   end
 
+  # 50 loans of 1 hold a's guarantee, the later ones due sooner: the explanation names
+  # the five due first and counts the rest, whole (it was cut at 1,023 bytes, before it
+  # said what to do); +blocking+ has the first 8 ids, the facts count all of them.
+  def test_a_refusal_held_by_many_leases_is_explained_whole
+    @g.acquire("b", 50, 10_000, now_ms: 0)
+    loans = Array.new(50) { |i| @g.acquire("b", 1, 100 - i, now_ms: 0) }
+    r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 10) }
+    assert_equal ["guarantee_on_loan", 90], [r.reason, r.retry_after_ms]
+    assert_equal loans.reverse.first(8), r.blocking
+    assert_equal [50, r.explanation.bytesize], [r.facts[:n_blocking], r.facts[:why_len]]
+    assert r.explanation.end_with?("so that loans come back sooner."), r.explanation
+    assert_includes r.explanation, "in 50 leases, the earliest due first: b#51 (1 cost unit, due in 41 ms)"
+    assert_includes r.explanation, "and 45 more due no sooner"
+  end
+
   def test_errors_are_typed_and_a_block_releases
     id = @g.acquire("a", 10, 10, now_ms: 5) { |lease| lease }
     assert_raises(Fairshm::AlreadyReleased) { @g.release(id, now_ms: 7) }

@@ -4,8 +4,9 @@
 module Fairshm
   # An acquire of a guaranteed pool not granted: +reason+ (hold_exceeds_reclaim_horizon,
   # guarantee_on_loan, guarantee_exhausted), +retry_after_ms+ (nil when no time can be
-  # promised: a blocking lease has overrun), the +blocking+ lease ids, the numbers
-  # (+facts+), and the +explanation+.
+  # promised: a blocking lease has overrun), the +blocking+ lease ids (the earliest due
+  # first, at most 8: +facts[:n_blocking]+ counts them all), the numbers (+facts+), and
+  # the +explanation+.
   class GuaranteedRefused < StandardError
     attr_reader :reason, :code, :retry_after_ms, :blocking, :facts, :explanation, :pool, :tenant
 

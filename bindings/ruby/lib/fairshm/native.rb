@@ -76,12 +76,14 @@ module Fairshm
     G_STATS_JSON = fn("fairshm_guaranteed_stats_json", [P, U32, U64], P)
 
     # fairshm_guaranteed_refusal: reason, has_retry_after, then u64s, n_blocking,
-    # reserved, and 8 blocking lease ids.
+    # why_len (the explanation's full length), and 8 blocking lease ids.
     G_REFUSAL_FIELDS = %i[reason has_retry_after retry_after_ms units guarantee own_free lent need
-                          lendable seq n_blocking reserved].freeze
+                          lendable seq n_blocking why_len].freeze
     G_REFUSAL_PACK = "LLQQQQQQQQLL"
     G_REFUSAL_SIZE = 8 + 8 * 8 + 8 + 8 * 8
-    G_WHY_SIZE = 1024
+    # Bytes that always hold a guaranteed refusal's whole explanation
+    # (FAIRSHM_GUARANTEED_WHY_MAX).
+    G_WHY_SIZE = 4096
 
     OPEN_EXISTING = 0
     CREATE = 1
