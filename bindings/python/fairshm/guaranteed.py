@@ -1,6 +1,7 @@
 """Guaranteed pools (seed 001) through the C ABI: fixed, weighted tenants, each
 guaranteed its part of the ceiling, idle parts lent for at most the reclaim horizon."""
 
+import threading
 from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
 
 from . import _lib
@@ -81,6 +82,18 @@ class GuaranteedLease:
         return False
 
 
+class _Why(threading.local):
+    """Each thread's buffer for a refusal's explanation: threads that share a pool each
+    read their own refusal's words (the C call runs without the GIL, so a buffer of the
+    pool's own was overwritten by another thread's refusal before it was read)."""
+
+    def __init__(self):
+        self.buf = create_string_buffer(_lib.G_WHY_MAX)
+
+
+_why = _Why()
+
+
 class Guaranteed:
     """A guaranteed pool (seed 001) of a table: fixed, weighted tenants, each guaranteed
     its part of the ceiling, idle parts lent for at most the reclaim horizon. Every call
@@ -96,7 +109,6 @@ class Guaranteed:
             self._table._fail(rc)
         self._id = out.value
         self._tenants = {}
-        self._why = create_string_buffer(_lib.G_WHY_MAX)
 
     def _tenant(self, name):
         t = self._tenants.get(name)
@@ -116,13 +128,14 @@ class Guaranteed:
         now = _now(now_ms)
         lease = c_uint64()
         facts = _lib.GuaranteedRefusal()
+        why = _why.buf
         rc = lib.fairshm_guaranteed_acquire(self._table._h, self._id, self._tenant(tenant), cost,
                                             hold_ms, now, byref(lease), byref(facts),
-                                            self._why, sizeof(self._why))
+                                            why, sizeof(why))
         if rc == _lib.OK:
             return GuaranteedLease(self, lease.value)
         if rc == _lib.REFUSED:
-            raise GuaranteedRefused(facts, self._why.value.decode("utf-8", "replace"),
+            raise GuaranteedRefused(facts, why.value.decode("utf-8", "replace"),
                                     self.name, tenant)
         self._table._fail(rc)
 

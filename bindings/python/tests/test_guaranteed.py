@@ -167,3 +167,36 @@ def test_a_short_why_buffer_is_cut_between_characters(name):
             assert len(cut) in (size - 1, size - 2), (size, cut)
     finally:
         t.close()
+
+
+def test_threads_sharing_a_pool_each_read_their_own_refusal(name):
+    # The C call runs without the GIL: with one explanation buffer per pool, a thread
+    # read another thread's refusal (about 3% of them, in this loop) as its own.
+    import threading
+
+    cfg = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0], tenants={"a": 1, "b": 1, "c": 2})])
+    t = fairshm.Table.create(name, cfg)
+    try:
+        g = t.guaranteed("tokens")
+        for tenant, cost in (("a", 25), ("b", 25), ("c", 50)):
+            g.acquire(tenant, cost, 10**9, now_ms=0)
+        wrong, refused = [], []
+
+        def ask(tenant):
+            for _ in range(3000):
+                try:
+                    g.acquire(tenant, 10, 10, now_ms=1)
+                except fairshm.GuaranteedRefused as r:
+                    refused.append(1)
+                    if not r.explanation.startswith('Tenant "%s" asked' % tenant):
+                        wrong.append((tenant, r.explanation[:30]))
+
+        threads = [threading.Thread(target=ask, args=(x,)) for x in "abc"]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert not any(th.is_alive() for th in threads)
+        assert len(refused) == 9000 and wrong == [], wrong[:3]
+    finally:
+        t.close()
