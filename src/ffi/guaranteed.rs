@@ -123,9 +123,9 @@ pub unsafe extern "C" fn fairshm_guaranteed_tenant(
 /// `hold_ms`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; 0 is the time 0).
 /// `FAIRSHM_OK`: `*lease` is the lease.
 /// `FAIRSHM_REFUSED`: `*refusal` has the facts and, if `why` is not null, the
-/// explanation is written there (NUL-terminated, cut at a character boundary to
-/// `why_len` bytes; `FAIRSHM_GUARANTEED_WHY_MAX` bytes always hold it whole, and
-/// `refusal->why_len` is its full length).
+/// explanation is written there, NUL-terminated in the `why_len` bytes given and cut
+/// between characters if they are too few (`FAIRSHM_GUARANTEED_WHY_MAX` bytes always
+/// hold it whole; the refusal's own `why_len` is its full length).
 ///
 /// # Safety
 /// `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
