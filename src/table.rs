@@ -175,7 +175,7 @@ impl Table {
         self.acquire_inner(req, clock::now_ms(), None)
     }
 
-    /// Applies the fair-share rule at time `now` (ms; any monotonic base, at least 1).
+    /// Applies the fair-share rule at time `now` (ms; any monotonic base, 0 included).
     /// `Ok(Err(refusal))` is a refusal; `Err` is something wrong with the request or
     /// the table.
     ///

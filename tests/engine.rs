@@ -25,7 +25,7 @@ fn handles_resolve_once_and_acquire_without_names() {
     assert_eq!(e.find_tenant("nobody"), None, "find claims nothing");
     let err = e.pool("nope").unwrap_err();
     assert!(
-        matches!(&err, Error::UnknownPool { known, .. } if known == "requests"),
+        matches!(&err, Error::UnknownPool { known, .. } if known == r#"fair-share pools ["requests"]"#),
         "{err}"
     );
     let Outcome::Granted(id) = e.acquire(pool, acme, 3, 10, 5).unwrap() else {

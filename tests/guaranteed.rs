@@ -5,7 +5,7 @@ mod common;
 
 use common::Seg;
 use fairshm::guaranteed::{GGrant, GRefusal, Guaranteed};
-use fairshm::{Config, Error, FairnessUnit, Reason, Table};
+use fairshm::{Config, Error, FairnessUnit, Reason, Request, Table};
 
 fn pool(
     ceiling: u32,
@@ -463,6 +463,38 @@ fn a_lease_released_twice_is_an_error_that_changes_nothing() {
         t.guaranteed("nope"),
         Err(Error::UnknownPool { .. })
     ));
+}
+
+/// A pool asked for through the other policy's door is named as such, with the way
+/// to it; a table without pools of one policy says so rather than listing nothing.
+#[test]
+fn a_pool_of_the_other_policy_is_named_with_the_way_to_it() {
+    let seg = Seg::new("g-other-door");
+    let mut cfg = even(100, 150);
+    cfg.pools.push(fairshm::PoolConfig::new("requests", 4));
+    let t: Table = seg.create(&cfg);
+    let e = t.try_acquire(&Request::new("ceiling", "a")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown pool \"ceiling\"; this table has fair-share pools [\"requests\"] (and \
+         guaranteed pools [\"ceiling\"]); \"ceiling\" is a guaranteed pool: resolve it with \
+         guaranteed(\"ceiling\") (fairshm_guaranteed_pool in C)"
+    );
+    let e = t.guaranteed("requests").err().unwrap();
+    assert!(
+        e.to_string()
+            .ends_with("\"requests\" is a fair-share pool: acquire it from the table itself"),
+        "{e}"
+    );
+    drop(t);
+    let seg = Seg::new("g-no-fair");
+    let t: Table = seg.create(&even(100, 150));
+    let e = t.try_acquire(&Request::new("nope", "a")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown pool \"nope\"; this table has no fair-share pools (and guaranteed pools \
+         [\"ceiling\"])"
+    );
 }
 
 #[test]

@@ -208,7 +208,7 @@ impl Engine {
     }
 
     /// Applies the pool's rule to `units` of `pool` for `tenant` at time `now` (ms; any
-    /// monotonic base, at least 1), declaring a hold of `hold_ms` (0: not declared).
+    /// monotonic base, 0 included), declaring a hold of `hold_ms` (0: not declared).
     /// `Err` is something wrong with the request or the table; a refusal is an
     /// [`Outcome::Refused`].
     pub fn acquire(

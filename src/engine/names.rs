@@ -22,18 +22,51 @@ impl Engine {
             .ok_or_else(|| self.unknown_pool(name))
     }
 
-    /// The error for pool `name`, which this table does not have (it lists those it
-    /// has).
+    /// The error for fair-share pool `name`, which this table does not have: it lists
+    /// the pools it has, and says so when `name` is one of its guaranteed pools.
     pub(crate) fn unknown_pool(&self, name: &str) -> Error {
+        self.unknown_of(name, false)
+    }
+
+    /// The error for guaranteed pool `name`, which this table does not have (as
+    /// [`Engine::unknown_pool`], the other way round).
+    pub(crate) fn unknown_guaranteed_pool(&self, name: &str) -> Error {
+        self.unknown_of(name, true)
+    }
+
+    fn unknown_of(&self, name: &str, guaranteed: bool) -> Error {
+        let cfg = self.config();
+        let fair: Vec<&str> = cfg.pools.iter().map(|p| p.name.as_str()).collect();
+        let sure: Vec<&str> = cfg.guaranteed.iter().map(|g| g.name.as_str()).collect();
+        let list = |kind: &str, names: &[&str]| match names {
+            [] => format!("no {kind} pools"),
+            _ => format!("{kind} pools {names:?}"),
+        };
+        let (asked, other) = if guaranteed {
+            (
+                list("guaranteed", &sure),
+                (!fair.is_empty()).then(|| list("fair-share", &fair)),
+            )
+        } else {
+            (
+                list("fair-share", &fair),
+                (!sure.is_empty()).then(|| list("guaranteed", &sure)),
+            )
+        };
+        let other = other.map_or(String::new(), |o| format!(" (and {o})"));
+        let hint = match (guaranteed, fair.contains(&name), sure.contains(&name)) {
+            (false, _, true) => format!(
+                "; {name:?} is a guaranteed pool: resolve it with guaranteed({name:?}) \
+                 (fairshm_guaranteed_pool in C)"
+            ),
+            (true, true, _) => {
+                format!("; {name:?} is a fair-share pool: acquire it from the table itself")
+            }
+            _ => String::new(),
+        };
         Error::UnknownPool {
             pool: name.to_owned(),
-            known: self
-                .config()
-                .pools
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            known: format!("{asked}{other}{hint}"),
         }
     }
 

@@ -54,27 +54,6 @@ impl Engine {
         }
     }
 
-    /// The error for guaranteed pool `name`, which this table does not have (it lists
-    /// the pools it has, of both policies).
-    pub(crate) fn unknown_guaranteed_pool(&self, name: &str) -> Error {
-        Error::UnknownPool {
-            pool: name.to_owned(),
-            known: format!(
-                "guaranteed pools {:?} (and fair-share pools {:?})",
-                self.config()
-                    .guaranteed
-                    .iter()
-                    .map(|g| g.name.as_str())
-                    .collect::<Vec<_>>(),
-                self.config()
-                    .pools
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-            ),
-        }
-    }
-
     /// The rules of a guaranteed pool.
     pub fn guaranteed_rules(&self, pool: GPoolId) -> Result<&Rules> {
         let seg = self.seg();
