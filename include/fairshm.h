@@ -111,7 +111,8 @@
 // `config` is TOML text.
 #define FAIRSHM_CONFIG_TOML 2
 
-// `config` is a file's path: TOML if it ends in `.toml`, else JSON.
+// `config` is a file's path: TOML if it ends in `.toml`, JSON if in `.json`, else
+// by its text (JSON starts with `{`).
 #define FAIRSHM_CONFIG_FILE 3
 
 // `fairshm_acquire`'s `flags`: this wait is one slice of a longer one (a binding

@@ -158,13 +158,23 @@ impl Config {
             .into_config()
     }
 
-    /// Reads a config file: TOML if its name ends in `.toml`, JSON otherwise.
+    /// Reads a config file: TOML if its name ends in `.toml`, JSON if in `.json` (in
+    /// any case), and otherwise (`fairshm.conf`) JSON when its text starts with `{`,
+    /// as a JSON config does and a TOML one cannot, else TOML.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::InvalidConfig(format!("cannot read config file {}: {e}", path.display()))
         })?;
-        let parsed = if path.extension().is_some_and(|x| x == "toml") {
+        let ext = path
+            .extension()
+            .map(|x| x.to_string_lossy().to_ascii_lowercase());
+        let toml = match ext.as_deref() {
+            Some("toml") => true,
+            Some("json") => false,
+            _ => !text.trim_start().starts_with('{'),
+        };
+        let parsed = if toml {
             Config::from_toml(&text)
         } else {
             Config::from_json(&text)
@@ -317,5 +327,38 @@ mod tests {
         assert!(ok.pools.is_empty());
         let f = Config::from_file("/nonexistent/fairshm.toml").unwrap_err();
         assert!(f.to_string().contains("/nonexistent/fairshm.toml"), "{f}");
+    }
+
+    /// The format follows the name's extension in any case, and the text where the
+    /// name has none of the two: a TOML `fairshm.conf` was read as JSON ("expected
+    /// value at line 1 column 1").
+    #[test]
+    fn a_config_files_format_follows_its_extension_or_its_text() {
+        let dir = std::env::temp_dir().join(format!("fairshm-cfgfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let toml = "[[pools]]\nname = \"requests\"\ncapacity = 8\n";
+        let json = " {\"pools\": [{\"name\": \"requests\", \"capacity\": 8}]}";
+        let want = Config::with_pools(vec![PoolConfig::new("requests", 8)]);
+        let read = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            Config::from_file(&path)
+        };
+        for (name, text) in [
+            ("a.toml", toml),
+            ("b.TOML", toml),
+            ("c.conf", toml),
+            ("d", toml),
+            ("e.json", json),
+            ("f.JSON", json),
+            ("g.conf", json),
+        ] {
+            assert_eq!(read(name, text).unwrap(), want, "{name}");
+        }
+        let e = read("h.json", toml).unwrap_err().to_string();
+        assert!(e.contains("h.json: JSON: "), "{e}");
+        let e = read("i.toml", json).unwrap_err().to_string();
+        assert!(e.contains("i.toml: TOML: "), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

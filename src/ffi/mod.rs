@@ -136,7 +136,8 @@ pub const FAIRSHM_CONFIG_NONE: u32 = 0;
 pub const FAIRSHM_CONFIG_JSON: u32 = 1;
 /// `config` is TOML text.
 pub const FAIRSHM_CONFIG_TOML: u32 = 2;
-/// `config` is a file's path: TOML if it ends in `.toml`, else JSON.
+/// `config` is a file's path: TOML if it ends in `.toml`, JSON if in `.json`, else
+/// by its text (JSON starts with `{`).
 pub const FAIRSHM_CONFIG_FILE: u32 = 3;
 
 thread_local! {

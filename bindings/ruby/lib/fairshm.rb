@@ -280,8 +280,8 @@ module Fairshm
       raise InvalidConfig.new(Native::E_INVALID_CONFIG, "invalid config: #{e.message}: a NaN or infinite number (a quota?)")
     end
 
-    # +config+: a Hash (sent as JSON), a file's path (TOML if it ends in .toml, else
-    # JSON), or nil.
+    # +config+: a Hash (sent as JSON), a file's path (TOML if it ends in .toml, JSON if
+    # in .json, else by its text), or nil.
     def initialize(name, how, config = nil, mode = 0)
       text, kind = case config
                    when nil then [nil, Native::CONFIG_NONE]
