@@ -154,6 +154,16 @@ class Guaranteed:
             self._table._fail(-11)
         return _take_json(lib.fairshm_guaranteed_stats_json(self._table._h, self._id, now), -11)
 
+    def fairness_report(self, now_ms=None):
+        """The fairness report of ``stats(now_ms)``: cost, request and weight shares side
+        by side per tenant, the skew and ``units_disagree``."""
+        return self.stats(now_ms)["fairness_report"]
+
+    def plan(self, now_ms=None):
+        """The plan of ``stats(now_ms)``: the weighted max-min allocation for current
+        demand (progressive filling), per tenant with its demand, target and drift."""
+        return self.stats(now_ms)["plan"]
+
 
 for _c in (GuaranteedRefused, GuaranteedLease, Guaranteed):
     _c.__module__ = "fairshm"

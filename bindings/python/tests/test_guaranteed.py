@@ -54,6 +54,8 @@ def test_the_returner_is_served_within_the_horizon(tokens):
     assert tokens.stats()["stats"]["now_ms"] > 100
     assert s["fairness_report"]["unit"] == "cost"
     assert [p["target"] for p in s["plan"]] == [50, 50]
+    assert tokens.fairness_report(now_ms=100) == s["fairness_report"]
+    assert tokens.plan(now_ms=100) == s["plan"]
 
 
 def test_errors_are_typed(tokens):

@@ -36,6 +36,11 @@ class TestGuaranteed < Minitest::Test
     assert_equal 100, stats["now_ms"], "explicit times, 0 included, not the library's clock"
     a = stats["tenants"][0]
     assert_equal ["a", 90, 4500], [a["name"], a["worst_reclaim_ms"], a["deficit_unit_ms"]]
+    all = @g.stats(now_ms: 100)
+    assert_equal "cost", all["fairness_report"]["unit"]
+    assert_equal [50, 50], all["plan"].map { |p| p["target"] }
+    assert_equal all["fairness_report"], @g.fairness_report(now_ms: 100)
+    assert_equal all["plan"], @g.plan(now_ms: 100)
     # A time before the pool's clock counts as that clock; nil is the library's.
     assert_equal 100, @g.stats(now_ms: 0)["stats"]["now_ms"]
     assert_operator @g.stats["stats"]["now_ms"], :>, 100

@@ -87,6 +87,18 @@ module Fairshm
       Fairshm.take_json(Native::G_STATS_JSON.call(@table.handle, @id, now), -11)
     end
 
+    # The fairness report of stats(now_ms:): cost, request and weight shares side by
+    # side per tenant, the skew and units_disagree.
+    def fairness_report(now_ms: nil)
+      stats(now_ms: now_ms)["fairness_report"]
+    end
+
+    # The plan of stats(now_ms:): the weighted max-min allocation for current demand
+    # (progressive filling), per tenant with its demand, target and drift.
+    def plan(now_ms: nil)
+      stats(now_ms: now_ms)["plan"]
+    end
+
     private
 
     def tenant(name)
