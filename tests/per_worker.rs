@@ -86,6 +86,28 @@ fn five_workers_at_half_quota_get_three_tickets_and_follow_deaths() {
     assert_eq!(capacity(&t, "mysql"), 0);
 }
 
+/// The last worker dies with no live process to reap it: the next one to register
+/// counts itself alone at once (it counted the dead one too, until its anchor's first
+/// scan, so for that while the pool had a ticket for a worker that was gone).
+#[test]
+fn a_new_worker_does_not_count_a_dead_one_nobody_reaped() {
+    let _g = serial();
+    let seg = Seg::new("unreaped");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
+    let t = seg.create(&cfg);
+    let mut one = workers(&seg.name, 1);
+    assert_eq!(capacity(&t, "flights"), 1);
+    kill(&mut one, 1);
+    assert_eq!(
+        t.snapshot().processes.len(),
+        1,
+        "dead, and nobody reaped it"
+    );
+    t.register().unwrap();
+    assert_eq!(capacity(&t, "flights"), 1, "one live worker: this process");
+    assert_eq!(t.snapshot().processes.len(), 1);
+}
+
 #[test]
 fn min_tickets_is_capped_at_the_worker_count() {
     let _g = serial();
