@@ -181,8 +181,9 @@ pub struct DeathSnap {
     /// The pid of the process that noticed it and returned its permits.
     pub noticed_by: u32,
     /// How: `"watcher"` (a live process's anchor, woken by the kernel at the death),
-    /// `"sweep"` (an anchor's periodic check), `"waiter"` (a blocked acquire) or
-    /// `"call"` (`reap_dead`, or a registration that found the table full).
+    /// `"sweep"` (an anchor's periodic check), `"waiter"` (a blocked acquire),
+    /// `"call"` (`reap_dead`, or a registration that found the table full) or
+    /// `"register"` (a registration, which reaps the dead that nobody noticed).
     pub how: &'static str,
     /// Leases it still held (or had in flight) that were released.
     pub leases_released: u32,

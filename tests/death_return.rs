@@ -19,6 +19,14 @@ use nix::unistd::Pid;
 
 const WORKERS: usize = 4;
 
+/// Both tests fork workers; one at a time, so that neither forks while the other's
+/// children hold what it waits on.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn kills() -> usize {
     common::env_or("FAIRSHM_DEATH_KILLS", 100)
 }
@@ -63,6 +71,7 @@ fn stop(pid: Pid) -> bool {
 
 #[test]
 fn a_killed_holder_s_permit_comes_back_within_milliseconds_with_nobody_waiting() {
+    let _g = serial();
     let seg = Seg::new("deathreturn");
     // The parent creates the table and never registers: it has no anchor, never
     // blocks, never reaps. It only reads the mapping.
@@ -156,4 +165,64 @@ fn a_killed_holder_s_permit_comes_back_within_milliseconds_with_nobody_waiting()
     // with nobody left to watch them) can remain.
     let in_use = pool_word::in_use(t.region().pool(0).word.load(SeqCst));
     assert!(in_use <= WORKERS as u32);
+}
+
+/// The last worker dies holding the whole pool, with no live process to notice: the
+/// next worker's first `try_acquire` (which registers it) finds the permit back. It was
+/// refused `pool_full` until that worker's anchor, started at the registration, had
+/// scanned its peers.
+#[test]
+fn the_last_workers_permits_are_back_for_the_next_workers_first_acquire() {
+    let _g = serial();
+    let seg = Seg::new("lastdeath");
+    let t = seg.create(&one_pool(1)); // the parent only reads the mapping
+    let flag = common::shared_words(1);
+    let name = seg.name.clone();
+    let mut holder = common::Children(vec![fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let lease = t
+            .try_acquire(&Request::new("requests", "a"))
+            .unwrap()
+            .unwrap();
+        flag[0].store(1, SeqCst);
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+            let _ = &lease;
+        }
+    })]);
+    common::wait_until(
+        Some(holder[0]),
+        "the holder to take the permit",
+        Duration::from_micros(100),
+        || flag[0].load(SeqCst) == 1,
+    );
+    let dead = holder[0].as_raw() as u32;
+    holder.kill_all();
+    let snap = t.snapshot();
+    assert_eq!(snap.pool("requests").unwrap().in_use, 1, "nobody reaped it");
+    let name = seg.name.clone();
+    let next = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        match t.try_acquire(&Request::new("requests", "b")).unwrap() {
+            Ok(_) => 0,
+            Err(r) => {
+                eprintln!("refused: {r}");
+                1
+            }
+        }
+    });
+    assert_eq!(
+        common::wait(next),
+        0,
+        "the next worker's first acquire is granted"
+    );
+    let snap = t.snapshot();
+    let d = snap
+        .deaths
+        .iter()
+        .find(|d| d.pid == dead)
+        .expect("recorded");
+    // Reaped by the registration, or by its anchor if that was quicker.
+    assert!(["register", "watcher"].contains(&d.how), "{}", d.how);
+    assert_eq!(d.leases_released, 1);
 }

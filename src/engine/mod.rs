@@ -203,13 +203,13 @@ impl Engine {
             self.seg.registry().fetch_add(1, Release);
             crate::waiting::wake_word(self.seg.registry().as_ptr(), u32::MAX);
         }
-        if self.config().pools.iter().any(|p| p.per_worker.is_some()) {
-            // A worker that died with no live process to notice it is still LIVE in its
-            // slot: counted now, it would size the pools for a worker that is gone until
-            // our anchor's first scan reaps it (Semian's count, kept by the kernel,
-            // drops at the exit).
-            self.reap_dead_as(crate::layout::noticed::CALL)?;
-        }
+        // A process that died with no live process to notice it (the last worker) is
+        // still LIVE in its slot, holding its permits, until our anchor's first scan
+        // reaps it. Reaped now, before our first acquire and before the pools are
+        // sized: its permits are back for that acquire, and a `per_worker` pool does
+        // not count a worker that is gone (Semian's count, kept by the kernel, drops
+        // at the exit).
+        self.reap_dead_as(crate::layout::noticed::REGISTER)?;
         crate::capacity::recompute(&self.seg, self.config());
         Ok(slot)
     }

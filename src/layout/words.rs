@@ -12,6 +12,9 @@ pub mod noticed {
     pub const WAITER: u32 = 3;
     /// An explicit `reap_dead`, or a registration that found the table full.
     pub const CALL: u32 = 4;
+    /// A registration, which reaps the dead that nobody noticed (the last worker's)
+    /// before its first acquire and before the pools are sized.
+    pub const REGISTER: u32 = 5;
 
     /// The code's name, as the snapshot shows it.
     pub fn name(code: u32) -> &'static str {
@@ -20,6 +23,7 @@ pub mod noticed {
             SWEEP => "sweep",
             WAITER => "waiter",
             CALL => "call",
+            REGISTER => "register",
             _ => "unknown",
         }
     }
