@@ -306,7 +306,8 @@ class Table:
     @classmethod
     def create(cls, name, config=None, mode=0):
         """Creates the segment ``name``; ``config`` a dict or a file's path (TOML if
-        it ends in ``.toml``, JSON if in ``.json``, else by its text); ``mode`` its file mode (0: 0600)."""
+        it ends in ``.toml``, JSON if in ``.json``, else by its text); ``mode`` its
+        file mode (0: 0600)."""
         return cls(name, _lib.CREATE, config, mode)
 
     @classmethod
