@@ -51,8 +51,9 @@ WAIT_SLICE_MS = 100
 
 class Refused(Exception):
     """An acquire not granted. ``reason`` is ``pool_full``, ``over_share``,
-    ``timed_out``, ``cancelled``, ``rate_limited`` or ``work_debt``; ``retry_after_ms`` when to come back; the numbers
-    the rule decided on are attributes; ``explanation`` says it in words."""
+    ``timed_out``, ``cancelled``, ``rate_limited``, ``work_debt`` or
+    ``too_many_residents``; ``retry_after_ms`` when to come back; the numbers the rule
+    decided on are attributes; ``explanation`` says it in words."""
 
     def __init__(self, table, facts, pool, tenant):
         self._table = table

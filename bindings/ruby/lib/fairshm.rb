@@ -21,8 +21,9 @@ module Fairshm
   # interrupts (Thread#raise, Timeout.timeout), so they land within this bound.
   WAIT_SLICE_MS = 50
 
-  # An acquire not granted: +reason+ (pool_full, over_share, timed_out, cancelled),
-  # +retry_after_ms+, the numbers the rule decided on, and the +explanation+.
+  # An acquire not granted: +reason+ (pool_full, over_share, timed_out, cancelled,
+  # rate_limited, work_debt, too_many_residents), +retry_after_ms+, the numbers the rule
+  # decided on, and the +explanation+.
   class Refused < StandardError
     attr_reader :reason, :code, :retry_after_ms, :pool, :tenant
 
