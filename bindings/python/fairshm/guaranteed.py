@@ -60,19 +60,17 @@ def _unpickle_guaranteed_refused(cls, facts, explanation, pool, tenant):
 
 class GuaranteedLease:
     """A lease of a guaranteed pool. Release it with ``release(now_ms)`` (or use
-    ``with``, which releases at the library's clock)."""
+    ``with``, which releases at the library's clock); a lease released twice raises
+    ``AlreadyReleased``, as a fair-share ``Lease`` does."""
 
-    __slots__ = ("_pool", "id", "_done")
+    __slots__ = ("_pool", "id")
 
     def __init__(self, pool, lease_id):
         self._pool = pool
         self.id = lease_id
-        self._done = False
 
     def release(self, now_ms=None):
-        if not self._done:
-            self._done = True
-            self._pool.release(self.id, now_ms)
+        self._pool.release(self.id, now_ms)
 
     def __enter__(self):
         return self

@@ -63,6 +63,13 @@ def test_errors_are_typed(tokens):
     lease.release(now_ms=6)
     with pytest.raises(fairshm.AlreadyReleased):
         tokens.release(lease.id, now_ms=7)
+    with pytest.raises(fairshm.AlreadyReleased):  # as a fair-share Lease: never silent
+        lease.release(now_ms=7)
+    with tokens.acquire("a", 10, 10, now_ms=7) as held:
+        assert tokens.stats(now_ms=7)["stats"]["in_use"] == 10
+    assert tokens.stats(now_ms=7)["stats"]["in_use"] == 0, "released by the with block"
+    with pytest.raises(fairshm.AlreadyReleased):
+        held.release(now_ms=8)
     with pytest.raises(fairshm.Error) as e:
         tokens.acquire("zed", 1, 1, now_ms=7)
     assert e.value.kind == "invalid_tenant"
