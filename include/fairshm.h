@@ -123,6 +123,9 @@
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 #define FAIRSHM_GUARANTEED_BLOCKING 8
 
+// Bit 63 of a lease id: set in every guaranteed lease's id, in no fair-share lease's.
+#define FAIRSHM_GUARANTEED_LEASE_TAG 9223372036854775808ull
+
 // Bytes of a `why` buffer that always hold a guaranteed refusal's whole explanation
 // and its NUL (it names at most five blocking leases and counts the rest).
 #define FAIRSHM_GUARANTEED_WHY_MAX 4096
@@ -348,7 +351,8 @@ int32_t fairshm_acquire(const fairshm_table *t,
                         fairshm_refusal *refusal);
 
 // Releases a lease of this process. A second release of one lease is
-// `FAIRSHM_E_ALREADY_RELEASED` and changes nothing.
+// `FAIRSHM_E_ALREADY_RELEASED` and changes nothing; a guaranteed pool's lease
+// (`FAIRSHM_GUARANTEED_LEASE_TAG` set) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
 //
 // # Safety
 // `t` is null or an open table.
@@ -452,7 +456,8 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
                                    size_t why_len);
 
 // Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
-// A second release is `FAIRSHM_E_ALREADY_RELEASED`.
+// A second release is `FAIRSHM_E_ALREADY_RELEASED`; a fair-share lease's id (no
+// `FAIRSHM_GUARANTEED_LEASE_TAG`) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
 //
 // # Safety
 // `t` is null or an open table.

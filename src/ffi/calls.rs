@@ -350,7 +350,8 @@ pub unsafe extern "C" fn fairshm_acquire(
 }
 
 /// Releases a lease of this process. A second release of one lease is
-/// `FAIRSHM_E_ALREADY_RELEASED` and changes nothing.
+/// `FAIRSHM_E_ALREADY_RELEASED` and changes nothing; a guaranteed pool's lease
+/// (`FAIRSHM_GUARANTEED_LEASE_TAG` set) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -362,6 +363,12 @@ pub unsafe extern "C" fn fairshm_release(t: *const fairshm_table, lease: u64) ->
             Ok(t) => t,
             Err(rc) => return rc,
         };
+        if lease & crate::guaranteed::G_LEASE_TAG != 0 {
+            return invalid(format!(
+                "lease id {lease} is a guaranteed pool's lease: release it through its \
+                 guaranteed pool (fairshm_guaranteed_release in C)"
+            ));
+        }
         match table
             .engine()
             .release(LeaseId::from_u64(lease), clock::now_ms())

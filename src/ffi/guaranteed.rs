@@ -13,6 +13,10 @@ use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 pub const FAIRSHM_GUARANTEED_BLOCKING: usize = 8;
 
+/// Bit 63 of a lease id: set in every guaranteed lease's id, in no fair-share lease's.
+pub const FAIRSHM_GUARANTEED_LEASE_TAG: u64 = 0x8000_0000_0000_0000;
+const _: () = assert!(FAIRSHM_GUARANTEED_LEASE_TAG == crate::guaranteed::G_LEASE_TAG);
+
 /// Bytes of a `why` buffer that always hold a guaranteed refusal's whole explanation
 /// and its NUL (it names at most five blocking leases and counts the rest).
 pub const FAIRSHM_GUARANTEED_WHY_MAX: usize = 4096;
@@ -206,7 +210,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
 }
 
 /// Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
-/// A second release is `FAIRSHM_E_ALREADY_RELEASED`.
+/// A second release is `FAIRSHM_E_ALREADY_RELEASED`; a fair-share lease's id (no
+/// `FAIRSHM_GUARANTEED_LEASE_TAG`) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -222,11 +227,14 @@ pub unsafe extern "C" fn fairshm_guaranteed_release(
             Ok(t) => t,
             Err(rc) => return rc,
         };
+        let Some(id) = GLeaseId::from_u64(lease) else {
+            return invalid(format!(
+                "lease id {lease} is not a guaranteed pool's lease: release a fair-share \
+                 lease through the table (fairshm_release in C)"
+            ));
+        };
         let now = super::now_or_clock(now_ms);
-        match table
-            .engine()
-            .guaranteed_release(GLeaseId::from_u64(lease), now)
-        {
+        match table.engine().guaranteed_release(id, now) {
             Ok(_) => FAIRSHM_OK,
             Err(e) => fail(e),
         }

@@ -53,15 +53,27 @@ pub struct GLeaseId {
     pub no: u32,
 }
 
+/// Bit 63, set in every guaranteed lease's `u64` id and in no fair-share lease's (whose
+/// top half is a lease index, below 2^31): each release of the C ABI tells the other
+/// policy's leases from its own, and says which call releases them.
+/// (`FAIRSHM_GUARANTEED_LEASE_TAG` in C.)
+pub(crate) const G_LEASE_TAG: u64 = 1 << 63;
+
 impl GLeaseId {
     pub fn to_u64(self) -> u64 {
-        (self.pool as u64) << 32 | self.no as u64
+        debug_assert!(
+            self.pool < 1 << 31,
+            "guaranteed pool {} beyond the tag",
+            self.pool
+        );
+        G_LEASE_TAG | (self.pool as u64) << 32 | self.no as u64
     }
-    pub fn from_u64(v: u64) -> GLeaseId {
-        GLeaseId {
-            pool: (v >> 32) as u32,
+    /// The lease `v` names, or `None` when `v` is not a guaranteed lease's id.
+    pub fn from_u64(v: u64) -> Option<GLeaseId> {
+        (v & G_LEASE_TAG != 0).then_some(GLeaseId {
+            pool: ((v & !G_LEASE_TAG) >> 32) as u32,
             no: v as u32,
-        }
+        })
     }
 }
 
@@ -286,4 +298,24 @@ pub fn places(cfgs: &[GuaranteedConfig], procs: usize, base: usize) -> (Vec<GPla
         off += (HEAD_WORDS + blocks * block_words) * 8;
     }
     (out, (off - base) / 8)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A guaranteed lease's id round-trips and carries the tag; a fair-share lease's id
+    /// (a lease index of up to 31 bits above a generation) never reads as one.
+    #[test]
+    fn lease_ids_of_the_two_policies_never_meet() {
+        for (pool, no) in [(0, 1), (3, u32::MAX), ((1 << 31) - 1, 0)] {
+            let id = GLeaseId { pool, no };
+            assert_ne!(id.to_u64() & G_LEASE_TAG, 0);
+            assert_eq!(GLeaseId::from_u64(id.to_u64()), Some(id));
+        }
+        for (index, generation) in [(0, 1), (16_383, (1 << 24) - 1), (i32::MAX as u32, 7)] {
+            let fair = crate::engine::LeaseId { index, generation }.to_u64();
+            assert_eq!(GLeaseId::from_u64(fair), None, "{index}/{generation}");
+        }
+    }
 }

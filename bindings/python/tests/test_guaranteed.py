@@ -209,3 +209,26 @@ def test_threads_sharing_a_pool_each_read_their_own_refusal(name):
         assert len(refused) == 9000 and wrong == [], wrong[:3]
     finally:
         t.close()
+
+
+def test_each_release_names_the_other_policys_leases(name):
+    # A guaranteed lease's id passed to the table's release (or the other way round)
+    # was refused as "not held by this process" or "guaranteed pool handle 2816":
+    # true of the wrong reading of the id, and no help. Each release now tells.
+    cfg = dict(CONFIG, pools=[{"name": "requests", "capacity": 4}])
+    t = fairshm.Table.create(name, cfg)
+    try:
+        g = t.guaranteed("tokens")
+        gl = g.acquire("a", 1, 1, now_ms=0)
+        fl = t.try_acquire("requests", "x")
+        with pytest.raises(fairshm.InvalidRequest) as e:
+            t.release(gl.id)
+        assert "is a guaranteed pool's lease: release it through its guaranteed pool" in str(e.value)
+        with pytest.raises(fairshm.InvalidRequest) as e:
+            g.release(fl.id, now_ms=1)
+        assert "is not a guaranteed pool's lease" in str(e.value)
+        gl.release(now_ms=1)  # both still held, and each releases through its own
+        fl.release()
+        assert t.stats()["pools"][0]["in_use"] == 0 and g.stats(now_ms=1)["stats"]["in_use"] == 0
+    finally:
+        t.close()
