@@ -9,7 +9,7 @@ use super::{
     fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
 };
 use crate::clock;
-use crate::engine::{LeaseId, Outcome, PoolId, TenantId};
+use crate::engine::{Outcome, PoolId, TenantId};
 use crate::error::Error;
 use crate::table::Table;
 
@@ -363,16 +363,11 @@ pub unsafe extern "C" fn fairshm_release(t: *const fairshm_table, lease: u64) ->
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        if lease & crate::guaranteed::G_LEASE_TAG != 0 {
-            return invalid(format!(
-                "lease id {lease} is a guaranteed pool's lease: release it through its \
-                 guaranteed pool (fairshm_guaranteed_release in C)"
-            ));
-        }
-        match table
-            .engine()
-            .release(LeaseId::from_u64(lease), clock::now_ms())
-        {
+        let id = match super::fair_lease(lease) {
+            Ok(id) => id,
+            Err(rc) => return rc,
+        };
+        match table.engine().release(id, clock::now_ms()) {
             Ok(_) => FAIRSHM_OK,
             Err(e) => fail(e),
         }

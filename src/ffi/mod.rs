@@ -189,6 +189,18 @@ pub(crate) fn now_or_clock(now_ms: u64) -> u64 {
     }
 }
 
+/// A fair-share lease's id from the C ABI, or the error for a guaranteed pool's lease
+/// (`FAIRSHM_GUARANTEED_LEASE_TAG` set), which only its guaranteed pool takes.
+pub(crate) fn fair_lease(lease: u64) -> Result<crate::LeaseId, i32> {
+    if lease & crate::guaranteed::G_LEASE_TAG != 0 {
+        return Err(invalid(format!(
+            "lease id {lease} is a guaranteed pool's lease: release it through its \
+             guaranteed pool (fairshm_guaranteed_release in C)"
+        )));
+    }
+    Ok(crate::LeaseId::from_u64(lease))
+}
+
 /// Writes `text` into `buf` (`len` bytes, `len > 0`), NUL-terminated and cut if too
 /// short, at a character boundary, so that what a short buffer holds is still UTF-8.
 /// Returns the bytes written before the NUL.

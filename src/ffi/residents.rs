@@ -31,7 +31,11 @@ unsafe fn with_lease(
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        match f(&table, LeaseId::from_u64(lease)) {
+        let id = match super::fair_lease(lease) {
+            Ok(id) => id,
+            Err(rc) => return rc,
+        };
+        match f(&table, id) {
             Ok(()) => FAIRSHM_OK,
             Err(err) => fail(err),
         }
