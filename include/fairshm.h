@@ -465,8 +465,9 @@ int32_t fairshm_guaranteed_release(const fairshm_table *t, uint64_t lease, uint6
 
 // Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
 // before the pool's own clock, the latest `now` it was given, such as 0, counts as
-// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free it
-// with `fairshm_string_free`; null on error (`fairshm_last_error`).
+// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`, each
+// of the stats' leases with its `id` in this ABI. Free it with `fairshm_string_free`;
+// null on error (`fairshm_last_error`).
 //
 // # Safety
 // `t` is null or an open table.

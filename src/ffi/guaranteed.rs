@@ -243,8 +243,9 @@ pub unsafe extern "C" fn fairshm_guaranteed_release(
 
 /// Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
 /// before the pool's own clock, the latest `now` it was given, such as 0, counts as
-/// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`. Free it
-/// with `fairshm_string_free`; null on error (`fairshm_last_error`).
+/// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`, each
+/// of the stats' leases with its `id` in this ABI. Free it with `fairshm_string_free`;
+/// null on error (`fairshm_last_error`).
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -272,8 +273,19 @@ pub unsafe extern "C" fn fairshm_guaranteed_stats_json(
         };
         // The state's own reports count a `now` before its clock as the clock.
         let now = super::now_or_clock(now_ms);
+        let mut stats = serde_json::to_value(st.stats(rules, now)).expect("plain data");
+        // Each lease also by the id this ABI gives it (what a binding's lease holds, and
+        // what a refusal's `blocking` lists), beside its number in the pool.
+        if let Some(leases) = stats.get_mut("leases").and_then(|l| l.as_array_mut()) {
+            for l in leases {
+                if let Some(no) = l.get("lease").and_then(|n| n.as_u64()) {
+                    let no = no as u32;
+                    l["id"] = GLeaseId { pool, no }.to_u64().into();
+                }
+            }
+        }
         let json = serde_json::json!({
-            "stats": st.stats(rules, now),
+            "stats": stats,
             "fairness_report": st.fairness_report(rules),
             "plan": st.plan(rules, now),
         });

@@ -227,6 +227,7 @@ def test_each_release_names_the_other_policys_leases(name):
         with pytest.raises(fairshm.InvalidRequest) as e:
             g.release(fl.id, now_ms=1)
         assert "is not a guaranteed pool's lease" in str(e.value)
+        assert [x["id"] for x in g.stats(now_ms=1)["stats"]["leases"]] == [gl.id]
         gl.release(now_ms=1)  # both still held, and each releases through its own
         fl.release()
         assert t.stats()["pools"][0]["in_use"] == 0 and g.stats(now_ms=1)["stats"]["in_use"] == 0

@@ -74,7 +74,11 @@ class TestGuaranteed < Minitest::Test
   end
 
   def test_errors_are_typed_and_a_block_releases
-    id = @g.acquire("a", 10, 10, now_ms: 5) { |lease| lease }
+    id = @g.acquire("a", 10, 10, now_ms: 5) do |lease|
+      # The stats name each lease by the id acquire gave, beside its number in the pool.
+      assert_equal [[lease, 1, "a#1"]], @g.stats["stats"]["leases"].map { |l| [l["id"], l["lease"], l["name"]] }
+      lease
+    end
     assert_raises(Fairshm::AlreadyReleased) { @g.release(id, now_ms: 7) }
     e = assert_raises(Fairshm::Error) { @g.acquire("zed", 1, 1, now_ms: 7) }
     assert_equal "invalid_tenant", e.kind
