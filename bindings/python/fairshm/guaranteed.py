@@ -2,6 +2,7 @@
 guaranteed its part of the ceiling, idle parts lent for at most the reclaim horizon."""
 
 import threading
+import time
 from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
 
 from . import _lib
@@ -107,6 +108,7 @@ class Guaranteed:
             self._table._fail(rc)
         self._id = out.value
         self._tenants = {}
+        self._keep_asking_ms = None
 
     def _tenant(self, name):
         t = self._tenants.get(name)
@@ -136,6 +138,32 @@ class Guaranteed:
             raise GuaranteedRefused(facts, why.value.decode("utf-8", "replace"),
                                     self.name, tenant)
         self._table._fail(rc)
+
+    def acquire_timeout(self, tenant, cost, hold_ms, timeout):
+        """``acquire`` on the library's clock, asked again until granted or ``timeout``
+        seconds have passed: at each refusal's retry-after, and at least every half
+        ``idle_after_ms``, so that the tenant's demand (which lapses ``idle_after_ms``
+        after its last ask) stays signalled and its guarantee frozen while it waits.
+        Raises the last ``GuaranteedRefused`` when the time is up, and at once for a
+        refusal that waiting cannot end (``hold_exceeds_reclaim_horizon`` with no
+        retry-after). Sleeps between asks (Ctrl-C interrupts them)."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ValueError("timeout must be a number of seconds, 0 or more, not %r" % (timeout,))
+        deadline = time.monotonic() + timeout
+        if self._keep_asking_ms is None:
+            # A time before the pool's clock reads at its clock: nothing moves.
+            self._keep_asking_ms = max(1, self.stats(0)["stats"]["idle_after_ms"] // 2)
+        while True:
+            try:
+                return self.acquire(tenant, cost, hold_ms)
+            except GuaranteedRefused as r:
+                left = deadline - time.monotonic()
+                hopeless = r.reason == "hold_exceeds_reclaim_horizon" and r.retry_after_ms is None
+                if left <= 0 or hopeless:
+                    raise
+                keep = self._keep_asking_ms
+                wait = min(max(r.retry_after_ms if r.retry_after_ms is not None else keep, 1), keep)
+                time.sleep(min(wait / 1000.0, left))
 
     def release(self, lease_id, now_ms=None):
         _check("lease_id", lease_id, _U64)

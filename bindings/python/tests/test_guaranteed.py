@@ -233,3 +233,48 @@ def test_each_release_names_the_other_policys_leases(name):
         assert t.stats()["pools"][0]["in_use"] == 0 and g.stats(now_ms=1)["stats"]["in_use"] == 0
     finally:
         t.close()
+
+
+def test_acquire_timeout_waits_for_the_loan_and_keeps_asking(name):
+    # As the Rust API's acquire_timeout, on the library's clock: the waiter asks again
+    # at each retry-after (and at least every half idle_after), so b cannot re-borrow
+    # a's units while a waits, and a refusal that waiting cannot end comes at once.
+    import threading
+    import time
+
+    cfg = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0], idle_after_ms=1000)])
+    t = fairshm.Table.create(name, cfg)
+    try:
+        g = t.guaranteed("tokens")
+        g.acquire("b", 50, 100_000)
+        loan = g.acquire("b", 50, 100)
+        t0 = time.monotonic()
+        with pytest.raises(fairshm.GuaranteedRefused) as e:
+            g.acquire_timeout("a", 50, 50, 0.03)
+        assert e.value.reason == "guarantee_on_loan" and time.monotonic() - t0 >= 0.03
+        renewed = []
+
+        def lender_back():
+            time.sleep(0.06)
+            loan.release()
+            try:
+                g.acquire("b", 50, 100)
+                renewed.append(True)
+            except fairshm.GuaranteedRefused:
+                renewed.append(False)
+
+        th = threading.Thread(target=lender_back)
+        th.start()
+        got = g.acquire_timeout("a", 50, 50, 10)
+        th.join(10)
+        assert isinstance(got, fairshm.GuaranteedLease) and renewed == [False]
+        assert time.monotonic() - t0 < 5
+        t1 = time.monotonic()
+        with pytest.raises(fairshm.GuaranteedRefused) as e:
+            g.acquire_timeout("b", 60, 1000, 10)  # more than b's 50 for 1000 ms: never
+        assert e.value.reason == "hold_exceeds_reclaim_horizon" and time.monotonic() - t1 < 1
+        for bad in (-1, float("nan"), "1", None):
+            with pytest.raises(ValueError):
+                g.acquire_timeout("a", 1, 1, bad)
+    finally:
+        t.close()

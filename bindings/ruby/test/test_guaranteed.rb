@@ -73,6 +73,44 @@ class TestGuaranteed < Minitest::Test
     assert_includes r.explanation, "and 45 more due no sooner"
   end
 
+  # As the Rust API's acquire_timeout, on the library's clock: the waiter asks again
+  # at each retry-after, so b cannot re-borrow a's units while a waits, and a refusal
+  # that waiting cannot end comes at once.
+  def test_acquire_timeout_waits_for_the_loan_and_keeps_asking
+    @g.acquire("b", 50, 100_000)
+    loan = @g.acquire("b", 50, 100)
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    t0 = clock.call
+    e = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire_timeout("a", 50, 50, 0.03) }
+    assert_equal "guarantee_on_loan", e.reason
+    assert_operator clock.call - t0, :>=, 0.03
+    renewed = nil
+    lender = Thread.new do
+      sleep 0.06
+      @g.release(loan)
+      renewed = begin
+        @g.acquire("b", 50, 100)
+        true
+      rescue Fairshm::GuaranteedRefused
+        false
+      end
+    end
+    got = @g.acquire_timeout("a", 50, 50, 10)
+    lender.join(10)
+    assert_kind_of Integer, got
+    assert_equal false, renewed, "a kept asking: b could not borrow its units again"
+    assert_operator clock.call - t0, :<, 5
+    t1 = clock.call
+    e = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire_timeout("b", 60, 1000, 10) }
+    assert_equal "hold_exceeds_reclaim_horizon", e.reason
+    assert_operator clock.call - t1, :<, 1
+    [-1, "1", nil].each { |bad| assert_raises(ArgumentError) { @g.acquire_timeout("a", 1, 1, bad) } }
+    @g.release(got)
+    # With a block: held in it, released after it.
+    @g.acquire_timeout("a", 10, 10, 1) { assert_equal 60, @g.stats["stats"]["in_use"] }
+    assert_equal 50, @g.stats["stats"]["in_use"]
+  end
+
   def test_errors_are_typed_and_a_block_releases
     id = @g.acquire("a", 10, 10, now_ms: 5) do |lease|
       # The stats name each lease by the id acquire gave, beside its number in the pool.

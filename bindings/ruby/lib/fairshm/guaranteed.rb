@@ -72,6 +72,40 @@ module Fairshm
       end
     end
 
+    # acquire on the library's clock, asked again until granted or +timeout+ seconds
+    # have passed: at each refusal's retry-after, and at least every half
+    # idle_after_ms, so that the tenant's demand (which lapses idle_after_ms after its
+    # last ask) stays signalled and its guarantee frozen while it waits. Raises the last
+    # GuaranteedRefused when the time is up, and at once for a refusal that waiting
+    # cannot end (hold_exceeds_reclaim_horizon with no retry-after). With a block, as
+    # acquire.
+    def acquire_timeout(tenant_name, cost, hold_ms, timeout)
+      unless timeout.is_a?(Numeric) && timeout >= 0
+        raise ArgumentError, "timeout must be a number of seconds, 0 or more, not #{timeout.inspect}"
+      end
+
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      # A time before the pool's clock reads at its clock: nothing moves.
+      @keep_asking_ms ||= [stats(now_ms: 0)["stats"]["idle_after_ms"] / 2, 1].max
+      id = begin
+        acquire(tenant_name, cost, hold_ms)
+      rescue GuaranteedRefused => e
+        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        raise if left <= 0 || (e.reason == "hold_exceeds_reclaim_horizon" && e.retry_after_ms.nil?)
+
+        wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
+        sleep([wait / 1000.0, left].min)
+        retry
+      end
+      return id unless block_given?
+
+      begin
+        yield id
+      ensure
+        release(id)
+      end
+    end
+
     def release(lease_id, now_ms: nil)
       Fairshm.check_int("lease_id", lease_id, U64_MAX)
       rc = Native::G_RELEASE.call(@table.handle, lease_id, Fairshm.now_arg(now_ms))
