@@ -38,28 +38,26 @@ impl Engine {
         let cfg = self.config();
         let fair: Vec<&str> = cfg.pools.iter().map(|p| p.name.as_str()).collect();
         let sure: Vec<&str> = cfg.guaranteed.iter().map(|g| g.name.as_str()).collect();
-        let list = |kind: &str, names: &[&str]| match names {
-            [] => format!("no {kind} pools"),
-            _ => format!("{kind} pools {names:?}"),
-        };
-        let (asked, other) = if guaranteed {
-            (
-                list("guaranteed", &sure),
-                (!fair.is_empty()).then(|| list("fair-share", &fair)),
-            )
+        // The asked-for policy's pools first, then the other's (if it has any).
+        let ((kind, mine), (other_kind, theirs)) = if guaranteed {
+            (("guaranteed", &sure), ("fair-share", &fair))
         } else {
-            (
-                list("fair-share", &fair),
-                (!sure.is_empty()).then(|| list("guaranteed", &sure)),
-            )
+            (("fair-share", &fair), ("guaranteed", &sure))
         };
-        let other = other.map_or(String::new(), |o| format!(" (and {o})"));
-        let hint = match (guaranteed, fair.contains(&name), sure.contains(&name)) {
-            (false, _, true) => format!(
+        let asked = match mine.as_slice() {
+            [] => format!("no {kind} pools"),
+            names => format!("{kind} pools {names:?}"),
+        };
+        let other = match theirs.as_slice() {
+            [] => String::new(),
+            names => format!(" (and {other_kind} pools {names:?})"),
+        };
+        let hint = match (guaranteed, theirs.contains(&name)) {
+            (false, true) => format!(
                 "; {name:?} is a guaranteed pool: resolve it with guaranteed({name:?}) \
                  (fairshm_guaranteed_pool in C)"
             ),
-            (true, true, _) => {
+            (true, true) => {
                 format!("; {name:?} is a fair-share pool: acquire it from the table itself")
             }
             _ => String::new(),

@@ -203,11 +203,10 @@ pub(crate) fn fair_lease(lease: u64) -> Result<crate::LeaseId, i32> {
 
 /// Writes `text` into `buf` (`len` bytes, `len > 0`), NUL-terminated and cut if too
 /// short, at a character boundary, so that what a short buffer holds is still UTF-8.
-/// Returns the bytes written before the NUL.
 ///
 /// # Safety
 /// `buf` is non-null and writable for `len` bytes.
-pub(crate) unsafe fn write_text(text: &str, buf: *mut c_char, len: usize) -> usize {
+pub(crate) unsafe fn write_text(text: &str, buf: *mut c_char, len: usize) {
     debug_assert!(!buf.is_null() && len > 0);
     let mut n = text.len().min(len - 1);
     while !text.is_char_boundary(n) {
@@ -219,7 +218,6 @@ pub(crate) unsafe fn write_text(text: &str, buf: *mut c_char, len: usize) -> usi
         std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
         buf.add(n).write(0);
     }
-    n
 }
 
 /// A UTF-8 string argument, or an error naming it.

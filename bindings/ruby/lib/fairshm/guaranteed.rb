@@ -48,7 +48,7 @@ module Fairshm
 
     # The lease id, or raises GuaranteedRefused. With a block: yields the lease id and
     # releases it afterwards (at the library's clock).
-    def acquire(tenant_name, cost, hold_ms, now_ms: nil)
+    def acquire(tenant_name, cost, hold_ms, now_ms: nil, &block)
       Fairshm.check_int("cost", cost, U64_MAX)
       Fairshm.check_int("hold_ms", hold_ms, U64_MAX)
       now = Fairshm.now_arg(now_ms)
@@ -63,13 +63,7 @@ module Fairshm
       end
       @table.raise_for(rc) unless rc.zero?
       id = lease[0, 8].unpack1("Q")
-      return id unless block_given?
-
-      begin
-        yield id
-      ensure
-        release(id)
-      end
+      block ? held(id, &block) : id
     end
 
     # acquire on the library's clock, asked again until granted or +timeout+ seconds
@@ -79,7 +73,7 @@ module Fairshm
     # GuaranteedRefused when the time is up, and at once for a refusal that waiting
     # cannot end (hold_exceeds_reclaim_horizon with no retry-after). With a block, as
     # acquire.
-    def acquire_timeout(tenant_name, cost, hold_ms, timeout)
+    def acquire_timeout(tenant_name, cost, hold_ms, timeout, &block)
       unless timeout.is_a?(Numeric) && timeout >= 0
         raise ArgumentError, "timeout must be a number of seconds, 0 or more, not #{timeout.inspect}"
       end
@@ -97,13 +91,7 @@ module Fairshm
         sleep([wait / 1000.0, left].min)
         retry
       end
-      return id unless block_given?
-
-      begin
-        yield id
-      ensure
-        release(id)
-      end
+      block ? held(id, &block) : id
     end
 
     def release(lease_id, now_ms: nil)
@@ -134,6 +122,14 @@ module Fairshm
     end
 
     private
+
+    # Yields lease +id+ and releases it afterwards (at the library's clock), however
+    # the block ends.
+    def held(id)
+      yield id
+    ensure
+      release(id)
+    end
 
     def tenant(name)
       @tenants[name] ||= begin
