@@ -81,8 +81,11 @@ class Permits:
         self.table = table
         self.pool = pool
         self.tenant = tenant
-        # A wrong number is a configuration error, found at start-up, not per request.
+        # A wrong number or pool is a configuration error, found at start-up, not as a
+        # 500 on every request: the pool is resolved now (``UnknownPool``, naming the
+        # table's pools, for a name it does not have).
         _check_request(units, hold_ms)
+        table.pool(pool)
         self.units = units
         self.hold_ms = hold_ms
         self.queue_header = queue_header

@@ -6,7 +6,8 @@
 
 ``tenant`` maps a request to its tenant's name; ``None`` lets the request through
 unlimited. A refused request gets 429 with ``Retry-After``; one whose tenant name the
-table cannot take (empty, too long, a NUL byte) gets 400. Behind a front proxy that
+table cannot take (empty, too long, a NUL byte) gets 400. A ``pool`` the table does not
+have raises ``UnknownPool`` here, when the middleware is built. Behind a front proxy that
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
 table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when
 the server closes the response (``close()``, which PEP 3333 requires even of a streamed

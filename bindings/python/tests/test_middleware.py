@@ -135,6 +135,15 @@ def test_a_middleware_with_a_wrong_number_fails_at_start_up(table):
             mw(None, table, pool="requests", tenant=lambda _: "acme", hold_ms=-1)
 
 
+def test_a_middleware_for_a_pool_the_table_lacks_fails_at_start_up(table):
+    # Not a 500 on every request: the pool is resolved when the middleware is built.
+    for mw in (FairshmMiddleware, FairshmASGIMiddleware):
+        with pytest.raises(fairshm.UnknownPool) as e:
+            mw(None, table, pool="request", tenant=lambda _: "acme")
+        assert '"request"' in str(e.value) and "requests" in str(e.value)
+    assert in_use(table) == 0
+
+
 def test_both_wsgi_answers_pass_the_pep_3333_validator(table):
     # wsgiref's validator checks start_response, the headers, the body and its close
     # (its warnings made errors here).

@@ -157,6 +157,16 @@ class TestRack < Minitest::Test
     end
   end
 
+  # Not a 500 on every request: the pool is resolved when the middleware is built.
+  def test_a_middleware_for_a_pool_the_table_lacks_fails_at_start_up
+    ok = ->(_env) { [200, {}, ["ok"]] }
+    e = assert_raises(Fairshm::UnknownPool) do
+      Fairshm::RackMiddleware.new(ok, table: @table, pool: "request", tenant: ->(_env) { "acme" })
+    end
+    assert_includes e.message, '"request"'
+    assert_includes e.message, "requests"
+  end
+
   # The tenant's name comes from the request: one the table cannot take is the
   # request's fault (400, saying why), not a 500; nothing is claimed or held.
   def test_answers_400_to_a_tenant_name_the_table_cannot_take

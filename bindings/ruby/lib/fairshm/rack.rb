@@ -8,7 +8,8 @@ module Fairshm
   # body (so a streamed body keeps it while it streams), or released at once if the
   # application raises. A refused request gets 429 with Retry-After (whole seconds,
   # rounded up), Retry-After-Ms from the same number, and a short JSON body; one whose
-  # tenant name the table cannot take gets 400.
+  # tenant name the table cannot take gets 400. A +pool+ the table does not have raises
+  # UnknownPool when the middleware is built.
   #
   #   use Fairshm::RackMiddleware, table: TABLE, pool: "requests",
   #       tenant: ->(env) { env["HTTP_X_TENANT"] }
@@ -24,8 +25,11 @@ module Fairshm
     MAX_QUEUED_US = 60_000_000
 
     def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0, queue_header: true)
-      # A wrong number is a configuration error, found at start-up, not per request.
+      # A wrong number or pool is a configuration error, found at start-up, not as a
+      # 500 on every request: the pool is resolved now (UnknownPool, naming the table's
+      # pools, for a name it does not have).
       Fairshm.check_request(units, hold_ms)
+      table.pool(pool)
       @app = app
       @table = table
       @pool = pool
