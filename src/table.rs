@@ -307,8 +307,11 @@ impl Table {
         self.engine.set_rates(t, requests_per_s, work_units_per_s)
     }
 
-    /// `tenant`'s rates: (requests per second, work units per second); 0 is unbounded.
+    /// `tenant`'s rates: (requests per second, work units per second); 0 is unbounded,
+    /// as are the rates of a tenant not seen yet (nothing is claimed). A name no tenant
+    /// can have is `InvalidTenant`, as everywhere else.
     pub fn rates(&self, tenant: &str) -> Result<(u32, u32)> {
+        crate::engine::check_tenant(tenant)?;
         match self.engine.find_tenant(tenant) {
             Some(t) => self.engine.rates(t),
             None => Ok((0, 0)),

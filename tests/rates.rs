@@ -145,6 +145,26 @@ fn zero_is_unbounded() {
     assert!(granted(&t, "acme", 5_000), "unbounded again at once");
 }
 
+/// A tenant not seen yet reads as unbounded, and claims nothing; a name no tenant can
+/// have is refused as by every other call, not read as an unbounded tenant.
+#[test]
+fn rates_of_an_unseen_tenant_are_unbounded_and_of_an_impossible_name_refused() {
+    let seg = Seg::new("rates-names");
+    let t = seg.create(&one_pool(4));
+    assert_eq!(t.rates("newcomer").unwrap(), (0, 0));
+    assert!(t.snapshot().tenants.is_empty(), "nothing claimed");
+    for bad in ["", "acme\0x", &"t".repeat(49)] {
+        match t.rates(bad) {
+            Err(fairshm::Error::InvalidTenant { name, .. }) => assert_eq!(name, bad),
+            other => panic!("rates({bad:?}): {other:?}"),
+        }
+        assert!(matches!(
+            t.set_rates(bad, 1, 1),
+            Err(fairshm::Error::InvalidTenant { .. })
+        ));
+    }
+}
+
 #[test]
 fn a_change_by_another_process_applies_at_once() {
     let seg = Seg::new("rates-live");

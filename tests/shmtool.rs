@@ -373,6 +373,21 @@ fn inspect_shows_a_guaranteed_pools_loans_demand_and_overruns() {
             && human.contains(&format!("overrun leases: {}", loan.name)),
         "{human}"
     );
+    let top = stdout(&shmtool(&["top", &seg.name, "--once"]));
+    let rows: Vec<Vec<&str>> = top
+        .lines()
+        .filter(|l| l.starts_with("tokens"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["tokens", "b", "100", "50", "100/100", "2", "0", "-"],
+            ["tokens", "a", "0", "50", "100/100", "0", "1", "-"],
+        ],
+        "b holds the whole ceiling, a holds nothing and wants (refused at the pool's \
+         clock), each with its guarantee as its share: {top}"
+    );
 }
 
 #[test]

@@ -184,3 +184,43 @@ fn follow_prints_decisions_as_they_come() {
     }
     drop(t);
 }
+
+/// A `--pool` the segment has no log of is a usage error naming the pools it has (a
+/// typo printed an empty log with exit 0, and `--follow` waited on it for ever); a
+/// guaranteed pool's is told apart, with where its state is shown. A tenant name the
+/// segment cannot take is a usage error too.
+#[test]
+fn a_pool_or_tenant_the_segment_cannot_have_is_a_usage_error() {
+    let seg = Seg::new("tool-logpool");
+    let mut cfg = common::guaranteed(
+        "tokens",
+        100,
+        fairshm::FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        4,
+    );
+    cfg.pools = config().pools;
+    let t = seg.create(&cfg);
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let o = shmtool(&["log", &seg.name, "--pool", "request"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        err(&o).contains("unknown pool \"request\"") && err(&o).contains("[\"requests\"]"),
+        "{}",
+        err(&o)
+    );
+    assert!(!err(&o).contains("guaranteed pool"), "{}", err(&o));
+    let o = shmtool(&["log", &seg.name, "--pool", "tokens", "--follow"]);
+    assert_eq!(code(&o), 2, "refused before following");
+    assert!(
+        err(&o).contains("\"tokens\" is a guaranteed pool") && err(&o).contains("inspect"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(code(&shmtool(&["log", &seg.name, "--pool", "requests"])), 0);
+    let o = shmtool(&["rates", &seg.name, ""]);
+    assert_eq!(code(&o), 2);
+    assert!(err(&o).contains("invalid tenant name"), "{}", err(&o));
+    drop(t);
+}

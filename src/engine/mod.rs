@@ -25,6 +25,8 @@ mod names;
 mod spare;
 mod upkeep;
 
+pub(crate) use names::check_tenant;
+
 pub use ids::{LeaseId, Outcome, PoolId, Repaired, TenantId};
 use spare::{LIVE, NEXT_ENGINE, SPARE, Spare, free_spare, keep_spare};
 

@@ -143,7 +143,8 @@ impl Engine {
     }
 }
 
-fn check_tenant(name: &str) -> Result<()> {
+/// `InvalidTenant` for a name no tenant can have (empty, over 48 bytes, a NUL byte).
+pub(crate) fn check_tenant(name: &str) -> Result<()> {
     check_name_bytes(name.as_bytes()).map_err(|why| Error::InvalidTenant {
         name: name.to_owned(),
         why,

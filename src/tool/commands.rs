@@ -133,6 +133,30 @@ impl LogFilter {
     }
 }
 
+/// `Ok` when `pool` is a fair-share pool of `t`, whose decisions the log holds; else
+/// the `UnknownPool` that says which pools it has (a typo would otherwise print an
+/// empty log, and `--follow` wait on it for ever). A guaranteed pool's decisions are not
+/// in this log: each is a state published whole, which `inspect` shows.
+fn logged_pool(t: &Table, pool: &str) -> Result<()> {
+    let cfg = t.config();
+    if cfg.pools.iter().any(|p| p.name == pool) {
+        return Ok(());
+    }
+    let fair: Vec<&str> = cfg.pools.iter().map(|p| p.name.as_str()).collect();
+    let mut known = format!("fair-share pools {fair:?}, whose decisions the log holds");
+    if cfg.guaranteed.iter().any(|g| g.name == pool) {
+        let _ = write!(
+            known,
+            "; {pool:?} is a guaranteed pool, whose decisions are not logged here: \
+             `shmtool inspect` shows its tenants, loans and leases"
+        );
+    }
+    Err(Error::UnknownPool {
+        pool: pool.to_owned(),
+        known,
+    })
+}
+
 /// How often `log --follow` looks for new decisions.
 pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
@@ -152,6 +176,9 @@ pub fn write_log(
         op: "writing its decision log",
         source,
     };
+    if let Some(pool) = &filter.pool {
+        logged_pool(t, pool)?;
+    }
     // The last sequence number shown per process slot.
     let mut seen = HashMap::<usize, u64>::new();
     let mut first = true;

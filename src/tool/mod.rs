@@ -71,7 +71,11 @@ impl Exit {
             | Error::Corrupt(_)
             | Error::BadFile { .. }
             | Error::ConfigMismatch { .. } => Exit::Unreadable,
-            Error::InvalidName { .. } => Exit::Usage,
+            // Names from the command line that the segment cannot have: a pool it
+            // lacks (`log --pool`), a tenant name it cannot take (`rates`).
+            Error::InvalidName { .. } | Error::UnknownPool { .. } | Error::InvalidTenant { .. } => {
+                Exit::Usage
+            }
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
                 Exit::Permission
             }
@@ -87,7 +91,8 @@ Exit codes:
   0  done, nothing found wrong
   1  found something: `check` found violated invariants, `replay` found decisions that
      re-decide differently
-  2  usage: the command line was wrong
+  2  usage: the command line was wrong (a `log --pool` the segment has no log of, a
+     tenant name no tenant can have)
   3  no segment of that name
   4  not a readable fairshm segment (another file, corrupt, truncated, another layout
      version, still being created)

@@ -304,15 +304,18 @@ pub fn report_tables(r: &Report) -> String {
     out
 }
 
-/// `top`'s view: every (pool, tenant) holding or active, most held first.
+/// `top`'s view: every (pool, tenant) holding or active, most held first. A guaranteed
+/// pool's tenants are there too, with their guarantee as their share, when they hold,
+/// want (a refused request outstanding) or acted within `idle_after_ms`; such a pool
+/// has no blocked waiters (`-`).
 pub fn top_view(r: &Report) -> String {
-    let mut rows: Vec<(u32, Vec<String>)> = Vec::new();
+    let mut rows: Vec<(u64, Vec<String>)> = Vec::new();
     for p in &r.pools {
         for t in p.tenants.iter().filter(|t| t.held > 0 || t.active) {
             // Saturating: the counters come from shared memory, which may hold garbage.
             let refused = t.refusals.values().fold(0u64, |a, &n| a.saturating_add(n));
             rows.push((
-                t.held,
+                t.held.into(),
                 vec![
                     p.name.clone(),
                     t.name.clone(),
@@ -322,6 +325,26 @@ pub fn top_view(r: &Report) -> String {
                     t.grants.to_string(),
                     refused.to_string(),
                     p.waiters.to_string(),
+                ],
+            ));
+        }
+    }
+    for g in &r.guaranteed {
+        let present = |t: &&crate::guaranteed::TenantStats| {
+            t.held > 0 || t.demand > 0 || t.idle_ms.is_some_and(|i| i < g.idle_after_ms)
+        };
+        for t in g.tenants.iter().filter(present) {
+            rows.push((
+                t.held,
+                vec![
+                    g.name.clone(),
+                    t.name.clone(),
+                    t.held.to_string(),
+                    t.guarantee.to_string(),
+                    format!("{}/{}", g.in_use, g.ceiling),
+                    t.grants.to_string(),
+                    t.refusals.to_string(),
+                    "-".into(),
                 ],
             ));
         }
