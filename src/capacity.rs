@@ -11,11 +11,19 @@ use crate::layout::{pair, proc_state as ps};
 use crate::region::Region;
 use crate::sync::Ordering::*;
 
-/// Process slots that are `LIVE` now.
+/// Processes with a `LIVE` slot now: the workers. A process counts once however many
+/// slots it holds (each handle that registers takes a slot of its own: two `Table`s
+/// opened on one segment in one worker are still one worker).
 pub fn live_workers<R: Region>(r: &R) -> u32 {
-    (0..r.geometry().procs)
-        .filter(|&s| ps::status(r.proc_slot(s).state.load(Acquire)) == ps::LIVE)
-        .count() as u32
+    let mut pids: Vec<u32> = (0..r.geometry().procs)
+        .filter_map(|s| {
+            let st = r.proc_slot(s).state.load(Acquire);
+            (ps::status(st) == ps::LIVE).then(|| ps::pid(st))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.len() as u32
 }
 
 /// Stores every pool's capacity and floor as the config sets them (at creation, and

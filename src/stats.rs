@@ -83,7 +83,7 @@ pub struct PoolSnap {
 pub struct PerWorkerSnap {
     pub quota: f64,
     pub min_tickets: u32,
-    /// The live registered workers counted (`capacity::live_workers`).
+    /// The live registered workers counted, each process once (`capacity::live_workers`).
     pub workers: u32,
     /// The tickets those workers give, by the formula.
     pub tickets: u32,

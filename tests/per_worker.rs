@@ -108,6 +108,38 @@ fn a_new_worker_does_not_count_a_dead_one_nobody_reaped() {
     assert_eq!(t.snapshot().processes.len(), 1);
 }
 
+/// A worker is a process: two handles of one process (each registered, each with a
+/// process slot of its own) are one worker, and one more process is a second.
+#[test]
+fn a_worker_with_two_handles_is_one_worker() {
+    let _g = serial();
+    let seg = Seg::new("twohandles");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
+    let t = seg.create(&cfg);
+    t.register().unwrap();
+    let again = Table::open(&seg.name).unwrap();
+    again.register().unwrap();
+    let snap = t.snapshot();
+    assert_eq!(snap.processes.len(), 2, "two slots");
+    assert_eq!(capacity(&t, "flights"), 1, "one worker");
+    assert_eq!(
+        snap.pool("flights")
+            .unwrap()
+            .per_worker
+            .as_ref()
+            .unwrap()
+            .workers,
+        1
+    );
+    let mut other = workers(&seg.name, 1);
+    assert_eq!(capacity(&t, "flights"), 2, "a second process");
+    drop(again);
+    assert_eq!(capacity(&t, "flights"), 2);
+    kill(&mut other, 1);
+    t.reap_dead().unwrap();
+    assert_eq!(capacity(&t, "flights"), 1);
+}
+
 #[test]
 fn min_tickets_is_capped_at_the_worker_count() {
     let _g = serial();
