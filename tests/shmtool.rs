@@ -8,7 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use cli::{assert_schema, check_prometheus, code, config, holder, json, sample, shmtool, stdout};
+use cli::{
+    assert_schema, check_prometheus, code, config, holder, json, sample, shmtool, stdout,
+    with_tokens,
+};
 use common::{Children, Seg, rewrite, wait_until};
 use fairshm::{Config, PoolConfig, Request};
 
@@ -333,16 +336,7 @@ fn rates_are_shown_and_set_on_a_live_segment_and_paths_name_segments() {
 #[test]
 fn inspect_shows_a_guaranteed_pools_loans_demand_and_overruns() {
     let seg = Seg::new("tool-guaranteed");
-    let mut cfg = common::guaranteed(
-        "tokens",
-        100,
-        fairshm::FairnessUnit::Cost,
-        &[("a", 1), ("b", 1)],
-        (100, 150),
-        4,
-    );
-    cfg.pools = config().pools;
-    let t = seg.create(&cfg);
+    let t = seg.create(&with_tokens());
     let g = t.guaranteed("tokens").unwrap();
     g.acquire("b", 50, 10_000, 0).unwrap().unwrap();
     let loan = g.acquire("b", 50, 100, 0).unwrap().unwrap();

@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli::{code, config, json, read_lines, shmtool, stdout};
+use cli::{code, config, json, read_lines, shmtool, stdout, with_tokens};
 use common::{Children, Seg, fork_child, wait, wait_until};
 use fairshm::{Reason, Request, Table};
 use serde_json::Value;
@@ -192,16 +192,7 @@ fn follow_prints_decisions_as_they_come() {
 #[test]
 fn a_pool_or_tenant_the_segment_cannot_have_is_a_usage_error() {
     let seg = Seg::new("tool-logpool");
-    let mut cfg = common::guaranteed(
-        "tokens",
-        100,
-        fairshm::FairnessUnit::Cost,
-        &[("a", 1), ("b", 1)],
-        (100, 150),
-        4,
-    );
-    cfg.pools = config().pools;
-    let t = seg.create(&cfg);
+    let t = seg.create(&with_tokens());
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
     let o = shmtool(&["log", &seg.name, "--pool", "request"]);
     assert_eq!(code(&o), 2);

@@ -43,6 +43,21 @@ pub fn config() -> Config {
     Config::with_pools(vec![PoolConfig::new("requests", 4).window_ms(60_000)])
 }
 
+/// [`config`]'s pool beside a guaranteed pool `tokens` of 100 (cost; `a` and `b` of
+/// weight 1; horizon 100 ms, idle after 150 ms; 4 leases).
+pub fn with_tokens() -> Config {
+    let mut cfg = super::common::guaranteed(
+        "tokens",
+        100,
+        fairshm::FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        4,
+    );
+    cfg.pools = config().pools;
+    cfg
+}
+
 pub fn inspect_schema() -> jsonschema::Validator {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
