@@ -13,7 +13,7 @@ use cli::{
     with_tokens,
 };
 use common::{Children, Seg, rewrite, wait_until};
-use fairshm::{Config, PoolConfig, Request};
+use fairshm::{Config, PoolConfig, Request, Table};
 
 #[test]
 fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
@@ -98,6 +98,44 @@ fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
     // Nobody uses it now: clean removes it.
     assert_eq!(code(&shmtool(&["clean", &seg.name])), 0);
     assert!(!std::path::Path::new(&format!("/dev/shm/{}", seg.name)).exists());
+}
+
+/// A process that registered two handles of one segment holds two process slots
+/// (`inspect` lists both) and is one process to `list` and `top`.
+#[test]
+fn list_and_top_count_a_process_with_two_handles_once() {
+    let seg = Seg::new("tool-twohandles");
+    let t = seg.create(&config());
+    t.register().unwrap();
+    let again = Table::open(&seg.name).unwrap();
+    again.register().unwrap();
+    let v = json(&shmtool(&["inspect", &seg.name, "--json"]));
+    assert_eq!(v["processes"].as_array().unwrap().len(), 2, "two slots");
+    let l = json(&shmtool(&["list", "--json"]));
+    let me = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == seg.name.as_str())
+        .expect("listed");
+    assert_eq!(
+        (
+            me["live"].as_u64(),
+            me["dying"].as_u64(),
+            me["dead"].as_u64()
+        ),
+        (Some(1), Some(0), Some(0))
+    );
+    let top = stdout(&shmtool(&["top", &seg.name, "--once"]));
+    assert!(top.contains("processes: 1 alive, 0 not"), "{top}");
+    let m = stdout(&shmtool(&["metrics", &seg.name]));
+    let alive = format!(
+        "fairshm_processes{{segment=\"{}\",liveness=\"alive\"}} 1\n",
+        seg.name
+    );
+    assert!(m.contains(&alive), "{m}");
+    drop(again);
+    drop(t);
 }
 
 #[test]

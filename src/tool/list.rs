@@ -85,7 +85,8 @@ pub struct Listed {
     pub header: Option<HeaderInfo>,
     /// Why it cannot be read as a segment of this version (`None`: it can).
     pub unreadable: Option<String>,
-    /// Registered processes, by liveness (see [`liveness`]).
+    /// Registered processes, by liveness (see [`liveness`]); a process counts once,
+    /// however many slots it holds (one per registered handle).
     pub live: usize,
     pub dying: usize,
     pub dead: usize,
@@ -137,8 +138,13 @@ pub fn list_dir(dir: &Path) -> Result<Vec<Listed>> {
                 if dir == Path::new(SHM_DIR) {
                     match Table::open_observer(&name) {
                         Ok(t) => {
-                            for p in t.try_snapshot().map(|s| s.processes).unwrap_or_default() {
-                                match liveness(&p) {
+                            let procs = t.try_snapshot().map(|s| s.processes).unwrap_or_default();
+                            // A process counts once, however many slots it holds (one
+                            // per registered handle).
+                            let each: std::collections::BTreeSet<_> =
+                                procs.iter().map(|p| (liveness(p), p.pid)).collect();
+                            for (how, _) in each {
+                                match how {
                                     "alive" => l.live += 1,
                                     "dying" => l.dying += 1,
                                     _ => l.dead += 1,

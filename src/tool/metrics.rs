@@ -244,9 +244,13 @@ pub fn prometheus(r: &Report) -> String {
             .map(|t| (vec![("segment", seg), ("tenant", t.name.as_str())], t)),
     );
     let name = "fairshm_processes";
-    f.head(name, "gauge", "Registered processes, by liveness.");
+    f.head(
+        name,
+        "gauge",
+        "Registered processes, by liveness (each once, however many handles it registered).",
+    );
     for state in ["alive", "dying", "dead"] {
-        let n = r.processes.iter().filter(|p| p.liveness == state).count();
+        let n = r.processes_counted(&[state]);
         f.sample(name, &[("segment", seg), ("liveness", state)], n);
     }
     let name = "fairshm_leases";

@@ -350,12 +350,11 @@ pub fn top_view(r: &Report) -> String {
         }
     }
     rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let alive = r.processes.iter().filter(|p| p.liveness == "alive").count();
     let mut out = format!(
         "fairshm {}  processes: {} alive, {} not  leases: {}  (q or Ctrl-C quits)\n\n",
         r.segment.name,
-        alive,
-        r.processes.len() - alive,
+        r.processes_counted(&["alive"]),
+        r.processes_counted(&["dying", "dead"]),
         r.leases.len()
     );
     let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, r)| r).collect();

@@ -30,6 +30,17 @@ pub struct Report {
     pub guaranteed: Vec<crate::guaranteed::GStats>,
 }
 
+impl Report {
+    /// The processes whose `liveness` is one of `of`, each once however many slots it
+    /// holds (a process takes one per registered handle).
+    pub fn processes_counted(&self, of: &[&str]) -> usize {
+        let pids = self.processes.iter().filter(|p| of.contains(&p.liveness));
+        pids.map(|p| p.pid)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentInfo {
     pub name: String,
