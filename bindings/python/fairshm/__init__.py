@@ -197,6 +197,9 @@ class Lease:
         if rc:
             self.table._fail(rc)
 
+    def __repr__(self):
+        return "<fairshm.Lease %#x of table %r>" % (self.id, self.table.name)
+
     # Residents (a lease of an ``evict`` pool).
     def begin_call(self, now_ms=None):
         """Starts a call: while one is in progress the resident is never revoked.
@@ -345,6 +348,9 @@ class Table:
 
     def __reduce__(self):
         raise _not_copied(self, "open the table by its name where it is needed")
+
+    def __repr__(self):
+        return "<fairshm.Table %r %s>" % (self.name, "open" if getattr(self, "_h", None) else "closed")
 
     def __enter__(self):
         return self

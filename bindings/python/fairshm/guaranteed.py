@@ -73,6 +73,9 @@ class GuaranteedLease:
     def release(self, now_ms=None):
         self._pool.release(self.id, now_ms)
 
+    def __repr__(self):
+        return "<fairshm.GuaranteedLease %#x of pool %r>" % (self.id, self._pool.name)
+
     def __enter__(self):
         return self
 

@@ -35,6 +35,13 @@ def returner_refused(tokens):
     return loan, r.value
 
 
+def test_a_guaranteed_lease_says_what_it_is(tokens):
+    lease = tokens.acquire("a", 10, 100, now_ms=0)
+    assert repr(lease) == "<fairshm.GuaranteedLease %#x of pool 'tokens'>" % lease.id
+    assert lease.id >> 63 == 1, "the guaranteed tag"
+    lease.release(now_ms=1)
+
+
 def test_the_returner_is_served_within_the_horizon(tokens):
     loan, r = returner_refused(tokens)
     assert (r.reason, r.retry_after_ms, r.retry_after_header) == ("guarantee_on_loan", 90, 1)

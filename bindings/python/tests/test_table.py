@@ -26,6 +26,15 @@ def test_grant_release_and_refusal_facts(table):
     assert table.stats()["pools"][0]["in_use"] == 0
 
 
+def test_a_table_and_a_lease_say_what_they_are(table):
+    lease = table.try_acquire("requests", "acme")
+    assert repr(lease) == "<fairshm.Lease %#x of table %r>" % (lease.id, table.name)
+    assert repr(table) == "<fairshm.Table %r open>" % table.name
+    lease.release()
+    table.close()
+    assert repr(table) == "<fairshm.Table %r closed>" % table.name
+
+
 def test_permit_releases_on_leaving_the_block(table):
     with table.permit("requests", "acme", units=2, hold_ms=10) as lease:
         assert table.stats()["pools"][0]["in_use"] == 2

@@ -193,6 +193,10 @@ module Fairshm
       nil
     end
 
+    def inspect
+      format("#<Fairshm::Lease %#x of table %p>", @id, @table.name)
+    end
+
     # Residents (a lease of an evict pool): starts a call, during which it is never
     # revoked; raises Revoked once it was (put the object to sleep and release).
     # now_ms: nil for the library's clock, else an explicit time.
@@ -327,6 +331,10 @@ module Fairshm
     # Whether #close was called (every call on the table then raises).
     def closed?
       @handle.nil? || @handle.zero?
+    end
+
+    def inspect
+      format("#<Fairshm::Table %p %s>", @name, closed? ? "closed" : "open")
     end
 
     # Raises the error of code +rc+ (for this table's calls and its leases'); on a

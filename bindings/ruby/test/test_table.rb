@@ -20,6 +20,15 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  def test_a_table_and_a_lease_say_what_they_are
+    lease = @table.try_acquire("requests", "acme")
+    assert_equal format("#<Fairshm::Lease %#x of table %p>", lease.id, @table.name), lease.inspect
+    assert_equal "#<Fairshm::Table #{@table.name.inspect} open>", @table.inspect
+    lease.release
+    @table.close
+    assert_equal "#<Fairshm::Table #{@table.name.inspect} closed>", @table.inspect
+  end
+
   # A refusal's hash, asked for first (it was built from facts unpacked only once a fact
   # was read), and a refusal and an error through Marshal, as the parallel gem sends
   # back what a forked worker raised: the copy needs no table.
