@@ -18,6 +18,9 @@
 // An acquire not granted; the facts are in the `fairshm_refusal` passed.
 #define FAIRSHM_REFUSED 1
 
+// `fairshm_find_tenant`: no tenant of that name yet (nothing was claimed).
+#define FAIRSHM_ABSENT 1
+
 // A panic inside the library, caught at the boundary (a bug: please report it).
 #define FAIRSHM_E_PANIC -99
 
@@ -285,6 +288,15 @@ int32_t fairshm_pool(const fairshm_table *t, const char *name, uint32_t *out);
 // # Safety
 // As `fairshm_pool`.
 int32_t fairshm_tenant(const fairshm_table *t, const char *name, uint32_t *out);
+
+// Looks a tenant's name up without claiming anything, on an observer's table too:
+// `FAIRSHM_OK` with its handle in `*out`, or `FAIRSHM_ABSENT` when no tenant of that
+// name has a directory slot yet (`*out` untouched; its rates are unbounded). A name no
+// tenant can have (empty, over 48 bytes, not UTF-8) is `FAIRSHM_E_INVALID_TENANT`.
+//
+// # Safety
+// As `fairshm_pool`.
+int32_t fairshm_find_tenant(const fairshm_table *t, const char *name, uint32_t *out);
 
 // Registers this process as a worker now (per_worker pools count it). Returns its
 // process slot (>= 0) or an error code.

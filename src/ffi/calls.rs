@@ -5,8 +5,8 @@ use std::ffi::{CString, c_char};
 use std::time::Duration;
 
 use super::{
-    FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_name, arg_table, fail, fairshm_cancel,
-    fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
+    FAIRSHM_ABSENT, FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_name, arg_table, fail,
+    fairshm_cancel, fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
 };
 use crate::clock;
 use crate::engine::{Outcome, PoolId, TenantId};
@@ -146,6 +146,47 @@ pub unsafe extern "C" fn fairshm_tenant(
             |table, n| table.engine().tenant(n).map(|x| x.index),
         )
     }
+}
+
+/// Looks a tenant's name up without claiming anything, on an observer's table too:
+/// `FAIRSHM_OK` with its handle in `*out`, or `FAIRSHM_ABSENT` when no tenant of that
+/// name has a directory slot yet (`*out` untouched; its rates are unbounded). A name no
+/// tenant can have (empty, over 48 bytes, not UTF-8) is `FAIRSHM_E_INVALID_TENANT`.
+///
+/// # Safety
+/// As `fairshm_pool`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_find_tenant(
+    t: *const fairshm_table,
+    name: *const c_char,
+    out: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        // SAFETY: per this function's contract.
+        let name = match unsafe { arg_name(name, not_utf8_tenant) } {
+            Ok(n) => n,
+            Err(rc) => return rc,
+        };
+        if out.is_null() {
+            return invalid("argument `out` is null".into());
+        }
+        if let Err(e) = crate::engine::check_tenant(name) {
+            return fail(e);
+        }
+        match table.engine().find_tenant(name) {
+            Some(tn) => {
+                // SAFETY: `out` is non-null (checked) and writable by the contract.
+                unsafe { put(out, tn.index) };
+                FAIRSHM_OK
+            }
+            None => FAIRSHM_ABSENT,
+        }
+    })
 }
 
 /// Registers this process as a worker now (per_worker pools count it). Returns its

@@ -78,6 +78,8 @@ impl Drop for TableRef<'_> {
 pub const FAIRSHM_OK: i32 = 0;
 /// An acquire not granted; the facts are in the `fairshm_refusal` passed.
 pub const FAIRSHM_REFUSED: i32 = 1;
+/// `fairshm_find_tenant`: no tenant of that name yet (nothing was claimed).
+pub const FAIRSHM_ABSENT: i32 = 1;
 /// A panic inside the library, caught at the boundary (a bug: please report it).
 pub const FAIRSHM_E_PANIC: i32 = -99;
 /// A `now_ms` argument meaning the library's clock (`CLOCK_MONOTONIC` ms). Every other

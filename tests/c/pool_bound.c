@@ -146,7 +146,14 @@ int main(int argc, char **argv) {
         "segment name not UTF-8 (%s)", fairshm_last_error());
   CHECK(fairshm_unlink("seg\xff") == FAIRSHM_E_INVALID_NAME, "unlink of a name not UTF-8");
   CHECK(fairshm_pool(t, "requests", &pool) == FAIRSHM_OK && pool == 0, "pool handle");
+  /* Looked up without a claim: absent before its first use, then the same handle. */
+  uint32_t found = 77;
+  CHECK(fairshm_find_tenant(t, "acme", &found) == FAIRSHM_ABSENT && found == 77,
+        "no tenant acme yet, nothing written");
+  CHECK(fairshm_find_tenant(t, "", &found) == FAIRSHM_E_INVALID_TENANT, "an empty name");
   CHECK(fairshm_tenant(t, "acme", &tenant) == FAIRSHM_OK, "tenant handle");
+  CHECK(fairshm_find_tenant(t, "acme", &found) == FAIRSHM_OK && found == tenant,
+        "found once claimed");
   uint64_t lease;
   CHECK(fairshm_try_acquire(t, 7, tenant, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST,
         "a pool handle of no pool");

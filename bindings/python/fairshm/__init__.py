@@ -513,9 +513,19 @@ class Table:
             self._fail(rc)
 
     def rates(self, tenant):
-        """``(requests_per_s, work_units_per_s)`` of ``tenant``; 0 is unbounded."""
+        """``(requests_per_s, work_units_per_s)`` of ``tenant``; 0 is unbounded, as are
+        the rates of a tenant not seen yet. Claims nothing (an observer reads them too)."""
+        t = self._tenants.get(tenant)
+        if t is None:
+            out = c_uint32()
+            rc = lib.fairshm_find_tenant(self._h, _c_name(tenant, "tenant", _lib.E_INVALID_TENANT), byref(out))
+            if rc == _lib.ABSENT:
+                return 0, 0
+            if rc:
+                self._fail(rc)
+            t = self._tenants[tenant] = out.value
         r, w = c_uint32(), c_uint32()
-        rc = lib.fairshm_rates(self._h, self.tenant(tenant), byref(r), byref(w))
+        rc = lib.fairshm_rates(self._h, t, byref(r), byref(w))
         if rc:
             self._fail(rc)
         return r.value, w.value

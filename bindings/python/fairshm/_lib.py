@@ -56,6 +56,7 @@ class GuaranteedRefusal(ctypes.Structure):
 
 OK = 0
 REFUSED = 1
+ABSENT = 1  # fairshm_find_tenant: no tenant of that name yet
 E_PANIC = -99
 # The error codes the binding raises itself (include/fairshm.h's FAIRSHM_E_*).
 E_INVALID_NAME = -1
@@ -98,6 +99,7 @@ _sigs = {
     "fairshm_string_free": (None, [c_void_p]),
     "fairshm_pool": (c_int32, [c_void_p, c_char_p, POINTER(c_uint32)]),
     "fairshm_tenant": (c_int32, [c_void_p, c_char_p, POINTER(c_uint32)]),
+    "fairshm_find_tenant": (c_int32, [c_void_p, c_char_p, POINTER(c_uint32)]),
     "fairshm_register": (c_int32, [c_void_p]),
     "fairshm_try_acquire": (
         c_int32,

@@ -122,6 +122,21 @@ def test_open_or_create_and_observer(name):
         t.close()
 
 
+def test_rates_are_read_without_claiming_a_tenant_and_by_an_observer(table, name):
+    assert table.rates("newcomer") == (0, 0)
+    assert table.stats()["tenants"] == [], "reading claimed nothing"
+    table.set_rates("acme", 5, 7)
+    obs = fairshm.Table.observer(name)
+    try:
+        assert obs.rates("acme") == (5, 7)
+        assert obs.rates("newcomer") == (0, 0)
+        with pytest.raises(fairshm.InvalidTenant):
+            obs.rates("")
+    finally:
+        obs.close()
+    assert [t["name"] for t in table.stats()["tenants"]] == ["acme"]
+
+
 def test_stats_is_a_dict_with_tenants(table):
     with table.permit("requests", "acme"):
         s = table.stats()

@@ -493,10 +493,21 @@ module Fairshm
       raise_for(rc) unless rc.zero?
     end
 
-    # [requests_per_s, work_units_per_s] of the tenant; 0 is unbounded.
+    # [requests_per_s, work_units_per_s] of the tenant; 0 is unbounded, as are the rates
+    # of a tenant not seen yet. Claims nothing (an observer reads them too).
     def rates(tenant_name)
+      t = @tenants[tenant_name]
+      unless t
+        found = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+        rc = Native::FIND_TENANT.call(@handle, Fairshm.c_name(tenant_name, "tenant", Native::E_INVALID_TENANT),
+                                      found)
+        return [0, 0] if rc == Native::ABSENT
+
+        raise_for(rc) unless rc.zero?
+        t = @tenants[tenant_name] = found[0, 4].unpack1("L")
+      end
       out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
-      rc = Native::RATES.call(@handle, tenant(tenant_name), out, out + 4)
+      rc = Native::RATES.call(@handle, t, out, out + 4)
       raise_for(rc) unless rc.zero?
       out[0, 8].unpack("LL")
     end

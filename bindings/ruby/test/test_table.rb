@@ -274,6 +274,21 @@ class TestTable < Minitest::Test
     assert_includes assert_raises(Fairshm::Error) { t.stats }.message, "closed"
   end
 
+  def test_rates_are_read_without_claiming_a_tenant_and_by_an_observer
+    assert_equal [0, 0], @table.rates("newcomer")
+    assert_equal [], @table.stats["tenants"], "reading claimed nothing"
+    @table.set_rates("acme", requests_per_s: 5, work_units_per_s: 7)
+    obs = Fairshm::Table.observer(@name)
+    begin
+      assert_equal [5, 7], obs.rates("acme")
+      assert_equal [0, 0], obs.rates("newcomer")
+      assert_raises(Fairshm::InvalidTenant) { obs.rates("") }
+    ensure
+      obs.close
+    end
+    assert_equal ["acme"], @table.stats["tenants"].map { |t| t["name"] }
+  end
+
   def test_stats_and_observer
     obs = Fairshm::Table.observer(@name)
     @table.permit("requests", "acme") do

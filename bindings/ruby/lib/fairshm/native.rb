@@ -24,6 +24,8 @@ module Fairshm
     E_UNKNOWN_POOL = -12
     E_INVALID_TENANT = -13
     E_INVALID_REQUEST = -17
+    # fairshm_find_tenant: no tenant of that name yet (FAIRSHM_ABSENT).
+    ABSENT = 1
 
     P = Fiddle::TYPE_VOIDP
     I32 = Fiddle::TYPE_INT32_T
@@ -45,6 +47,7 @@ module Fairshm
     STRING_FREE = fn("fairshm_string_free", [P], VOID)
     POOL = fn("fairshm_pool", [P, P, P], I32)
     TENANT = fn("fairshm_tenant", [P, P, P], I32)
+    FIND_TENANT = fn("fairshm_find_tenant", [P, P, P], I32)
     REGISTER = fn("fairshm_register", [P], I32)
     TRY_ACQUIRE = fn("fairshm_try_acquire", [P, U32, U32, U32, U64, P, P], I32)
     ACQUIRE = fn("fairshm_acquire", [P, U32, U32, U32, U64, U64, U32, P, P, P], I32, need_gvl: false)
