@@ -210,8 +210,13 @@ fn a_pool_or_tenant_the_segment_cannot_have_is_a_usage_error() {
         err(&o)
     );
     assert_eq!(code(&shmtool(&["log", &seg.name, "--pool", "requests"])), 0);
-    let o = shmtool(&["rates", &seg.name, ""]);
-    assert_eq!(code(&o), 2);
-    assert!(err(&o).contains("invalid tenant name"), "{}", err(&o));
+    for args in [
+        &["rates", &seg.name, ""][..],
+        &["log", &seg.name, "--tenant", ""],
+    ] {
+        let o = shmtool(args);
+        assert_eq!(code(&o), 2);
+        assert!(err(&o).contains("invalid tenant name"), "{}", err(&o));
+    }
     drop(t);
 }

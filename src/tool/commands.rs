@@ -179,6 +179,9 @@ pub fn write_log(
     if let Some(pool) = &filter.pool {
         logged_pool(t, pool)?;
     }
+    if let Some(tenant) = &filter.tenant {
+        crate::engine::check_tenant(tenant)?;
+    }
     // The last sequence number shown per process slot.
     let mut seen = HashMap::<usize, u64>::new();
     let mut first = true;
