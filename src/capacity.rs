@@ -4,7 +4,8 @@
 //! process slots: a process registers on its first acquire, so observers (`shmtool`, a
 //! snapshot reader) never count. Registration and reaping call [`recompute`]. When the
 //! capacity shrinks below what is held nothing is revoked: `decide` simply refuses
-//! until `in_use` falls under the new capacity.
+//! until `in_use` falls under the new capacity. When it grows, the new tickets wake
+//! waiters as released permits do.
 
 use crate::config::{Config, floor_of};
 use crate::layout::{pair, proc_state as ps};
@@ -49,8 +50,18 @@ pub fn recompute<R: Region>(r: &R, cfg: &Config) -> u32 {
             if let Some(pw) = pc.per_worker {
                 let tickets = pw.tickets(workers);
                 let floor = floor_of(tickets, pc.floor_percent);
-                // Relaxed: an input frozen into each descriptor (see `admission`).
-                r.pool(p).limits.store(pair::make(tickets, floor), Relaxed);
+                // SeqCst: an input frozen into each descriptor (see `admission`), and
+                // the grower's half of the handshake with a blocked acquire (see the
+                // engine's load of it): the store, then `released`'s load of `waiters`.
+                let old = r.pool(p).limits.swap(pair::make(tickets, floor), SeqCst);
+                // New tickets are permits come free: they wake waiters as a release
+                // does, under-share ones first.
+                #[cfg(not(loom))]
+                if tickets > pair::lo(old) {
+                    crate::waiting::released(r.pool(p), tickets - pair::lo(old));
+                }
+                #[cfg(loom)]
+                let _ = old;
             }
         }
         if live_workers(r) == workers {

@@ -3,6 +3,9 @@
 
 use std::io;
 
+/// The end of `UnitsExceedCapacity`'s message for a capacity no change can raise.
+pub(crate) const NEVER: &str = ": this can never be granted";
+
 /// Everything that can go wrong in fairshm, each naming what was wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -92,15 +95,15 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
-    #[error(
-        "asked for {units} units of pool {pool:?}, whose capacity is {capacity}: \
-         this can never be granted"
-    )]
+    #[error("asked for {units} units of pool {pool:?}, whose capacity is {capacity}{when}")]
     UnitsExceedCapacity {
         pool: String,
         /// As asked (a guaranteed pool's cost may be any `u64`).
         units: u64,
         capacity: u64,
+        /// Whether it ever can be: ": this can never be granted" for a fixed capacity;
+        /// a `per_worker` pool's says whether more workers would make room.
+        when: String,
     },
 
     #[error("lease {lease} was already released")]
@@ -321,6 +324,7 @@ mod tests {
                 pool: String::new(),
                 units: 0,
                 capacity: 0,
+                when: String::new(),
             },
             Error::AlreadyReleased {
                 lease: String::new(),

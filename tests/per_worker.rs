@@ -191,3 +191,108 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
         .unwrap_err();
     assert_eq!(r.facts.capacity, 1);
 }
+
+/// A waiter of a per_worker pool is woken when a new worker grows the pool, not only by
+/// a release: at quota 0.5 a third worker brings a second ticket, and the worker
+/// blocked behind the first holder gets it at once. Its backup sweep is an hour away,
+/// and nobody releases.
+#[test]
+fn a_worker_that_grows_the_pool_wakes_its_waiters() {
+    let _g = serial();
+    let seg = Seg::new("growwake");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 0.5, 0)]);
+    let t = seg.create(&cfg); // the parent only observes
+    let flag = common::shared_words(1);
+    let name = seg.name.clone();
+    let mut kids = common::Children(vec![fork_child_holding(&name, flag)]);
+    common::wait_until(
+        Some(kids[0]),
+        "the holder",
+        Duration::from_micros(100),
+        || flag[0].load(std::sync::atomic::Ordering::SeqCst) == 1,
+    );
+    assert_eq!(capacity(&t, "flights"), 1);
+    let name = seg.name.clone();
+    kids.push(common::fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        t.set_sweep_interval(Duration::from_secs(3600));
+        let start = std::time::Instant::now();
+        let got = t.acquire(&Request::new("flights", "b"), Duration::from_secs(20));
+        // Granted well before the timeout: by the wake, not by a sweep or a deadline.
+        if got.unwrap().is_ok() && start.elapsed() < Duration::from_secs(10) {
+            0
+        } else {
+            1
+        }
+    }));
+    common::wait_until(
+        Some(kids[1]),
+        "the waiter to sleep",
+        Duration::from_millis(1),
+        || t.snapshot().pool("flights").unwrap().waiters != 0,
+    );
+    assert_eq!(capacity(&t, "flights"), 1, "two workers, ceil(0.5 * 2)");
+    let mut third = workers(&seg.name, 1);
+    assert_eq!(capacity(&t, "flights"), 2, "three workers, ceil(0.5 * 3)");
+    let waiter = kids.0.remove(1);
+    assert_eq!(
+        common::wait(waiter),
+        0,
+        "the waiter was granted the new ticket"
+    );
+    kill(&mut third, 1);
+    kids.kill_all();
+}
+
+/// Forks a worker that takes a ticket of `flights` for "a", sets `flag[0]` and holds it
+/// until killed.
+fn fork_child_holding(
+    name: &str,
+    flag: &'static [std::sync::atomic::AtomicU64],
+) -> nix::unistd::Pid {
+    let name = name.to_owned();
+    common::fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let lease = t
+            .try_acquire(&Request::new("flights", "a"))
+            .unwrap()
+            .unwrap();
+        flag[0].store(1, std::sync::atomic::Ordering::SeqCst);
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+            let _ = &lease;
+        }
+    })
+}
+
+/// More units than a per_worker pool's tickets now is an error that says whether more
+/// workers would make room: they would up to the tickets of a worker in every process
+/// slot; past those it can never be granted, as for a fixed pool.
+#[test]
+fn units_over_the_tickets_say_whether_more_workers_would_make_room() {
+    let _g = serial();
+    let seg = Seg::new("unitsover");
+    let mut cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 0.5, 0)]);
+    cfg.max_processes = 8;
+    let t = seg.create(&cfg);
+    t.register().unwrap();
+    assert_eq!(capacity(&t, "flights"), 1);
+    let ask = |units| {
+        let req = Request::new("flights", "a").units(units);
+        match t.try_acquire(&req) {
+            Err(e @ fairshm::Error::UnitsExceedCapacity { capacity: 1, .. }) => e.to_string(),
+            other => panic!("{units} units: {other:?}"),
+        }
+    };
+    let later = ask(4);
+    assert!(
+        later.contains("once more workers have registered"),
+        "{later}"
+    );
+    assert!(!later.contains("never"), "{later}");
+    let never = ask(5);
+    assert!(
+        never.contains("at most 4 with every process slot a worker: this can never be granted"),
+        "{never}"
+    );
+}

@@ -280,18 +280,18 @@ impl Engine {
         }
         // Registered first: a per_worker pool counts this process before sizing.
         let slot = self.process_slot()?;
-        // Relaxed: capacity and floor are inputs, frozen into the lease descriptor.
-        let limits = self.seg.pool(p).limits.load(Relaxed);
+        // SeqCst: capacity and floor are inputs, frozen into the lease descriptor, and a
+        // per_worker pool grows by a store here that wakes waiters (`capacity`): a
+        // blocked acquire's try follows its announcement in `waiters`, so either the
+        // grower sees that announcement and wakes it, or this load sees the new
+        // capacity (the store-load pattern of `waiting`). A plain load on x86-64.
+        let limits = self.seg.pool(p).limits.load(SeqCst);
         let cap = pair::lo(limits);
         if cap > crate::layout::op_word::MAX_COUNT {
             return Err(self.garbage_capacity(p, cap));
         }
         if units > cap {
-            return Err(Error::UnitsExceedCapacity {
-                pool: self.pool_name(pool).to_owned(),
-                units: units as u64,
-                capacity: cap as u64,
-            });
+            return Err(self.units_exceed(pool, units, cap));
         }
         let attempt = Attempt {
             pool: p,
@@ -427,6 +427,43 @@ impl Engine {
             });
         }
         Ok(l)
+    }
+
+    /// `UnitsExceedCapacity` for `units` over capacity `cap`, saying whether it ever can
+    /// be granted: never for a fixed capacity; for a `per_worker` pool, once more
+    /// workers have registered, unless even a worker in every process slot is too few.
+    #[cold]
+    #[inline(never)]
+    fn units_exceed(&self, pool: PoolId, units: u32, cap: u32) -> Error {
+        let per_worker = self
+            .config()
+            .pools
+            .get(pool.index())
+            .and_then(|c| c.per_worker);
+        let when = match per_worker {
+            None => crate::error::NEVER.to_owned(),
+            Some(pw) => {
+                // Every process slot a live worker: the most tickets there can be.
+                let most = pw.tickets(self.seg.geometry().procs.min(u32::MAX as usize) as u32);
+                if units > most {
+                    format!(
+                        " for its live workers now, and at most {most} with every process \
+                         slot a worker{}",
+                        crate::error::NEVER
+                    )
+                } else {
+                    " for its live workers now (a per_worker pool): it can be granted once \
+                     more workers have registered"
+                        .to_owned()
+                }
+            }
+        };
+        Error::UnitsExceedCapacity {
+            pool: self.pool_name(pool).to_owned(),
+            units: units as u64,
+            capacity: cap as u64,
+            when,
+        }
     }
 
     /// A capacity no op word can count is garbage: the config's values go back (a

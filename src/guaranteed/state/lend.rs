@@ -35,6 +35,7 @@ impl State {
                 pool: rules.name.clone(),
                 units,
                 capacity: rules.ceiling,
+                when: crate::error::NEVER.into(),
             });
         }
         self.advance(rules, now);
