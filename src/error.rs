@@ -109,8 +109,13 @@ pub enum Error {
     #[error("lease {lease} was already released")]
     AlreadyReleased { lease: String },
 
-    #[error("lease {lease} is not held by this process")]
-    NotOwner { lease: String },
+    #[error("lease {lease} {why}")]
+    NotOwner {
+        lease: String,
+        /// "is not held by this process", with which process holds it, or that another
+        /// table handle of this process acquired it.
+        why: String,
+    },
 
     #[error("segment {name:?} was opened read-only (an observer); {what} needs a worker's open")]
     ReadOnly { name: String, what: &'static str },
@@ -331,6 +336,7 @@ mod tests {
             },
             Error::NotOwner {
                 lease: String::new(),
+                why: String::new(),
             },
             Error::Io {
                 name: String::new(),

@@ -422,11 +422,39 @@ impl Engine {
             .registered(crate::selfid::pid() as u64)
             .is_some_and(|s| (s * lpp..(s + 1) * lpp).contains(&l))
         {
-            return Err(Error::NotOwner {
-                lease: id.to_string(),
-            });
+            return Err(self.not_owner(id, l));
         }
         Ok(l)
+    }
+
+    /// `NotOwner` for lease `id` (index `l`, within the table), saying who holds it: a
+    /// process (its slot `LIVE`) or another table handle of this one, which has a slot
+    /// of its own and must release its own leases.
+    #[cold]
+    #[inline(never)]
+    fn not_owner(&self, id: LeaseId, l: usize) -> Error {
+        use crate::layout::proc_state as ps;
+        let slot = l / self.seg.geometry().leases_per_proc.max(1);
+        // Acquire: as every reader of a process slot's state (a wrong answer here only
+        // words the error).
+        let st = self.seg.proc_slot(slot).state.load(Acquire);
+        let why = if ps::status(st) != ps::LIVE {
+            "is not held by this process".to_owned()
+        } else if ps::pid(st) == crate::selfid::pid() {
+            format!(
+                "was acquired through another table handle of this process (process slot \
+                 {slot}): release it through that handle"
+            )
+        } else {
+            format!(
+                "is not held by this process: process {} holds it (process slot {slot})",
+                ps::pid(st)
+            )
+        };
+        Error::NotOwner {
+            lease: id.to_string(),
+            why,
+        }
     }
 
     /// `UnitsExceedCapacity` for `units` over capacity `cap`, saying whether it ever can
