@@ -362,7 +362,8 @@ int32_t fairshm_acquire(const fairshm_table *t,
                         uint64_t *lease,
                         fairshm_refusal *refusal);
 
-// Releases a lease of this process. A second release of one lease is
+// Releases a lease of this process, acquired through this handle (another's is
+// `FAIRSHM_E_NOT_OWNER`, saying who holds it). A second release of one lease is
 // `FAIRSHM_E_ALREADY_RELEASED` and changes nothing; a guaranteed pool's lease
 // (`FAIRSHM_GUARANTEED_LEASE_TAG` set) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
 //
@@ -468,8 +469,10 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
                                    size_t why_len);
 
 // Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
-// A second release is `FAIRSHM_E_ALREADY_RELEASED`; a fair-share lease's id (no
-// `FAIRSHM_GUARANTEED_LEASE_TAG`) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
+// A second release is `FAIRSHM_E_ALREADY_RELEASED`; a lease acquired through another
+// handle or by another process `FAIRSHM_E_NOT_OWNER`, saying who holds it; a
+// fair-share lease's id (no `FAIRSHM_GUARANTEED_LEASE_TAG`) is
+// `FAIRSHM_E_INVALID_REQUEST`, saying so.
 //
 // # Safety
 // `t` is null or an open table.

@@ -422,22 +422,26 @@ impl Engine {
             .registered(crate::selfid::pid() as u64)
             .is_some_and(|s| (s * lpp..(s + 1) * lpp).contains(&l))
         {
-            return Err(self.not_owner(id, l));
+            return Err(self.not_owner(id.to_string(), l / lpp.max(1)));
         }
         Ok(l)
     }
 
-    /// `NotOwner` for lease `id` (index `l`, within the table), saying who holds it: a
-    /// process (its slot `LIVE`) or another table handle of this one, which has a slot
-    /// of its own and must release its own leases.
+    /// `NotOwner` for `lease` (its label), owned by process slot `slot` (as recorded in
+    /// shared memory: checked here), saying who holds it: a process (its slot `LIVE`)
+    /// or another table handle of this one, which has a slot of its own and must
+    /// release its own leases.
     #[cold]
     #[inline(never)]
-    fn not_owner(&self, id: LeaseId, l: usize) -> Error {
+    pub(crate) fn not_owner(&self, lease: String, slot: usize) -> Error {
         use crate::layout::proc_state as ps;
-        let slot = l / self.seg.geometry().leases_per_proc.max(1);
         // Acquire: as every reader of a process slot's state (a wrong answer here only
-        // words the error).
-        let st = self.seg.proc_slot(slot).state.load(Acquire);
+        // words the error). A slot beyond the table reads as free.
+        let st = if slot < self.seg.geometry().procs {
+            self.seg.proc_slot(slot).state.load(Acquire)
+        } else {
+            0
+        };
         let why = if ps::status(st) != ps::LIVE {
             "is not held by this process".to_owned()
         } else if ps::pid(st) == crate::selfid::pid() {
@@ -451,10 +455,7 @@ impl Engine {
                 ps::pid(st)
             )
         };
-        Error::NotOwner {
-            lease: id.to_string(),
-            why,
-        }
+        Error::NotOwner { lease, why }
     }
 
     /// `UnitsExceedCapacity` for `units` over capacity `cap`, saying whether it ever can

@@ -134,7 +134,7 @@ impl Engine {
                         pool: gp as u32,
                         no: l.no,
                     };
-                    match self.guaranteed_release(id, st.clock) {
+                    match self.guaranteed_release_as(id, st.clock, false) {
                         Ok(_) => out.guaranteed_orphans_released += 1,
                         Err(Error::AlreadyReleased { .. }) => {}
                         Err(e) => return Err(e),

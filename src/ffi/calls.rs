@@ -390,7 +390,8 @@ pub unsafe extern "C" fn fairshm_acquire(
     })
 }
 
-/// Releases a lease of this process. A second release of one lease is
+/// Releases a lease of this process, acquired through this handle (another's is
+/// `FAIRSHM_E_NOT_OWNER`, saying who holds it). A second release of one lease is
 /// `FAIRSHM_E_ALREADY_RELEASED` and changes nothing; a guaranteed pool's lease
 /// (`FAIRSHM_GUARANTEED_LEASE_TAG` set) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
 ///

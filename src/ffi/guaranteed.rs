@@ -210,8 +210,10 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
 }
 
 /// Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
-/// A second release is `FAIRSHM_E_ALREADY_RELEASED`; a fair-share lease's id (no
-/// `FAIRSHM_GUARANTEED_LEASE_TAG`) is `FAIRSHM_E_INVALID_REQUEST`, saying so.
+/// A second release is `FAIRSHM_E_ALREADY_RELEASED`; a lease acquired through another
+/// handle or by another process `FAIRSHM_E_NOT_OWNER`, saying who holds it; a
+/// fair-share lease's id (no `FAIRSHM_GUARANTEED_LEASE_TAG`) is
+/// `FAIRSHM_E_INVALID_REQUEST`, saying so.
 ///
 /// # Safety
 /// `t` is null or an open table.

@@ -79,19 +79,24 @@ impl Engine {
         }
     }
 
-    /// Applies `call` (whose owner is this process's slot) to a guaranteed pool.
+    /// Applies `call` (whose owner is this process's slot) to a guaranteed pool, once
+    /// `check` (given the state it applies to and that slot) passes; publishes nothing
+    /// if it fails.
     fn guaranteed_apply(
         &self,
         pool: GPoolId,
         call: impl Fn(u16) -> Call,
+        check: impl Fn(&State, usize) -> Result<()>,
     ) -> Result<(Effect, u64, Call)> {
         self.writable("a guaranteed pool's acquire or release")?;
         let rules = self.guaranteed_rules(pool)?;
         let slot = self.process_slot()?;
         let call = call(slot as u16);
         let _lock = BlockLock::take(&self.g_lock);
-        let (effect, seq) =
-            super::shared::update(self.seg(), pool.index(), slot, |st| st.apply(rules, call))?;
+        let (effect, seq) = super::shared::update(self.seg(), pool.index(), slot, |st| {
+            check(st, slot)?;
+            st.apply(rules, call)
+        })?;
         Ok((effect, seq, call))
     }
 
@@ -105,13 +110,14 @@ impl Engine {
         hold_ms: u64,
         now: u64,
     ) -> Result<GOutcome> {
-        let (effect, seq, call) = self.guaranteed_apply(pool, |owner| Call::Acquire {
+        let acquire = |owner| Call::Acquire {
             tenant,
             cost,
             hold_ms,
             owner,
             now,
-        })?;
+        };
+        let (effect, seq, call) = self.guaranteed_apply(pool, acquire, |_, _| Ok(()))?;
         let rules = self.guaranteed_rules(pool)?;
         Ok(match effect {
             Effect::Granted(grant) => GOutcome::Granted(GGrant {
@@ -131,10 +137,38 @@ impl Engine {
         })
     }
 
-    /// Releases a guaranteed lease at `now`. A second release is `AlreadyReleased`.
+    /// Releases a guaranteed lease at `now`. A second release is `AlreadyReleased`; a
+    /// lease acquired through another handle, or by another process, `NotOwner`, as in
+    /// a fair-share pool.
     pub fn guaranteed_release(&self, id: GLeaseId, now: u64) -> Result<GReleased> {
-        let (effect, seq, call) =
-            self.guaranteed_apply(GPoolId(id.pool), |_| Call::Release { lease: id.no, now })?;
+        self.guaranteed_release_as(id, now, true)
+    }
+
+    /// [`Engine::guaranteed_release`], by its owner only (`owner_only`) or, for the
+    /// repair of a lease whose owner slot is free, by this handle whoever owns it.
+    pub(crate) fn guaranteed_release_as(
+        &self,
+        id: GLeaseId,
+        now: u64,
+        owner_only: bool,
+    ) -> Result<GReleased> {
+        // A lease no longer outstanding is `AlreadyReleased`, by the rules.
+        let owned = |st: &State, slot: usize| match st.leases.iter().find(|l| l.no == id.no) {
+            Some(l) if owner_only && l.owner as usize != slot => Err(self.not_owner(
+                format!(
+                    "#{} of guaranteed pool {:?}",
+                    id.no,
+                    self.guaranteed_rules(GPoolId(id.pool))?.name
+                ),
+                l.owner as usize,
+            )),
+            _ => Ok(()),
+        };
+        let (effect, seq, call) = self.guaranteed_apply(
+            GPoolId(id.pool),
+            |_| Call::Release { lease: id.no, now },
+            owned,
+        )?;
         match effect {
             Effect::Released(released) => Ok(GReleased {
                 released,
