@@ -58,13 +58,7 @@ fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
     let human = stdout(&shmtool(&["inspect", &seg.name]));
     assert!(human.contains("dead") && human.contains("acme"), "{human}");
 
-    let l = json(&shmtool(&["list", "--json"]));
-    let me = l
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == seg.name.as_str())
-        .expect("listed");
+    let me = listed(&seg.name);
     assert_eq!(
         (me["live"].as_u64(), me["dead"].as_u64()),
         (Some(0), Some(1))
@@ -111,13 +105,7 @@ fn list_and_top_count_a_process_with_two_handles_once() {
     again.register().unwrap();
     let v = json(&shmtool(&["inspect", &seg.name, "--json"]));
     assert_eq!(v["processes"].as_array().unwrap().len(), 2, "two slots");
-    let l = json(&shmtool(&["list", "--json"]));
-    let me = l
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == seg.name.as_str())
-        .expect("listed");
+    let me = listed(&seg.name);
     assert_eq!(
         (
             me["live"].as_u64(),
@@ -136,6 +124,16 @@ fn list_and_top_count_a_process_with_two_handles_once() {
     assert!(m.contains(&alive), "{m}");
     drop(again);
     drop(t);
+}
+
+/// `list --json`'s entry of segment `name`.
+fn listed(name: &str) -> serde_json::Value {
+    let l = json(&shmtool(&["list", "--json"]));
+    let all = l.as_array().expect("a list");
+    all.iter()
+        .find(|e| e["name"] == name)
+        .expect("listed")
+        .clone()
 }
 
 #[test]

@@ -5,8 +5,8 @@ use std::ffi::{CString, c_char};
 use std::time::Duration;
 
 use super::{
-    FAIRSHM_ABSENT, FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_name, arg_table, fail,
-    fairshm_cancel, fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
+    FAIRSHM_ABSENT, FAIRSHM_OK, FAIRSHM_REFUSED, TableRef, arg_name, arg_table, arg_table_tenant,
+    fail, fairshm_cancel, fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
 };
 use crate::clock;
 use crate::engine::{Outcome, PoolId, TenantId};
@@ -163,13 +163,8 @@ pub unsafe extern "C" fn fairshm_find_tenant(
 ) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        // SAFETY: per this function's contract.
-        let name = match unsafe { arg_name(name, not_utf8_tenant) } {
-            Ok(n) => n,
+        let (table, name) = match unsafe { arg_table_tenant(t, name) } {
+            Ok(x) => x,
             Err(rc) => return rc,
         };
         if out.is_null() {

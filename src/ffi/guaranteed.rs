@@ -5,8 +5,8 @@
 use std::ffi::{CString, c_char};
 
 use super::{
-    FAIRSHM_OK, FAIRSHM_REFUSED, arg_name, arg_table, fail, fairshm_table, guard, invalid,
-    not_utf8_tenant,
+    FAIRSHM_OK, FAIRSHM_REFUSED, arg_name, arg_table, arg_table_tenant, fail, fairshm_table, guard,
+    invalid,
 };
 use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 
@@ -100,13 +100,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_tenant(
 ) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        // SAFETY: per this function's contract.
-        let name = match unsafe { arg_name(name, not_utf8_tenant) } {
-            Ok(n) => n,
+        let (table, name) = match unsafe { arg_table_tenant(t, name) } {
+            Ok(x) => x,
             Err(rc) => return rc,
         };
         let Some(out) = std::ptr::NonNull::new(tenant) else {

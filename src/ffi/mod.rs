@@ -284,6 +284,22 @@ pub(crate) fn not_utf8_tenant(name: String) -> Error {
     }
 }
 
+/// The table and the tenant's name of a call that takes both, each checked as
+/// [`arg_table`] and [`arg_name`] check them (a name not UTF-8 is `InvalidTenant`).
+///
+/// # Safety
+/// `t` is null or an open table; `name` null or a NUL-terminated string.
+pub(crate) unsafe fn arg_table_tenant<'a>(
+    t: *const fairshm_table,
+    name: *const c_char,
+) -> Result<(TableRef<'a>, &'a str), i32> {
+    // SAFETY: per the caller's contract.
+    let table = unsafe { arg_table(t) }?;
+    // SAFETY: per the caller's contract.
+    let name = unsafe { arg_name(name, not_utf8_tenant) }?;
+    Ok((table, name))
+}
+
 /// The table behind a handle, counted in for as long as the returned reference lives,
 /// or an error (a null handle, a closed table).
 ///
