@@ -311,8 +311,7 @@ impl Table {
     /// as are the rates of a tenant not seen yet (nothing is claimed). A name no tenant
     /// can have is `InvalidTenant`, as everywhere else.
     pub fn rates(&self, tenant: &str) -> Result<(u32, u32)> {
-        crate::engine::check_tenant(tenant)?;
-        match self.engine.find_tenant(tenant) {
+        match self.engine.lookup_tenant(tenant)? {
             Some(t) => self.engine.rates(t),
             None => Ok((0, 0)),
         }

@@ -25,8 +25,6 @@ mod names;
 mod spare;
 mod upkeep;
 
-pub(crate) use names::check_tenant;
-
 pub use ids::{LeaseId, Outcome, PoolId, Repaired, TenantId};
 use spare::{LIVE, NEXT_ENGINE, SPARE, Spare, free_spare, keep_spare};
 
@@ -422,7 +420,7 @@ impl Engine {
             .registered(crate::selfid::pid() as u64)
             .is_some_and(|s| (s * lpp..(s + 1) * lpp).contains(&l))
         {
-            return Err(self.not_owner(id.to_string(), l / lpp.max(1)));
+            return Err(self.not_owner(id.to_string(), l / lpp));
         }
         Ok(l)
     }

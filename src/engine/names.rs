@@ -95,8 +95,15 @@ impl Engine {
 
     /// A tenant's handle if the name has a slot already; claims nothing.
     pub fn find_tenant(&self, name: &str) -> Option<TenantId> {
-        check_tenant(name).ok()?;
-        tenants::find(&self.seg, name.as_bytes()).map(|t| self.tenant_at(t))
+        self.lookup_tenant(name).ok().flatten()
+    }
+
+    /// [`Engine::find_tenant`], with `InvalidTenant` for a name no tenant can have
+    /// (where `find_tenant` answers `None`): what a reader of a tenant's state by name
+    /// (its rates, on an observer too) reports.
+    pub fn lookup_tenant(&self, name: &str) -> Result<Option<TenantId>> {
+        check_tenant(name)?;
+        Ok(tenants::find(&self.seg, name.as_bytes()).map(|t| self.tenant_at(t)))
     }
 
     /// A tenant's handle from its directory index (`TenantId::index`), for bindings
@@ -144,7 +151,7 @@ impl Engine {
 }
 
 /// `InvalidTenant` for a name no tenant can have (empty, over 48 bytes, a NUL byte).
-pub(crate) fn check_tenant(name: &str) -> Result<()> {
+fn check_tenant(name: &str) -> Result<()> {
     check_name_bytes(name.as_bytes()).map_err(|why| Error::InvalidTenant {
         name: name.to_owned(),
         why,

@@ -170,16 +170,14 @@ pub unsafe extern "C" fn fairshm_find_tenant(
         if out.is_null() {
             return invalid("argument `out` is null".into());
         }
-        if let Err(e) = crate::engine::check_tenant(name) {
-            return fail(e);
-        }
-        match table.engine().find_tenant(name) {
-            Some(tn) => {
+        match table.engine().lookup_tenant(name) {
+            Ok(Some(tn)) => {
                 // SAFETY: `out` is non-null (checked) and writable by the contract.
                 unsafe { put(out, tn.index) };
                 FAIRSHM_OK
             }
-            None => FAIRSHM_ABSENT,
+            Ok(None) => FAIRSHM_ABSENT,
+            Err(e) => fail(e),
         }
     })
 }
