@@ -12,7 +12,7 @@ use crate::layout::{HEADER, Header, LAYOUT_VERSION, MAGIC, READY};
 use crate::segment::{SHM_DIR, path_of};
 use crate::table::Table;
 
-use super::report::liveness;
+use super::report::{liveness, processes_counted};
 
 /// A segment header, read from the file's first bytes (not mapped).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -139,17 +139,10 @@ pub fn list_dir(dir: &Path) -> Result<Vec<Listed>> {
                     match Table::open_observer(&name) {
                         Ok(t) => {
                             let procs = t.try_snapshot().map(|s| s.processes).unwrap_or_default();
-                            // A process counts once, however many slots it holds (one
-                            // per registered handle).
-                            let each: std::collections::BTreeSet<_> =
-                                procs.iter().map(|p| (liveness(p), p.pid)).collect();
-                            for (how, _) in each {
-                                match how {
-                                    "alive" => l.live += 1,
-                                    "dying" => l.dying += 1,
-                                    _ => l.dead += 1,
-                                }
-                            }
+                            let seen: Vec<_> = procs.iter().map(|p| (liveness(p), p.pid)).collect();
+                            let count = |of| processes_counted(seen.iter().copied(), &[of]);
+                            (l.live, l.dying, l.dead) =
+                                (count("alive"), count("dying"), count("dead"));
                         }
                         Err(e) => l.unreadable = Some(e.to_string()),
                     }

@@ -34,11 +34,15 @@ impl Report {
     /// The processes whose `liveness` is one of `of`, each once however many slots it
     /// holds (a process takes one per registered handle).
     pub fn processes_counted(&self, of: &[&str]) -> usize {
-        let pids = self.processes.iter().filter(|p| of.contains(&p.liveness));
-        pids.map(|p| p.pid)
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
+        processes_counted(self.processes.iter().map(|p| (p.liveness, p.pid)), of)
     }
+}
+
+/// Of `procs` (each slot's liveness and pid), the processes whose liveness is one of
+/// `of`, each once however many slots it holds.
+pub fn processes_counted<'a>(procs: impl Iterator<Item = (&'a str, u32)>, of: &[&str]) -> usize {
+    let pids = procs.filter(|(l, _)| of.contains(l)).map(|(_, pid)| pid);
+    pids.collect::<std::collections::BTreeSet<_>>().len()
 }
 
 #[derive(Clone, Debug, Serialize)]
