@@ -179,6 +179,31 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
         3,
         "nothing revoked"
     );
+    // Held past today's tickets is how a shrunk pool drains, not a broken invariant:
+    // `shmtool check` passes it, and `inspect` says why the pool refuses.
+    let tool = |cmd: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_shmtool"))
+            .args([cmd, &seg.name])
+            .output()
+            .expect("run shmtool");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        eprintln!(
+            "shmtool {cmd}: {text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.code().expect("exited"), text)
+    };
+    let (code, text) = tool("check");
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = tool("inspect");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(
+            "flights has 3 in use, past its 1 tickets: it shrank as workers went \
+             (holders keep what they hold), and grants again once less than 1 is in use"
+        ),
+        "{text}"
+    );
     drop(held);
     let again = t.try_acquire_at(&Request::new("flights", "a"), 20).unwrap();
     assert!(

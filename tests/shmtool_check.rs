@@ -86,3 +86,40 @@ fn check_names_every_violation() {
         assert!(text.contains(want), "{want:?} in:\n{text}");
     }
 }
+
+/// A `per_worker` pool may hold more than today's tickets (it shrinks when workers go,
+/// and holders keep theirs), but never more than the tickets of a worker in each
+/// process slot: every grant fitted the tickets of its moment.
+#[test]
+fn a_per_worker_pool_is_bound_by_the_most_tickets_it_can_have() {
+    let seg = Seg::new("tool-check-pw");
+    let cfg = Config {
+        pools: vec![PoolConfig::per_worker("flights", 0.5, 0)],
+        max_processes: 4,
+        ..Config::default()
+    };
+    let t: Table = seg.create(&cfg);
+    // The creator is not a worker: 0 tickets now, at most ceil(0.5 x 4) = 2.
+    assert_eq!(t.snapshot().pool("flights").unwrap().capacity, 0);
+    let word = &t.region().pool(0).word;
+    // Two in use with no lease behind them: the counters disagree with the leases,
+    // but the units themselves fit the most tickets.
+    word.store(op_word::make(2, 0), std::sync::atomic::Ordering::SeqCst);
+    let (code, text) = check(&seg.name);
+    assert_eq!(code, 1);
+    assert!(
+        text.contains("in_use is 2, its held leases hold 0"),
+        "{text}"
+    );
+    assert!(!text.contains("units in use, over"), "{text}");
+    word.store(op_word::make(3, 0), std::sync::atomic::Ordering::SeqCst);
+    let (code, text) = check(&seg.name);
+    assert_eq!(code, 1);
+    assert!(
+        text.contains(
+            "pool \"flights\": 3 units in use, over the most tickets it can have (2, \
+             with a worker in each of its 4 process slots)"
+        ),
+        "{text}"
+    );
+}

@@ -8,7 +8,9 @@ use crate::sync::Ordering::*;
 
 /// Each violated invariant, one line each (empty: sound). Besides [`Table::check`]
 /// (each pool's and tenant's counters equal the sums of their leases; every record in
-/// a state some version writes): each pool's units in use are within its capacity; no
+/// a state some version writes): each pool's units in use are within its capacity (a
+/// `per_worker` pool's within the tickets of a worker in every process slot: it
+/// shrinks below what is held when workers go); no
 /// lease belongs to a free process slot, nor to a process that is dead (its permits
 /// wait for a reap); no acquire or release is pending whose process is gone. Reads
 /// only, so it runs on an observer.
@@ -22,11 +24,27 @@ pub fn check(t: &Table) -> Result<Vec<String>> {
         let in_use = op_word::count(rec.word.load(Acquire));
         // Relaxed: a report (see above).
         let cap = pair::lo(rec.limits.load(Relaxed));
-        if in_use > cap {
-            out.push(format!(
+        let pc = &t.config().pools[p];
+        match pc.per_worker {
+            // A per_worker pool shrinks when a worker goes, and its holders keep what
+            // they hold: in use past today's tickets is how it drains (no grant until
+            // under them). Every grant fitted the tickets of its day, at most those of
+            // a worker in every process slot.
+            Some(pw) => {
+                let most = pw.tickets(geo.procs as u32);
+                if in_use > most {
+                    out.push(format!(
+                        "pool {:?}: {in_use} units in use, over the most tickets it can have \
+                         ({most}, with a worker in each of its {} process slots)",
+                        pc.name, geo.procs
+                    ));
+                }
+            }
+            None if in_use > cap => out.push(format!(
                 "pool {:?}: {in_use} units in use, over its capacity {cap}",
-                t.config().pools[p].name
-            ));
+                pc.name
+            )),
+            None => {}
         }
     }
     let mut dead_slots = Vec::new();

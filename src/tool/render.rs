@@ -95,6 +95,15 @@ pub fn report_tables(r: &Report) -> String {
                 w.tickets,
                 workers = w.workers
             );
+            if p.in_use > p.capacity {
+                let _ = writeln!(
+                    out,
+                    "{} has {} in use, past its {} tickets: it shrank as workers went \
+                     (holders keep what they hold), and grants again once less than {} \
+                     is in use",
+                    p.name, p.in_use, p.capacity, p.capacity
+                );
+            }
         }
     }
     for p in r.pools.iter().filter(|p| p.residents.is_some()) {
