@@ -2,7 +2,7 @@
 //!
 //! `tickets = min(workers, max(ceil(quota * workers), min_tickets))` over the `LIVE`
 //! process slots: a process registers on its first acquire, so observers (`shmtool`, a
-//! snapshot reader) never count. Registration and reaping call [`recompute`]. When the
+//! snapshot reader) never count, nor do tools' registrations (`proc_state::TOOL`). Registration and reaping call [`recompute`]. When the
 //! capacity shrinks below what is held nothing is revoked: `decide` simply refuses
 //! until `in_use` falls under the new capacity. When it grows, the new tickets wake
 //! waiters as released permits do.
@@ -19,7 +19,7 @@ pub fn live_workers<R: Region>(r: &R) -> u32 {
     let mut pids: Vec<u32> = (0..r.geometry().procs)
         .filter_map(|s| {
             let st = r.proc_slot(s).state.load(Acquire);
-            (ps::status(st) == ps::LIVE).then(|| ps::pid(st))
+            (ps::status(st) == ps::LIVE && !ps::is_tool(st)).then(|| ps::pid(st))
         })
         .collect();
     pids.sort_unstable();

@@ -47,7 +47,7 @@ pub struct PoolConfig {
 }
 
 /// Semian's worker-sized capacity: `tickets = min(workers, max(ceil(quota * workers),
-/// min_tickets))` over the live registered workers (observers do not count).
+/// min_tickets))` over the live registered workers (observers and tools do not count).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PerWorker {
     /// `quota` in parts per million (so configs compare exactly): 1..=1_000_000.

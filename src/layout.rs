@@ -18,7 +18,7 @@ pub use words::{
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record but `PoolRec` is one cache line, so that two records never share one.

@@ -199,8 +199,16 @@ pub fn live_slot_dead<R: Region>(
     }
 }
 
-/// Claims a free process slot for `(pid, start_time)`.
-pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result<usize> {
+/// Claims a free process slot for `(pid, start_time)`; `tool`: as a tool, which
+/// `per_worker` pools do not count (see `proc_state::TOOL`).
+pub fn register<R: Region>(
+    r: &R,
+    pid: u32,
+    start_time: u64,
+    now: u64,
+    tool: bool,
+) -> Result<usize> {
+    let flag = if tool { ps::TOOL } else { 0 };
     let n = r.geometry().procs;
     if pid >= 1 << 24 {
         return Err(Error::InvalidRequest(format!(
@@ -222,7 +230,7 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
             .state
             .compare_exchange(
                 st,
-                ps::make(ps::CLAIMING, pid, start_time),
+                ps::make(ps::CLAIMING | flag, pid, start_time),
                 Acquire,
                 Relaxed,
             )
@@ -240,7 +248,7 @@ pub fn register<R: Region>(r: &R, pid: u32, start_time: u64, now: u64) -> Result
         rec.owner_futex.store(0, Relaxed);
         // Release: the fields above are visible to whoever sees LIVE.
         rec.state
-            .store(ps::make(ps::LIVE, pid, start_time), Release);
+            .store(ps::make(ps::LIVE | flag, pid, start_time), Release);
         return Ok(s);
     }
     Err(Error::ProcessTableFull { max: n })

@@ -230,7 +230,7 @@ const B_SLOT: usize = 2;
 /// its `k`-th crash point.
 fn victim(r: &HeapRegion, k: usize) -> crate::Result<()> {
     crate::loom_crash::arm(k);
-    let slot = crate::liveness::register(r, VICTIM_PID, 1, 10)?;
+    let slot = crate::liveness::register(r, VICTIM_PID, 1, 10, false)?;
     let (lease, d, outcome) = ops::acquire(r, &FairShare, slot, 0, desc(A), 0, 10, 0)?;
     if let (AcqOutcome::Granted { .. }, Some(lease)) = (outcome, lease) {
         ops::release(r, lease, d.generation, Some(&d))?;

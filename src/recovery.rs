@@ -153,11 +153,18 @@ pub fn take_slot<R: Region>(r: &R, s: usize, st: u64, reaper: Reaper) -> Option<
     Some(out)
 }
 
-/// Gives back slot `s` of the live process `pid` (started at `start_time`), which is
-/// the caller's own: whatever its leases still hold is released, and the slot is freed.
-/// `None` if the slot is not `LIVE` for that process.
-pub fn retire_slot<R: Region>(r: &R, s: usize, pid: u32, start_time: u64) -> Option<Reaped> {
-    let live = ps::make(ps::LIVE, pid, start_time);
+/// Gives back slot `s` of the live process `pid` (started at `start_time`; registered
+/// as a tool if `tool`), which is the caller's own: whatever its leases still hold is
+/// released, and the slot is freed. `None` if the slot is not `LIVE` for that process.
+pub fn retire_slot<R: Region>(
+    r: &R,
+    s: usize,
+    pid: u32,
+    start_time: u64,
+    tool: bool,
+) -> Option<Reaped> {
+    let flag = if tool { ps::TOOL } else { 0 };
+    let live = ps::make(ps::LIVE | flag, pid, start_time);
     take_slot(r, s, live, Reaper::with_pid(pid).started(start_time))
 }
 

@@ -158,6 +158,9 @@ pub struct ProcSnap {
     pub pid: u32,
     pub start_time: u64,
     pub registered_ms: u64,
+    /// Registered as a tool (`Table::open_tool`, such as `shmtool rates`): no worker of
+    /// `per_worker` pools.
+    pub tool: bool,
     /// What the robust-futex owner word says: `"alive"` (anchored, its anchor thread
     /// lives), `"died"` (the kernel marked it: dying or dead, not reaped yet) or
     /// `"unanchored"` (judged by `/proc` alone).
@@ -412,6 +415,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                 pid: ps::pid(st),
                 start_time: rec.start_time.load(Relaxed),
                 registered_ms: clock::external_or_0(rec.registered_ms.load(Relaxed)),
+                tool: ps::is_tool(st),
                 anchor: match owner {
                     ow::Owner::Alive { .. } => "alive",
                     ow::Owner::Died => "died",

@@ -63,8 +63,12 @@ pub struct Table {
 
 impl Table {
     fn from_segment(seg: Segment) -> Table {
+        Self::from_engine(Engine::from_segment(seg))
+    }
+
+    fn from_engine(engine: Engine) -> Table {
         Table {
-            engine: Engine::from_segment(seg),
+            engine,
             sweep_us: AtomicU64::new(DEFAULT_SWEEP.as_micros() as u64),
         }
     }
@@ -101,6 +105,16 @@ impl Table {
     /// and reaping are `Error::ReadOnly`.
     pub fn open_observer(name: &str) -> Result<Table> {
         Segment::open_read_only(name, segment::READY_WAIT).map(Self::from_segment)
+    }
+
+    /// Opens an existing segment for an administrative tool (`shmtool rates` sets a
+    /// tenant's rates through one): it may do whatever a worker's handle does, but when
+    /// it registers (to claim a tenant's name, say) it does so as a tool, which no
+    /// `per_worker` pool counts as a worker, so it never changes their tickets. A
+    /// worker's own handles should be [`Table::open`]'s.
+    pub fn open_tool(name: &str) -> Result<Table> {
+        Segment::open(name, None, segment::READY_WAIT)
+            .map(|seg| Self::from_engine(Engine::from_segment(seg).into_tool()))
     }
 
     /// Opens segment `name`, creating it with `cfg` if it does not exist. A file there

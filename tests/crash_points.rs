@@ -106,7 +106,7 @@ fn a_reused_pid_is_not_taken_for_the_dead_process() {
     let (pid, start) = fairshm::liveness::me();
     // A slot recorded with our pid but another start time: the process that owned it
     // is dead, and we (same pid) must not be taken for it.
-    let fake = fairshm::liveness::register(t.region(), pid, start - 1, 1).unwrap();
+    let fake = fairshm::liveness::register(t.region(), pid, start - 1, 1, false).unwrap();
     // Our first acquire registers us, and a registration reaps the dead first.
     let lease = t
         .try_acquire_at(&Request::new("requests", "live"), 5)

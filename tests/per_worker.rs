@@ -140,6 +140,38 @@ fn a_worker_with_two_handles_is_one_worker() {
     assert_eq!(capacity(&t, "flights"), 1);
 }
 
+/// A tool's handle (`Table::open_tool`, what `shmtool rates` sets rates through)
+/// registers to claim an unseen tenant's name, as a tool: the pool's tickets do not
+/// move, and its process slot says what it is.
+#[test]
+fn a_tool_that_claims_a_tenant_is_no_worker() {
+    let _g = serial();
+    let seg = Seg::new("pwtool");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
+    let t = seg.create(&cfg);
+    let _two = workers(&seg.name, 2);
+    assert_eq!(capacity(&t, "flights"), 2);
+    let tool = Table::open_tool(&seg.name).unwrap();
+    tool.set_rates("newcomer", 5, 0).unwrap(); // claims the name: registers
+    let me = std::process::id();
+    let snap = t.snapshot();
+    let mine: Vec<_> = snap.processes.iter().filter(|p| p.pid == me).collect();
+    assert_eq!(mine.len(), 1, "the tool registered: {:?}", snap.processes);
+    assert!(mine[0].tool && mine[0].status == "live", "{:?}", mine[0]);
+    assert_eq!(capacity(&t, "flights"), 2, "a tool is no worker");
+    assert_eq!(t.rates("newcomer").unwrap(), (5, 0));
+    // The same process's worker handle counts it, once.
+    t.register().unwrap();
+    assert_eq!(capacity(&t, "flights"), 3);
+    drop(tool);
+    assert_eq!(capacity(&t, "flights"), 3);
+    let snap = t.snapshot();
+    assert!(
+        snap.processes.iter().all(|p| !p.tool),
+        "the tool's slot is gone"
+    );
+}
+
 #[test]
 fn min_tickets_is_capped_at_the_worker_count() {
     let _g = serial();

@@ -125,7 +125,7 @@ impl World {
             return s;
         }
         self.pid += 1; // a new process each time (a fake pid, judged by the closures)
-        let s = liveness::register(&self.r, self.pid, 1, self.now).expect("a free slot");
+        let s = liveness::register(&self.r, self.pid, 1, self.now, false).expect("a free slot");
         self.slots[proc] = Some(s);
         s
     }

@@ -437,8 +437,8 @@ mod tests {
             let got = crate::tenants::find_or_claim(&r, name, &|| 1, 0, &|_| false).unwrap();
             assert_eq!(got, t);
         }
-        let dead = crate::liveness::register(&r, 1_000_001, 1, 1).unwrap();
-        let live = crate::liveness::register(&r, 1_000_002, 1, 1).unwrap();
+        let dead = crate::liveness::register(&r, 1_000_001, 1, 1, false).unwrap();
+        let live = crate::liveness::register(&r, 1_000_002, 1, 1, false).unwrap();
         assert!(matches!(
             try_acquire(&r, dead, 0, &attempt(a, 1, 1), None).unwrap(),
             Admitted::Granted { .. }

@@ -220,7 +220,9 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             let (r, w) = if requests.is_none() && work.is_none() {
                 Table::open_observer(&name)?.rates(&tenant)?
             } else {
-                let t = Table::open(&name)?;
+                // As a tool: claiming an unseen tenant's name registers it, and a
+                // worker's registration would grow per_worker pools while it runs.
+                let t = Table::open_tool(&name)?;
                 let (r0, w0) = t.rates(&tenant)?;
                 let (r, w) = (requests.unwrap_or(r0), work.unwrap_or(w0));
                 t.set_rates(&tenant, r, w)?;

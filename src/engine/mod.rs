@@ -42,6 +42,8 @@ pub struct Engine {
     hint: AtomicU64,
     /// 1 while this handle logs its decisions (see `decisions`), 0 once switched off.
     log: AtomicU32,
+    /// Registers as a tool (`Table::open_tool`): no worker of `per_worker` pools.
+    tool: bool,
     /// This process's anchor for its registration, with the pid it was started by (a
     /// forked child inherits the parent's entry, whose thread it does not have).
     anchor: Mutex<Option<(u64, anchor::Anchor)>>,
@@ -67,6 +69,7 @@ impl Engine {
             start: AtomicU64::new(0),
             hint: AtomicU64::new(0),
             log: AtomicU32::new(1),
+            tool: false,
             anchor: Mutex::new(None),
             g_lock: AtomicU32::new(0),
         }
@@ -96,6 +99,18 @@ impl Engine {
             });
         }
         Ok(())
+    }
+
+    /// This handle, registering (when it must: to claim a tenant, say) as a tool,
+    /// which `per_worker` pools do not count as a worker (see `Table::open_tool`).
+    pub(crate) fn into_tool(mut self) -> Engine {
+        self.tool = true;
+        self
+    }
+
+    /// Whether this handle registers as a tool (see `Table::open_tool`).
+    pub fn is_tool(&self) -> bool {
+        self.tool
     }
 
     /// Whether this handle observes only (see `Table::open_observer`).
@@ -174,10 +189,10 @@ impl Engine {
         }
         let (pid32, start) = liveness::me();
         let now = clock::segment_now();
-        let slot = match liveness::register(&self.seg, pid32, start, now) {
+        let slot = match liveness::register(&self.seg, pid32, start, now, self.tool) {
             Err(Error::ProcessTableFull { .. }) => {
                 self.reap_dead_as(crate::layout::noticed::CALL)?;
-                liveness::register(&self.seg, pid32, start, now)?
+                liveness::register(&self.seg, pid32, start, now, self.tool)?
             }
             other => other?,
         };
@@ -591,7 +606,7 @@ impl Drop for Engine {
         // A truncated segment is left alone: touching it would raise SIGBUS.
         if self.seg.check_size().is_ok()
             && let Some(slot) = self.registered(pid)
-            && let Some(gone) = recovery::retire_slot(&self.seg, slot, pid as u32, start)
+            && let Some(gone) = recovery::retire_slot(&self.seg, slot, pid as u32, start, self.tool)
         {
             crate::peers::announce(&self.seg, &[gone]);
         }

@@ -326,7 +326,8 @@ pub mod tenant_state {
 ///
 /// | bits   | field      | meaning                                                  |
 /// |--------|------------|----------------------------------------------------------|
-/// | 0..8   | `status`   | 0 free, 1 claiming, 2 live, 3 reaping                    |
+/// | 0..7   | `status`   | 0 free, 1 claiming, 2 live, 3 reaping                    |
+/// | 7      | `TOOL`     | the registrant is a tool (`Table::open_tool`), no worker |
 /// | 8..32  | `pid`      | pid of the registrant (claiming, live) or the reaper     |
 /// | 32..64 | `start_lo` | low 32 bits of that process's start time (clock ticks)   |
 ///
@@ -338,9 +339,19 @@ pub mod proc_state {
     pub const CLAIMING: u32 = 1;
     pub const LIVE: u32 = 2;
     pub const REAPING: u32 = 3;
+    /// A flag beside the status of a CLAIMING or LIVE registrant: it registered as a
+    /// tool (`Table::open_tool`, as `shmtool rates` does to claim a tenant), which a
+    /// `per_worker` pool does not count as a worker.
+    pub const TOOL: u32 = 0x80;
+    /// The status, without the `TOOL` flag.
     #[inline]
     pub fn status(s: u64) -> u32 {
-        (s & 0xFF) as u32
+        (s & 0x7F) as u32
+    }
+    /// Whether the registrant is a tool.
+    #[inline]
+    pub fn is_tool(s: u64) -> bool {
+        s as u32 & TOOL != 0
     }
     #[inline]
     pub fn pid(s: u64) -> u32 {

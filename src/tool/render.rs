@@ -242,13 +242,16 @@ pub fn report_tables(r: &Report) -> String {
                 p.pid.to_string(),
                 p.liveness.into(),
                 if p.anchored { "yes" } else { "no" }.into(),
+                p.kind.into(),
                 p.leases.to_string(),
                 p.units_held.to_string(),
             ]
         })
         .collect();
     out.push_str(&table(
-        &["slot", "pid", "liveness", "anchored", "leases", "units"],
+        &[
+            "slot", "pid", "liveness", "anchored", "kind", "leases", "units",
+        ],
         &rows,
     ));
     for g in &r.guaranteed {

@@ -140,6 +140,9 @@ pub struct ProcRow {
     /// Whether its robust-futex anchor is in place (the kernel wakes a watcher at its
     /// death).
     pub anchored: bool,
+    /// `worker`, or `tool` for a tool's registration (`Table::open_tool`, such as
+    /// `shmtool rates`), which `per_worker` pools do not count.
+    pub kind: &'static str,
     pub leases: usize,
     pub units_held: u64,
     pub registered_ms: u64,
@@ -220,6 +223,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
                 status: p.status,
                 liveness: liveness(p),
                 anchored: p.anchor == "alive",
+                kind: if p.tool { "tool" } else { "worker" },
                 leases: mine.clone().count(),
                 units_held: mine.map(|l| l.units as u64).sum(),
                 registered_ms: p.registered_ms,
