@@ -385,12 +385,13 @@ module Fairshm
       raise_for(rc) unless rc.zero?
     end
 
-    # A Lease, or raises Refused at once.
-    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil)
+    # A Lease, or raises Refused at once. With a block: yields the lease, releases it
+    # when the block ends, however it ends, and returns the block's value.
+    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil, &block)
       got = attempt(pool_name, tenant_name, units: units, hold_ms: hold_ms, queued_us: queued_us)
       raise got if got.is_a?(Refused)
 
-      got
+      block ? Fairshm.holding(got, &block) : got
     end
 
     # A Lease, or the Refused, returned instead of raised (errors still raise). For a
@@ -416,8 +417,8 @@ module Fairshm
 
     # A Lease, waiting up to +timeout+ seconds (nil: for ever) for room; raises Refused
     # (timed_out or cancelled) if none came. The GVL is released while waiting;
-    # Thread#raise and Timeout.timeout interrupt the wait.
-    def acquire(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, cancel: nil)
+    # Thread#raise and Timeout.timeout interrupt the wait. With a block, as try_acquire.
+    def acquire(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, cancel: nil, &block)
       Fairshm.check_request(units, hold_ms)
       p = pool(pool_name)
       t = tenant(tenant_name)
@@ -441,7 +442,10 @@ module Fairshm
         last = deadline && left <= WAIT_SLICE_MS
         rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
                                   last ? 0 : Native::WAIT_SLICE, c, lease, refusal)
-        return Lease.new(self, lease[0, 8].unpack1("Q")) if rc.zero?
+        if rc.zero?
+          got = Lease.new(self, lease[0, 8].unpack1("Q"))
+          return block ? Fairshm.holding(got, &block) : got
+        end
         # A slice ended: interrupts land here.
         next if rc == 1 && !last && refusal[0, 4].unpack1("L") != 4
 
@@ -451,16 +455,13 @@ module Fairshm
 
     # Runs the block holding a permit (try_acquire without +timeout+, else acquire),
     # and releases it when the block ends, however it ends. Raises Refused.
-    def permit(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil)
-      lease = if timeout
-                acquire(pool_name, tenant_name, units: units, hold_ms: hold_ms, timeout: timeout)
-              else
-                try_acquire(pool_name, tenant_name, units: units, hold_ms: hold_ms)
-              end
-      begin
-        yield lease
-      ensure
-        lease.release
+    def permit(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, &block)
+      raise ArgumentError, "permit needs a block (try_acquire returns a lease)" unless block
+
+      if timeout
+        acquire(pool_name, tenant_name, units: units, hold_ms: hold_ms, timeout: timeout, &block)
+      else
+        try_acquire(pool_name, tenant_name, units: units, hold_ms: hold_ms, &block)
       end
     end
 
@@ -549,6 +550,15 @@ module Fairshm
     def not_copied_instead
       "open the table by its name where it is needed"
     end
+  end
+
+  # Yields +lease+ and releases it when the block ends, however it ends; the block's
+  # value. (A block that released the lease itself makes the release raise
+  # AlreadyReleased, as a second release does.)
+  def self.holding(lease)
+    yield lease
+  ensure
+    lease.release
   end
 
   # Each thread's (each fiber's) out-parameters: a lease id and a refusal.

@@ -159,6 +159,27 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # A block given to try_acquire or acquire holds the lease for the block (it was
+  # ignored, and the lease stayed held), as guaranteed pools' acquire does.
+  def test_try_acquire_and_acquire_with_a_block_release_when_it_ends
+    assert_equal :done, @table.try_acquire("requests", "acme", units: 2) { |l|
+      assert_kind_of Fairshm::Lease, l
+      assert_equal 2, in_use
+      :done
+    }
+    assert_equal 0, in_use
+    assert_equal 7, @table.acquire("requests", "acme", timeout: 1) { assert_equal 1, in_use; 7 }
+    assert_equal 0, in_use
+    assert_raises(RuntimeError) { @table.acquire("requests", "acme", timeout: 1) { raise "boom" } }
+    assert_equal 0, in_use
+    lease = @table.try_acquire("requests", "acme")
+    assert_equal 1, in_use
+    lease.release
+    e = assert_raises(ArgumentError) { @table.permit("requests", "acme") }
+    assert_match(/needs a block/, e.message)
+    assert_equal 0, in_use
+  end
+
   def test_errors_are_typed_and_named
     lease = @table.try_acquire("requests", "acme")
     lease.release
