@@ -2,10 +2,10 @@
 //!
 //! `tickets = min(workers, max(ceil(quota * workers), min_tickets))` over the `LIVE`
 //! process slots: a process registers on its first acquire, so observers (`shmtool`, a
-//! snapshot reader) never count, nor do tools' registrations (`proc_state::TOOL`). Registration and reaping call [`recompute`]. When the
-//! capacity shrinks below what is held nothing is revoked: `decide` simply refuses
-//! until `in_use` falls under the new capacity. When it grows, the new tickets wake
-//! waiters as released permits do.
+//! snapshot reader) never count, nor do tools' registrations (`proc_state::TOOL`).
+//! Registration and reaping call [`recompute`]. When the capacity shrinks below what
+//! is held nothing is revoked: `decide` simply refuses until `in_use` falls under the
+//! new capacity. When it grows, the new tickets wake waiters as released permits do.
 
 use crate::config::{Config, floor_of};
 use crate::layout::{pair, proc_state as ps};
