@@ -417,6 +417,9 @@ impl Refusal {
             format!("active weight {} (its own {})", x.active_weight, x.weight)
         };
         let turn = Turn(x);
+        // What must come free for it: its units, less what is free now, or more in a
+        // pool that holds past its capacity (a `per_worker` pool that shrank).
+        let need = if x.short > 0 { x.short } else { units };
         match x.reason {
             Reason::TooManyResidents => {
                 let (standing, whose) = if x.held as f64 >= sh && x.held >= x.floor {
@@ -463,8 +466,8 @@ impl Refusal {
                 plural(units, "unit"),
                 Room(x),
                 x.held,
-                plural(units, "unit"),
-                if units == 1 { "s" } else { "" },
+                plural(need, "unit"),
+                if need == 1 { "s" } else { "" },
             ),
         }
     }

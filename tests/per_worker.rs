@@ -236,6 +236,22 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
         ),
         "{text}"
     );
+    // Under its share, b needs all three units to come free, not one: the explanation
+    // says so, and its first turn is three units' turnover away (10 ms holds assumed
+    // until one is seen: 10 ms x 3 / 3 in use, half of it, plus at most a quarter of
+    // jitter), not one unit's (3.3 ms, 2 to 3 ms).
+    let r = t
+        .try_acquire_at(&Request::new("flights", "b"), 13)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, fairshm::Reason::PoolFull, "{r}");
+    assert!(
+        r.explanation()
+            .contains("it is admitted as soon as 3 units free."),
+        "{r}"
+    );
+    let hint = r.retry_after_ms.unwrap();
+    assert!((5..=8).contains(&hint), "{hint} ms: {r}");
     drop(held);
     let again = t.try_acquire_at(&Request::new("flights", "a"), 20).unwrap();
     assert!(

@@ -670,3 +670,25 @@ fn a_queue_without_refusals_stretches_nothing() {
         "eased away while nothing is refused"
     );
 }
+
+/// A tenant under its share whose request does not fit a pool with room left needs
+/// only what it is short of to come free: light asks for 2 with 1 free (7 of 8 in use),
+/// and is admitted as soon as 1 unit frees, which the explanation says (it said 2).
+#[test]
+fn a_pool_full_refusal_names_what_must_come_free() {
+    let seg = Seg::new("retry-short");
+    let t = setup(&seg);
+    let r = t
+        .try_acquire_at(&fairshm::Request::new("requests", "light").units(2), 1_020)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        (r.reason, r.facts.in_use, r.facts.short),
+        (Reason::PoolFull, 7, 1)
+    );
+    assert!(
+        r.explanation()
+            .contains("it is admitted as soon as 1 unit frees."),
+        "{r}"
+    );
+}

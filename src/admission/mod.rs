@@ -223,8 +223,8 @@ pub fn try_acquire<R: Region>(
             mut claimed,
         ) => {
             let mut verdict = verdict;
-            let mut code = match verdict {
-                Verdict::Refuse { reason, .. } => reason,
+            let (mut code, short) = match verdict {
+                Verdict::Refuse { reason, short } => (reason, short),
                 Verdict::Admit | Verdict::AdmitCharging => {
                     unreachable!("a refusal carries a refusing verdict")
                 }
@@ -268,7 +268,9 @@ pub fn try_acquire<R: Region>(
                     retry::gap_us(gap),
                 )
             } else {
-                retry::interval_us(hold, a.units, in_use)
+                // Its first turn needs what it is short of: its units, or more in a
+                // pool holding past its capacity (a `per_worker` pool that shrank).
+                retry::interval_us(hold, a.units.max(short), in_use)
             };
             let turn = take_turn(tp, a.now, interval);
             // The server's queue may hold retries for a while now (see `server_queue`).
