@@ -9,7 +9,9 @@
 //! that can serve this tenant comes free:
 //! - `over_share`: only the tenant's own releases make room for it (it is at or past
 //!   its share), so the interval is its mean hold over the units it holds;
-//! - `pool_full`: any release does, so the mean hold over the units in use.
+//! - `pool_full`: any release does, so the mean hold over the units in use (times the
+//!   units asked, or the pool's shortfall when more: a `per_worker` pool that shrank
+//!   below what is held needs that much to come free first).
 //!
 //! So a tenant with a backlog of B refused requests hands out turns spread over B
 //! intervals: its clients come back about as fast as its permits turn over (Little's
