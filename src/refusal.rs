@@ -306,7 +306,7 @@ impl std::fmt::Display for Turn<'_> {
 
 /// How much room the pool had: "is full (8 of 8 in use)", or, for a request of more
 /// units than are free, "has only 5 of 8 units free (3 in use)": a pool with room
-/// left is not called full.
+/// left is not called full; nor is one holding past its capacity, which says so.
 struct Room<'a>(&'a Refused);
 
 impl std::fmt::Display for Room<'_> {
@@ -319,6 +319,13 @@ impl std::fmt::Display for Room<'_> {
                 free,
                 plural(x.capacity, "unit"),
                 x.in_use
+            ),
+            // A `per_worker` pool shrinks as workers go, under what its holders keep.
+            _ if x.in_use > x.capacity => write!(
+                f,
+                "holds more than its capacity ({} of {} in use: it shrank as workers \
+                 went, and its holders keep what they hold)",
+                x.in_use, x.capacity
             ),
             _ => write!(f, "is full ({} of {} in use)", x.in_use, x.capacity),
         }

@@ -250,6 +250,13 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
             .contains("it is admitted as soon as 3 units free."),
         "{r}"
     );
+    assert!(
+        r.explanation().contains(
+            "which holds more than its capacity (3 of 1 in use: it shrank as workers \
+             went, and its holders keep what they hold)"
+        ),
+        "{r}"
+    );
     let hint = r.retry_after_ms.unwrap();
     assert!((5..=8).contains(&hint), "{hint} ms: {r}");
     drop(held);
