@@ -109,6 +109,12 @@ impl PerWorker {
         let by_quota = (self.quota() * workers as f64).ceil() as u64;
         (by_quota.max(self.min_tickets as u64)).min(workers as u64) as u32
     }
+
+    /// The most tickets the pool can ever have: those of a worker in each of `procs`
+    /// process slots (every grant fitted the tickets of its moment).
+    pub fn most_tickets(&self, procs: usize) -> u32 {
+        self.tickets(procs.min(u32::MAX as usize) as u32)
+    }
 }
 
 impl PoolConfig {

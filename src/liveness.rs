@@ -208,7 +208,7 @@ pub fn register<R: Region>(
     now: u64,
     tool: bool,
 ) -> Result<usize> {
-    let flag = if tool { ps::TOOL } else { 0 };
+    let flag = ps::kind(tool);
     let n = r.geometry().procs;
     if pid >= 1 << 24 {
         return Err(Error::InvalidRequest(format!(

@@ -163,8 +163,7 @@ pub fn retire_slot<R: Region>(
     start_time: u64,
     tool: bool,
 ) -> Option<Reaped> {
-    let flag = if tool { ps::TOOL } else { 0 };
-    let live = ps::make(ps::LIVE | flag, pid, start_time);
+    let live = ps::make(ps::LIVE | ps::kind(tool), pid, start_time);
     take_slot(r, s, live, Reaper::with_pid(pid).started(start_time))
 }
 

@@ -485,8 +485,7 @@ impl Engine {
         let when = match per_worker {
             None => crate::error::NEVER.to_owned(),
             Some(pw) => {
-                // Every process slot a live worker: the most tickets there can be.
-                let most = pw.tickets(self.seg.geometry().procs.min(u32::MAX as usize) as u32);
+                let most = pw.most_tickets(self.seg.geometry().procs);
                 if units > most {
                     format!(
                         " for its live workers now, and at most {most} with every process \

@@ -348,6 +348,11 @@ pub mod proc_state {
     pub fn status(s: u64) -> u32 {
         (s & 0x7F) as u32
     }
+    /// The flag a registrant's CLAIMING and LIVE statuses carry: `TOOL` for a tool.
+    #[inline]
+    pub fn kind(tool: bool) -> u32 {
+        if tool { TOOL } else { 0 }
+    }
     /// Whether the registrant is a tool.
     #[inline]
     pub fn is_tool(s: u64) -> bool {

@@ -31,7 +31,7 @@ pub fn check(t: &Table) -> Result<Vec<String>> {
             // under them). Every grant fitted the tickets of its day, at most those of
             // a worker in every process slot.
             Some(pw) => {
-                let most = pw.tickets(geo.procs as u32);
+                let most = pw.most_tickets(geo.procs);
                 if in_use > most {
                     out.push(format!(
                         "pool {:?}: {in_use} units in use, over the most tickets it can have \
