@@ -107,6 +107,15 @@ impl FileConfig {
                     )));
                 }
             };
+            if p.evict_wait_ms.is_some() && !p.evict {
+                // Without `evict` the key would do nothing: most likely `evict` was
+                // forgotten, and the pool would refuse where eviction was meant.
+                return Err(Error::InvalidConfig(format!(
+                    "pool {:?}: evict_wait_ms applies only to a pool that evicts; set \
+                     evict = true (the residents pool) or leave evict_wait_ms out",
+                    p.name
+                )));
+            }
             pools.push(PoolConfig {
                 floor_percent: p.floor_percent.unwrap_or(DEFAULT_FLOOR_PERCENT),
                 window_ms: p.window_ms.unwrap_or(DEFAULT_WINDOW_MS),
@@ -285,6 +294,20 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(zero.contains("evict_wait_ms"), "{zero}");
+        // The wait without `evict` does nothing: an error, not a pool that refuses.
+        let forgot =
+            Config::from_toml("[[pools]]\nname = \"r\"\ncapacity = 1\nevict_wait_ms = 500\n")
+                .unwrap_err();
+        assert!(matches!(forgot, Error::InvalidConfig(_)), "{forgot:?}");
+        assert!(forgot.to_string().contains("evict = true"), "{forgot}");
+        let json = Config::from_json(
+            r#"{"pools": [{"name": "r", "capacity": 1, "evict": false, "evict_wait_ms": 5}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            json.to_string().contains("evict_wait_ms applies only"),
+            "{json}"
+        );
         // A pool that refuses keeps no eviction wait: it reads back as the default.
         let mut plain = Config::with_pools(vec![crate::PoolConfig::new("p", 1)]);
         plain.pools[0].evict_wait_ms = 7;
