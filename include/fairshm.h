@@ -218,7 +218,12 @@ typedef struct {
   // buffer held means it was cut (a buffer of `FAIRSHM_GUARANTEED_WHY_MAX` bytes
   // never cuts it).
   uint32_t why_len;
+  // The ids of the blocking leases, the earliest due first.
   uint64_t blocking[FAIRSHM_GUARANTEED_BLOCKING];
+  // The borrower of each lease in `blocking`, as the tenant handle that
+  // `fairshm_guaranteed_tenant` gives: with its name, a lease's name in explanations
+  // and stats is `tenant#number`, its number the low 32 bits of its id.
+  uint32_t blocking_tenant[FAIRSHM_GUARANTEED_BLOCKING];
 } fairshm_guaranteed_refusal;
 
 #ifdef __cplusplus

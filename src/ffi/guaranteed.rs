@@ -47,7 +47,12 @@ pub struct fairshm_guaranteed_refusal {
     /// buffer held means it was cut (a buffer of `FAIRSHM_GUARANTEED_WHY_MAX` bytes
     /// never cuts it).
     pub why_len: u32,
+    /// The ids of the blocking leases, the earliest due first.
     pub blocking: [u64; FAIRSHM_GUARANTEED_BLOCKING],
+    /// The borrower of each lease in `blocking`, as the tenant handle that
+    /// `fairshm_guaranteed_tenant` gives: with its name, a lease's name in explanations
+    /// and stats is `tenant#number`, its number the low 32 bits of its id.
+    pub blocking_tenant: [u32; FAIRSHM_GUARANTEED_BLOCKING],
 }
 
 /// Resolves guaranteed pool `name` into `*pool`.
@@ -186,8 +191,14 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
                     n_blocking: x.blocking.len() as u32,
                     ..Default::default()
                 };
-                for (dst, b) in out.blocking.iter_mut().zip(&x.blocking) {
-                    *dst = GLeaseId { pool, no: b.lease }.to_u64();
+                for (k, b) in x
+                    .blocking
+                    .iter()
+                    .take(FAIRSHM_GUARANTEED_BLOCKING)
+                    .enumerate()
+                {
+                    out.blocking[k] = GLeaseId { pool, no: b.lease }.to_u64();
+                    out.blocking_tenant[k] = b.tenant as u32;
                 }
                 let text = r.explanation();
                 out.why_len = u32::try_from(text.len()).unwrap_or(u32::MAX);

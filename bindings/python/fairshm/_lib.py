@@ -51,6 +51,7 @@ class GuaranteedRefusal(ctypes.Structure):
         ("n_blocking", c_uint32),
         ("why_len", c_uint32),
         ("blocking", c_uint64 * 8),
+        ("blocking_tenant", c_uint32 * 8),
     ]
 
 

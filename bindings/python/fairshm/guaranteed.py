@@ -15,15 +15,17 @@ class GuaranteedRefused(Exception):
     ``hold_exceeds_reclaim_horizon``, ``guarantee_on_loan`` or ``guarantee_exhausted``;
     ``retry_after_ms`` is ``None`` when no time can be promised (a blocking lease has
     overrun); ``blocking`` lists the ids of the leases holding the tenant's guarantee on
-    loan, the earliest due first, at most 8 of them (``n_blocking`` counts them all);
-    ``explanation`` says who asked for what, what blocks it and the ways out."""
+    loan, the earliest due first, at most 8 of them (``n_blocking`` counts them all),
+    and ``blocking_leases`` their names (``"b#2"``: the borrower and the lease's number,
+    as the explanation and the stats name them); ``explanation`` says who asked for what, what blocks it and the ways out."""
 
-    def __init__(self, facts, explanation, pool, tenant):
+    def __init__(self, facts, explanation, pool, tenant, blocking_leases=()):
         self._facts = facts
         self.code = facts.reason
         self.reason = _REASONS.get(facts.reason, "unknown")
         self.retry_after_ms = facts.retry_after_ms if facts.has_retry_after else None
         self.blocking = [facts.blocking[i] for i in range(min(facts.n_blocking, 8))]
+        self.blocking_leases = list(blocking_leases)
         self.explanation = explanation
         self.pool = pool
         self.tenant = tenant
@@ -52,23 +54,36 @@ class GuaranteedRefused(Exception):
     def __reduce__(self):
         # Pickled (a multiprocessing worker's refusal) as its numbers and its words.
         return (_unpickle_guaranteed_refused, (type(self), bytes(self._facts), self.explanation,
-                                               self.pool, self.tenant))
+                                               self.pool, self.tenant, self.blocking_leases))
 
 
-def _unpickle_guaranteed_refused(cls, facts, explanation, pool, tenant):
-    return cls(_lib.GuaranteedRefusal.from_buffer_copy(facts), explanation, pool, tenant)
+def _unpickle_guaranteed_refused(cls, facts, explanation, pool, tenant, blocking_leases=()):
+    return cls(_lib.GuaranteedRefusal.from_buffer_copy(facts), explanation, pool, tenant,
+               blocking_leases)
+
+
+def _lease_name(tenant, lease_id):
+    """A guaranteed lease's name: its tenant and its number (the id's low 32 bits)."""
+    return "%s#%d" % (tenant, lease_id & 0xFFFFFFFF)
 
 
 class GuaranteedLease:
     """A lease of a guaranteed pool. Release it with ``release(now_ms)`` (or use
     ``with``, which releases at the library's clock); a lease released twice raises
-    ``AlreadyReleased``, as a fair-share ``Lease`` does."""
+    ``AlreadyReleased``, as a fair-share ``Lease`` does. ``id`` is its number for the C
+    ABI, ``tenant`` its tenant, and ``name`` what refusals, explanations and the stats
+    call it (``"b#2"``)."""
 
-    __slots__ = ("_pool", "id")
+    __slots__ = ("_pool", "id", "tenant")
 
-    def __init__(self, pool, lease_id):
+    def __init__(self, pool, lease_id, tenant):
         self._pool = pool
         self.id = lease_id
+        self.tenant = tenant
+
+    @property
+    def name(self):
+        return _lease_name(self.tenant, self.id)
 
     def release(self, now_ms=None):
         self._pool.release(self.id, now_ms)
@@ -111,6 +126,7 @@ class Guaranteed:
             self._table._fail(rc)
         self._id = out.value
         self._tenants = {}
+        self._names = None
         self._keep_asking_ms = None
 
     def _tenant(self, name):
@@ -124,6 +140,14 @@ class Guaranteed:
             t = self._tenants[name] = out.value
         return t
 
+    def _tenant_name(self, handle):
+        """The name of the tenant of handle ``handle`` (the stats list the tenants in
+        handle order, and they are fixed for the segment's life)."""
+        if self._names is None:
+            # A time before the pool's clock reads at its clock: nothing moves.
+            self._names = [t["name"] for t in self.stats(0)["stats"]["tenants"]]
+        return self._names[handle] if handle < len(self._names) else "?"
+
     def acquire(self, tenant, cost, hold_ms, now_ms=None):
         """A ``GuaranteedLease``, or ``GuaranteedRefused``."""
         _check("cost", cost, _U64)
@@ -136,10 +160,12 @@ class Guaranteed:
                                             hold_ms, now, byref(lease), byref(facts),
                                             why, sizeof(why))
         if rc == _lib.OK:
-            return GuaranteedLease(self, lease.value)
+            return GuaranteedLease(self, lease.value, tenant)
         if rc == _lib.REFUSED:
+            names = [_lease_name(self._tenant_name(facts.blocking_tenant[i]), facts.blocking[i])
+                     for i in range(min(facts.n_blocking, len(facts.blocking)))]
             raise GuaranteedRefused(facts, why.value.decode("utf-8", "replace"),
-                                    self.name, tenant)
+                                    self.name, tenant, names)
         self._table._fail(rc)
 
     def acquire_timeout(self, tenant, cost, hold_ms, timeout):

@@ -46,6 +46,8 @@ def test_the_returner_is_served_within_the_horizon(tokens):
     loan, r = returner_refused(tokens)
     assert (r.reason, r.retry_after_ms, r.retry_after_header) == ("guarantee_on_loan", 90, 1)
     assert r.blocking == [loan.id]
+    # Named as seed 001 names them (blockingLeases: ['b2']), and as the explanation does.
+    assert (loan.tenant, loan.name, r.blocking_leases) == ("b", "b#2", ["b#2"])
     assert (r.guarantee, r.own_free, r.lent) == (50, 0, 50)
     assert 'Tenant "a" asked for 50 cost units' in r.explanation and "b#2" in r.explanation
     loan.release(now_ms=100)
@@ -132,6 +134,7 @@ def test_a_refusal_pickles_with_its_facts(tokens):
     assert type(r) is fairshm.GuaranteedRefused
     assert (r.reason, r.retry_after_ms, r.blocking, r.pool, r.tenant) == (
         "guarantee_on_loan", 90, [loan.id], "tokens", "a")
+    assert r.blocking_leases == r0.blocking_leases == ["b#2"]
     assert (r.guarantee, r.own_free, r.lent) == (50, 0, 50)
     assert r.explanation == r0.explanation and str(r) == str(r0)
 
@@ -149,6 +152,8 @@ def test_a_refusal_held_by_many_leases_is_explained_whole(tokens):
     assert r.reason == "guarantee_on_loan" and r.retry_after_ms == 90  # all 50 are needed
     assert r.blocking == [loan.id for loan in reversed(loans)][:8]
     assert r.n_blocking == 50
+    assert r.blocking_leases == [loan.name for loan in reversed(loans)][:8]
+    assert r.blocking_leases[0] == "b#51"
     assert r.explanation.endswith("so that loans come back sooner."), r.explanation
     assert "in 50 leases, the earliest due first: b#51 (1 cost unit, due in 41 ms)" in r.explanation
     assert "and 45 more due no sooner" in r.explanation
@@ -285,3 +290,26 @@ def test_acquire_timeout_waits_for_the_loan_and_keeps_asking(name):
                 g.acquire_timeout("a", 1, 1, bad)
     finally:
         t.close()
+
+
+def test_blocking_leases_are_named_by_their_borrowers_whatever_the_tenants_order(name):
+    # Tenants listed out of alphabetical order, each borrowing from another: the name
+    # of a blocking lease is its borrower's (the refusal carries the borrower's handle).
+    cfg = {"guaranteed": [{
+        "name": "tokens", "ceiling": 90, "fairness_unit": "cost",
+        "reclaim_horizon_ms": 100, "idle_after_ms": 150,
+        "tenants": {"zed": 1, "amy": 1, "kim": 1},
+    }]}
+    with fairshm.Table.create(name, cfg) as t:
+        g = t.guaranteed("tokens")
+        own = g.acquire("kim", 30, 10_000, now_ms=0)
+        loan = g.acquire("kim", 30, 100, now_ms=0)  # from zed or amy, whoever lends
+        with pytest.raises(fairshm.GuaranteedRefused) as e:
+            for who in ("zed", "amy"):
+                g.acquire(who, 30, 50, now_ms=10)
+        r = e.value
+        assert r.reason == "guarantee_on_loan", r.explanation
+        assert r.blocking_leases == ["kim#2"] == [loan.name], r.blocking_leases
+        assert "kim#2" in r.explanation
+        loan.release(now_ms=20)
+        own.release(now_ms=20)

@@ -27,6 +27,8 @@ class TestGuaranteed < Minitest::Test
     r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 10) }
     assert_equal ["guarantee_on_loan", 90, 1], [r.reason, r.retry_after_ms, r.retry_after_header]
     assert_equal [loan], r.blocking
+    # Named as seed 001 names them (blockingLeases: ['b2']), and as the explanation does.
+    assert_equal ["b#2"], r.blocking_leases
     assert_equal [50, 0, 50], [r.facts[:guarantee], r.facts[:own_free], r.facts[:lent]]
     assert_includes r.explanation, 'Tenant "a" asked for 50 cost units'
     @g.release(loan, now_ms: 100)
@@ -56,6 +58,7 @@ class TestGuaranteed < Minitest::Test
     assert_equal [Fairshm::GuaranteedRefused, "guarantee_on_loan", 90, [loan], "tokens", "a"],
                  [copy.class, copy.reason, copy.retry_after_ms, copy.blocking, copy.pool, copy.tenant]
     assert_equal [r.facts, r.explanation, r.message], [copy.facts, copy.explanation, copy.message]
+    assert_equal ["b#2"], copy.blocking_leases
   end
 
   # 50 loans of 1 hold a's guarantee, the later ones due sooner: the explanation names
@@ -67,6 +70,7 @@ class TestGuaranteed < Minitest::Test
     r = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire("a", 50, 50, now_ms: 10) }
     assert_equal ["guarantee_on_loan", 90], [r.reason, r.retry_after_ms]
     assert_equal loans.reverse.first(8), r.blocking
+    assert_equal (44..51).map { |n| "b##{n}" }.reverse, r.blocking_leases
     assert_equal [50, r.explanation.bytesize], [r.facts[:n_blocking], r.facts[:why_len]]
     assert r.explanation.end_with?("so that loans come back sooner."), r.explanation
     assert_includes r.explanation, "in 50 leases, the earliest due first: b#51 (1 cost unit, due in 41 ms)"
@@ -122,5 +126,24 @@ class TestGuaranteed < Minitest::Test
     assert_equal "invalid_tenant", e.kind
     assert_raises(Fairshm::UnknownPool) { @table.guaranteed("nope") }
     assert_equal 0, @g.stats["stats"]["in_use"]
+  end
+
+  # Tenants listed out of alphabetical order: a blocking lease is named by its borrower
+  # (the refusal carries the borrower's handle), whoever lent.
+  def test_blocking_leases_are_named_by_their_borrowers_whatever_the_tenants_order
+    @table.close
+    Fairshm::Table.unlink(@name)
+    cfg = { "guaranteed" => [{ "name" => "tokens", "ceiling" => 90, "fairness_unit" => "cost",
+                               "reclaim_horizon_ms" => 100, "idle_after_ms" => 150,
+                               "tenants" => { "zed" => 1, "amy" => 1, "kim" => 1 } }] }
+    @table = Fairshm::Table.create(@name, cfg)
+    g = @table.guaranteed("tokens")
+    g.acquire("kim", 30, 10_000, now_ms: 0)
+    loan = g.acquire("kim", 30, 100, now_ms: 0)
+    r = assert_raises(Fairshm::GuaranteedRefused) { %w[zed amy].each { |who| g.acquire(who, 30, 50, now_ms: 10) } }
+    assert_equal "guarantee_on_loan", r.reason, r.explanation
+    assert_equal [loan], r.blocking
+    assert_equal ["kim#2"], r.blocking_leases
+    assert_includes r.explanation, "kim#2"
   end
 end

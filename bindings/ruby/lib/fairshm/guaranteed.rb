@@ -5,18 +5,26 @@ module Fairshm
   # An acquire of a guaranteed pool not granted: +reason+ (hold_exceeds_reclaim_horizon,
   # guarantee_on_loan, guarantee_exhausted), +retry_after_ms+ (nil when no time can be
   # promised: a blocking lease has overrun), the +blocking+ lease ids (the earliest due
-  # first, at most 8: +facts[:n_blocking]+ counts them all), the numbers (+facts+), and
-  # the +explanation+.
+  # first, at most 8: +facts[:n_blocking]+ counts them all) and their names in
+  # +blocking_leases+ ("b#2": the borrower and the lease's number, as the explanation
+  # and the stats name them), the numbers (+facts+), and the +explanation+.
   class GuaranteedRefused < StandardError
-    attr_reader :reason, :code, :retry_after_ms, :blocking, :facts, :explanation, :pool, :tenant
+    attr_reader :reason, :code, :retry_after_ms, :blocking, :blocking_leases, :facts, :explanation, :pool,
+                :tenant
 
-    def initialize(bytes, explanation, pool, tenant)
-      vals = bytes.unpack(Native::G_REFUSAL_PACK + "Q8")
+    # +tenant_names+: the pool's tenants in handle order, which names the borrowers.
+    def initialize(bytes, explanation, pool, tenant, tenant_names = [])
+      vals = bytes.unpack(Native::G_REFUSAL_PACK + "Q8L8")
       @facts = Native::G_REFUSAL_FIELDS.zip(vals).to_h
       @code = @facts[:reason]
       @reason = REASONS.fetch(@code, "unknown")
       @retry_after_ms = @facts[:has_retry_after] == 1 ? @facts[:retry_after_ms] : nil
-      @blocking = vals[Native::G_REFUSAL_FIELDS.size, [@facts[:n_blocking], 8].min]
+      shown = [@facts[:n_blocking], 8].min
+      @blocking = vals[Native::G_REFUSAL_FIELDS.size, shown]
+      borrowers = vals[Native::G_REFUSAL_FIELDS.size + 8, shown]
+      @blocking_leases = @blocking.zip(borrowers).map do |id, t|
+        "#{tenant_names.fetch(t, '?')}##{id & 0xFFFF_FFFF}"
+      end
       @explanation = explanation
       @pool = pool
       @tenant = tenant
@@ -59,7 +67,7 @@ module Fairshm
                                   lease, facts, why, Native::G_WHY_SIZE)
       if rc == 1
         raise GuaranteedRefused.new(facts[0, Native::G_REFUSAL_SIZE], why.to_s.force_encoding("UTF-8"),
-                                    @name, tenant_name)
+                                    @name, tenant_name, tenant_names)
       end
       @table.raise_for(rc) unless rc.zero?
       id = lease[0, 8].unpack1("Q")
@@ -92,6 +100,13 @@ module Fairshm
         retry
       end
       block ? held(id, &block) : id
+    end
+
+    # The pool's tenants in handle order (the stats list them so; they are fixed for
+    # the segment's life).
+    def tenant_names
+      # A time before the pool's clock reads at its clock: nothing moves.
+      @tenant_names ||= stats(now_ms: 0)["stats"]["tenants"].map { |t| t["name"] }
     end
 
     def release(lease_id, now_ms: nil)

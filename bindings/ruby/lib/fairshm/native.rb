@@ -83,7 +83,8 @@ module Fairshm
     G_REFUSAL_FIELDS = %i[reason has_retry_after retry_after_ms units guarantee own_free lent need
                           lendable seq n_blocking why_len].freeze
     G_REFUSAL_PACK = "LLQQQQQQQQLL"
-    G_REFUSAL_SIZE = 8 + 8 * 8 + 8 + 8 * 8
+    # The fields, then 8 blocking lease ids (u64) and their 8 borrowers (u32).
+    G_REFUSAL_SIZE = 8 + 8 * 8 + 8 + 8 * 8 + 4 * 8
     # Bytes that always hold a guaranteed refusal's whole explanation
     # (FAIRSHM_GUARANTEED_WHY_MAX).
     G_WHY_SIZE = 4096
