@@ -44,6 +44,14 @@ pub struct PoolConfig {
     /// In an `evict` pool, how long a blocking acquire waits for a resident to become
     /// evictable before it fails `too_many_residents` (seed 000: one second).
     pub evict_wait_ms: u32,
+    /// Whether the tenants' rates apply to this pool's acquires (default: yes). Seed
+    /// 000's rates count requests, so in a node whose requests also take permits of
+    /// other pools (a connection, a resident, a store call), only the pool that admits
+    /// the request should be rated; the others set this false: their acquires take no
+    /// request token and are not refused for work debt, so a request is counted once
+    /// and one admitted is not refused halfway. The built-in config rates `requests`
+    /// only.
+    pub rates: bool,
 }
 
 /// Semian's worker-sized capacity: `tickets = min(workers, max(ceil(quota * workers),
@@ -128,6 +136,7 @@ impl PoolConfig {
             per_worker: None,
             evict: false,
             evict_wait_ms: DEFAULT_EVICT_WAIT_MS,
+            rates: true,
         }
     }
     /// A pool sized from the workers: see [`PerWorker`]. Validation requires
@@ -166,6 +175,11 @@ impl PoolConfig {
         self.evict_wait_ms = ms;
         self
     }
+    /// Exempts this pool from the tenants' rates (see [`PoolConfig::rates`]).
+    pub fn without_rates(mut self) -> Self {
+        self.rates = false;
+        self
+    }
 }
 
 /// `SHARE_FLOOR` for a pool of `capacity` permits: `pct`% rounded down, at least 1.
@@ -192,14 +206,15 @@ pub struct Config {
 
 impl Default for Config {
     /// The built-in node config: pools `requests`, `connections`, `residents`,
-    /// `flights`, 1024 tenants, 256 processes of 64 leases each.
+    /// `flights`, 1024 tenants, 256 processes of 64 leases each. A request takes its
+    /// permit of `requests` first, so the tenants' rates apply there only.
     fn default() -> Self {
         Config {
             pools: vec![
                 PoolConfig::new("requests", 1000),
-                PoolConfig::new("connections", 200),
-                PoolConfig::new("residents", 500).evicting(),
-                PoolConfig::new("flights", 100),
+                PoolConfig::new("connections", 200).without_rates(),
+                PoolConfig::new("residents", 500).evicting().without_rates(),
+                PoolConfig::new("flights", 100).without_rates(),
             ],
             max_tenants: 1024,
             max_processes: 256,

@@ -10,6 +10,7 @@
 //! [[pools]]
 //! name = "flights"
 //! per_worker = { quota = 0.25, min_tickets = 2 }
+//! rates = false               # optional (default true): the tenants' rates skip it
 //! [weights]
 //! acme = 3
 //! [[guaranteed]]              # seed 001's policy
@@ -60,6 +61,13 @@ struct FilePool {
     #[serde(default)]
     evict: bool,
     evict_wait_ms: Option<u32>,
+    /// Whether the tenants' rates apply to this pool's acquires.
+    #[serde(default = "yes")]
+    rates: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -120,6 +128,7 @@ impl FileConfig {
                 floor_percent: p.floor_percent.unwrap_or(DEFAULT_FLOOR_PERCENT),
                 window_ms: p.window_ms.unwrap_or(DEFAULT_WINDOW_MS),
                 evict: p.evict,
+                rates: p.rates,
                 evict_wait_ms: p
                     .evict_wait_ms
                     .unwrap_or(crate::config::DEFAULT_EVICT_WAIT_MS),

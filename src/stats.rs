@@ -74,6 +74,8 @@ pub struct PoolSnap {
     pub residents: Option<ResidentsSnap>,
     /// How a `per_worker` pool is sized (`None` for a pool of fixed capacity).
     pub per_worker: Option<PerWorkerSnap>,
+    /// Whether the tenants' rates apply to the pool's acquires (`PoolConfig::rates`).
+    pub rates: bool,
     pub tenants: Vec<TenantSnap>,
 }
 
@@ -345,6 +347,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
                     .iter()
                     .flat_map(|t| t.refusals.iter().map(|(_, c)| *c))
                     .fold(0, u64::saturating_add),
+                rates: pc.rates,
                 per_worker: pc.per_worker.map(|w| PerWorkerSnap {
                     quota: w.quota(),
                     min_tickets: w.min_tickets,

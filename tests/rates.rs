@@ -223,3 +223,82 @@ fn a_blocking_acquire_waits_for_its_token() {
     assert_eq!(r.reason, Reason::TimedOut);
     assert_eq!(r.facts.reason, Reason::RateLimited);
 }
+
+/// A request takes a permit of `requests` and then, while it runs, of other pools: the
+/// rates apply to the pool that admits it, so it is counted once, and a request already
+/// admitted is not refused halfway for a debt its own work ran up.
+#[test]
+fn a_pool_without_rates_takes_no_token_and_refuses_no_debt() {
+    let seg = Seg::new("rates-unrated");
+    let cfg = fairshm::Config::with_pools(vec![
+        fairshm::PoolConfig::new("requests", 100),
+        fairshm::PoolConfig::new("flights", 100).without_rates(),
+    ]);
+    let t = seg.create(&cfg);
+    t.set_rates("acme", 2, 100).unwrap();
+    let t0 = 50_000;
+    let flight = |now| {
+        t.try_acquire_at(&Request::new("flights", "acme"), now)
+            .unwrap()
+            .map(|l| l.release_at(now).unwrap())
+            .map_err(|r| r.reason)
+    };
+    // Each request makes three store calls: they take no request token.
+    for i in 0..2 {
+        assert!(granted(&t, "acme", t0), "request {i}");
+        for k in 0..3 {
+            assert!(flight(t0).is_ok(), "request {i}'s flight {k}");
+        }
+    }
+    assert_eq!(refusal(&t, "acme", t0).reason, Reason::RateLimited);
+    assert!(flight(t0).is_ok(), "flights are not rated");
+    // In debt: a new request is refused; a store call of one in flight is not.
+    assert_eq!(t.charge_at("acme", 300, t0).unwrap(), 2_000);
+    assert_eq!(refusal(&t, "acme", t0 + 1_000).reason, Reason::WorkDebt);
+    assert!(
+        flight(t0 + 1_000).is_ok(),
+        "no debt refusal in a pool without rates"
+    );
+    let snap = t.snapshot();
+    let rated: Vec<bool> = snap.pools.iter().map(|p| p.rates).collect();
+    assert_eq!(rated, [true, false]);
+}
+
+/// The built-in node config rates `requests`, where a request is admitted, and no other
+/// pool; a config file says `rates = false`, and a segment keeps it.
+#[test]
+fn the_built_in_config_rates_requests_only_and_a_file_can_say_so() {
+    let d = fairshm::Config::default();
+    let rated: Vec<(&str, bool)> = d.pools.iter().map(|p| (p.name.as_str(), p.rates)).collect();
+    assert_eq!(
+        rated,
+        [
+            ("requests", true),
+            ("connections", false),
+            ("residents", false),
+            ("flights", false)
+        ]
+    );
+    let f = fairshm::Config::from_toml(
+        "[[pools]]\nname = \"requests\"\ncapacity = 8\n\
+         [[pools]]\nname = \"flights\"\ncapacity = 4\nrates = false\n",
+    )
+    .unwrap();
+    assert_eq!(
+        f.pools.iter().map(|p| p.rates).collect::<Vec<_>>(),
+        [true, false]
+    );
+    let seg = Seg::new("rates-file");
+    drop(seg.create(&f));
+    // Opened with the same config: it matches; with flights rated: a mismatch naming it.
+    drop(Table::open_or_create(&seg.name, &f).unwrap());
+    let mut rated_flights = f.clone();
+    rated_flights.pools[1].rates = true;
+    let e = Table::open_or_create(&seg.name, &rated_flights)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, fairshm::Error::ConfigMismatch { .. }) && e.to_string().contains("flights"),
+        "{e}"
+    );
+}

@@ -15,6 +15,11 @@ pub(super) const G_LEN: usize = MAX_NAME + 40;
 /// quota's `f64` bits. Only pools whose quota millionths do not hold are listed, after
 /// everything else, so a config without one encodes as it always has.
 pub(super) const EXACT_LEN: usize = 16;
+/// A pool the tenants' rates do not apply to (see [`PoolConfig::rates`]): pool index
+/// u32, 4 zero bytes. Listed after the exact quotas, in pool order, counted by the
+/// head's last word (zero before the list existed), so a config whose pools are all
+/// rated encodes as it always has.
+pub(super) const UNRATED_LEN: usize = 8;
 
 impl Config {
     pub(super) fn encoded_len(&self) -> usize {
@@ -27,6 +32,16 @@ impl Config {
                 .map(|g| G_LEN + g.tenants.len() * WEIGHT_LEN)
                 .sum::<usize>()
             + self.exact_quotas().count() * EXACT_LEN
+            + self.unrated().count() * UNRATED_LEN
+    }
+
+    /// The indices of the pools the tenants' rates do not apply to, in pool order.
+    fn unrated(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pools
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.rates)
+            .map(|(i, _)| i as u32)
     }
 
     /// The pools whose quota is kept as an `f64` too: (index, bits), in pool order.
@@ -49,7 +64,7 @@ impl Config {
             self.weights.len() as u32,
             self.guaranteed.len() as u32,
             self.exact_quotas().count() as u32,
-            0,
+            self.unrated().count() as u32,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -95,6 +110,10 @@ impl Config {
             b.extend_from_slice(&0u32.to_le_bytes());
             b.extend_from_slice(&bits.to_le_bytes());
         }
+        for i in self.unrated() {
+            b.extend_from_slice(&i.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+        }
         debug_assert_eq!(b.len(), self.encoded_len());
         b
     }
@@ -111,16 +130,16 @@ impl Config {
         let n_weights = u32_at(16)? as usize;
         let n_guaranteed = u32_at(20)? as usize;
         let n_exact = u32_at(24)? as usize;
-        let head_pad = u32_at(28)?;
+        let n_unrated = u32_at(28)? as usize;
         if n_pools > MAX_POOLS
             || n_weights > MAX_TENANTS
             || n_guaranteed > MAX_POOLS
             || n_exact > n_pools
-            || head_pad != 0
+            || n_unrated > n_pools
         {
             return Err(corrupt(format!(
                 "{n_pools} pools, {n_weights} weights, {n_guaranteed} guaranteed pools, \
-                 {n_exact} exact quotas, head word 7 {head_pad}"
+                 {n_exact} exact quotas, {n_unrated} pools without rates"
             )));
         }
         let fixed = HEAD_LEN + n_pools * POOL_LEN + n_weights * WEIGHT_LEN;
@@ -151,6 +170,7 @@ impl Config {
                     0 => DEFAULT_EVICT_WAIT_MS,
                     w => w,
                 },
+                rates: true, // unless the list at the end has the pool
             });
         }
         let mut weights = Vec::with_capacity(n_weights);
@@ -228,6 +248,25 @@ impl Config {
             pw.exact_bits = bits; // validation checks it against the millionths
             last = Some(i);
             off += EXACT_LEN;
+        }
+        let mut last = None;
+        for _ in 0..n_unrated {
+            let entry = b.get(off..off + UNRATED_LEN).ok_or_else(|| {
+                corrupt(format!(
+                    "ends at {} bytes, in its pools without rates",
+                    b.len()
+                ))
+            })?;
+            let i = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes")) as usize;
+            let pad = u32::from_le_bytes(entry[4..].try_into().expect("4 bytes"));
+            // In pool order, one a pool, of a pool that exists.
+            let p = pools
+                .get_mut(i)
+                .filter(|_| last.is_none_or(|l| l < i) && pad == 0)
+                .ok_or_else(|| corrupt(format!("entry for pool {i} without rates")))?;
+            p.rates = false;
+            last = Some(i);
+            off += UNRATED_LEN;
         }
         if b.len() != off {
             return Err(corrupt(format!("{} bytes, expected {off}", b.len())));

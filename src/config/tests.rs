@@ -191,6 +191,52 @@ fn a_bad_exact_quota_list_is_refused() {
     assert!(Config::decode(&good).is_ok());
 }
 
+/// The pools without rates are listed after everything else, counted by the head's last
+/// word: a config whose pools are all rated encodes as before the list; every entry is
+/// checked and one that does not fit is refused by name.
+#[test]
+fn the_list_of_pools_without_rates_round_trips_and_is_checked() {
+    let rated = Config::with_pools(vec![PoolConfig::new("a", 8), PoolConfig::new("b", 8)]);
+    let before = rated.encode();
+    assert_eq!(
+        &before[28..32],
+        &[0; 4],
+        "no list, the head word zero as before"
+    );
+    let c = Config::with_pools(vec![
+        PoolConfig::new("a", 8).without_rates(),
+        PoolConfig::new("b", 8),
+        PoolConfig::new("c", 8).without_rates(),
+    ]);
+    let good = c.encode();
+    assert_eq!(
+        good.len(),
+        HEAD_LEN + 3 * encoding::POOL_LEN + 2 * encoding::UNRATED_LEN
+    );
+    assert_eq!(Config::decode(&good).unwrap(), c);
+    assert!(c.diff(&rated).is_some() && Config::default().diff(&c).is_some());
+    let entry = HEAD_LEN + 3 * encoding::POOL_LEN;
+    let set = |at: usize, v: &[u8]| {
+        let mut b = good.clone();
+        b[at..at + v.len()].copy_from_slice(v);
+        b
+    };
+    let cases = [
+        ("pool index out of range", set(entry, &3u32.to_le_bytes())),
+        ("padding not zero", set(entry + 4, &1u32.to_le_bytes())),
+        ("out of order", set(entry + 8, &0u32.to_le_bytes())),
+        ("more entries than pools", set(28, &4u32.to_le_bytes())),
+        ("an entry missing", good[..good.len() - 1].to_vec()),
+        ("a count short of the list", set(28, &1u32.to_le_bytes())),
+    ];
+    for (what, b) in cases {
+        match Config::decode(&b) {
+            Err(Error::Corrupt(m)) => assert!(m.contains("config block"), "{what}: {m}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn floor_is_five_percent_at_least_one() {
     assert_eq!(floor_of(8, 5), 1);

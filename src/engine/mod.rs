@@ -287,9 +287,12 @@ impl Engine {
         // The segment's time (the caller's + 1: see `clock::internal`).
         let now = crate::clock::internal(now);
         // The tenant's rates first: over them, nothing else is done (no pool is
-        // touched, nothing is registered). One load when they are unbounded.
-        if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
-            return Ok(self.rate_refusal(tenant, units, &l));
+        // touched, nothing is registered). One load when they are unbounded. A pool
+        // without rates (`PoolConfig::rates`) takes no token and refuses no debt.
+        if self.seg.rated(p) {
+            if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
+                return Ok(self.rate_refusal(tenant, units, &l));
+            }
         }
         // Registered first: a per_worker pool counts this process before sizing.
         let slot = self.process_slot()?;

@@ -106,6 +106,19 @@ pub fn report_tables(r: &Report) -> String {
             }
         }
     }
+    let unrated: Vec<&str> = r
+        .pools
+        .iter()
+        .filter(|p| !p.rates)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !unrated.is_empty() {
+        let _ = writeln!(
+            out,
+            "the tenants' rates do not apply to {} (rates = false)",
+            unrated.join(", ")
+        );
+    }
     for p in r.pools.iter().filter(|p| p.residents.is_some()) {
         let x = p.residents.as_ref().expect("filtered");
         let _ = writeln!(

@@ -69,6 +69,8 @@ pub struct PoolRow {
     pub residents: Option<crate::stats::ResidentsSnap>,
     /// A `per_worker` pool's sizing (`null` for a pool of fixed capacity).
     pub per_worker: Option<crate::stats::PerWorkerSnap>,
+    /// Whether the tenants' rates apply to the pool's acquires.
+    pub rates: bool,
     /// Tenants that have used the pool, most held first.
     pub tenants: Vec<TenantRow>,
 }
@@ -255,6 +257,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
             tenants.sort_by(|a, b| b.held.cmp(&a.held).then_with(|| a.name.cmp(&b.name)));
             PoolRow {
                 per_worker: p.per_worker,
+                rates: p.rates,
                 name: p.name,
                 capacity: p.capacity,
                 in_use: p.in_use,
