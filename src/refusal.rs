@@ -372,17 +372,26 @@ impl Refusal {
     fn write_explanation(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (pool, tenant, units) = (&self.pool, &self.tenant, self.facts.units);
         if let Some(waited) = self.waited_ms {
-            let what = if self.reason == Reason::Cancelled {
-                "cancelled"
+            let units = plural(units, "unit");
+            if self.reason == Reason::TooManyResidents {
+                // Seed 000: a pool where nothing is evicted within its wait refuses.
+                write!(
+                    f,
+                    "nothing became evictable in {waited} ms of waiting for {units} of \
+                     pool {pool:?} for tenant {tenant:?}; what blocked it last: ",
+                )?;
             } else {
-                "timed out"
-            };
-            write!(
-                f,
-                "{what} after {waited} ms waiting for {} of pool {pool:?} for tenant \
-                 {tenant:?}; what blocked it last: ",
-                plural(units, "unit"),
-            )?;
+                let what = if self.reason == Reason::Cancelled {
+                    "cancelled"
+                } else {
+                    "timed out"
+                };
+                write!(
+                    f,
+                    "{what} after {waited} ms waiting for {units} of pool {pool:?} for \
+                     tenant {tenant:?}; what blocked it last: ",
+                )?;
+            }
         }
         let x = &self.facts;
         let retry = x.retry_after_ms;

@@ -189,6 +189,8 @@ fn a_full_pool_of_busy_residents_refuses_after_one_second() {
         "waited {waited:?}, not one second"
     );
     assert!(r.waited_ms.is_some_and(|w| w >= 1000), "{r:?}");
+    let said = format!("nothing became evictable in {} ms", r.waited_ms.unwrap());
+    assert!(r.explanation().starts_with(&said), "{r}");
     assert_eq!(revoked(&a), [false, false]);
 }
 

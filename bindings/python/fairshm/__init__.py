@@ -447,6 +447,7 @@ class Table:
             # An evict pool waits at most its eviction wait for an evictable resident.
             cap = time.monotonic() + evict_wait / 1000.0
             deadline = cap if deadline is None else min(deadline, cap)
+        start = time.monotonic()
         while True:
             left = WAIT_SLICE_MS if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
             last = deadline is not None and left <= WAIT_SLICE_MS
@@ -456,7 +457,10 @@ class Table:
                 return Lease(self, lease.value)
             if rc == 1:
                 if last or refusal.reason == 4:
-                    raise Refused(self, _copy(refusal), pool, tenant)
+                    facts = _copy(refusal)
+                    # The library measured its own slice; the wait was every slice.
+                    facts.waited_ms = max(facts.waited_ms, int((time.monotonic() - start) * 1000))
+                    raise Refused(self, facts, pool, tenant)
                 continue  # a slice ended: signal handlers ran (Ctrl-C raises here)
             self._fail(rc)
 

@@ -51,6 +51,9 @@ def test_a_resident_in_a_call_is_kept_and_the_wait_ends_in_too_many_residents(na
     assert e.value.reason == "too_many_residents", str(e.value)
     assert 0.19 <= waited < 2.0, waited  # the wait is counted in whole ms
     assert "in a call" in e.value.explanation
+    # The whole eviction wait, as the seed says it: nothing became evictable in it.
+    assert e.value.waited_ms >= 190, e.value.waited_ms
+    assert "nothing became evictable in %d ms" % e.value.waited_ms in e.value.explanation
     assert not any(x.revoked for x in a)
     with pytest.raises(fairshm.Refused) as e:
         t.try_acquire("residents", "b")

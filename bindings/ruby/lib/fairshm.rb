@@ -433,6 +433,7 @@ module Fairshm
         cap = Process.clock_gettime(Process::CLOCK_MONOTONIC) + wait / 1000.0
         deadline = deadline ? [deadline, cap].min : cap
       end
+      start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       loop do
         left = if deadline
                  [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
@@ -449,6 +450,12 @@ module Fairshm
         # A slice ended: interrupts land here.
         next if rc == 1 && !last && refusal[0, 4].unpack1("L") != 4
 
+        if rc == 1
+          # The library measured its own slice; the wait was every slice.
+          waited = ((Process.clock_gettime(Process::CLOCK_MONOTONIC) - start) * 1000).to_i
+          at = Native::REFUSAL_WAITED_AT
+          refusal[at, 8] = [[refusal[at, 8].unpack1("Q"), waited].max].pack("Q")
+        end
         raise refused_or_raise(rc, refusal, pool_name, tenant_name)
       end
     end

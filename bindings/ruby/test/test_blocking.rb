@@ -13,6 +13,10 @@ class TestBlocking < Minitest::Test
     assert_equal "timed_out", r.reason
     assert_operator waited, :>=, 0.25
     assert_operator waited, :<, 2
+    # The whole wait, not the last slice's (the library waits in slices of 50 ms).
+    assert_operator r.waited_ms, :>=, 250
+    assert_operator r.waited_ms, :<=, waited * 1000 + 1
+    assert_includes r.explanation, "timed out after #{r.waited_ms} ms"
     tenants = @table.stats["pools"][0]["tenants"]
     assert_equal 1, tenants.sum { |t| t["refusals"].to_h.fetch("timed_out", 0) }
     held.each(&:release)
