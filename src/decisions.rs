@@ -1,7 +1,9 @@
 //! The decision log: each process slot keeps its last [`crate::layout::LOG_PER_PROCESS`] decisions of
 //! the admission rule in a ring of its own in the segment, with the inputs the rule
 //! used, so that an operator can ask why a tenant was refused at a given moment and
-//! `replay` can re-decide each one.
+//! `replay` can re-decide each one. A refusal by the tenant's rates is logged too
+//! ([`POLICY_RATES`]), by a process that has registered already (a rate refusal
+//! registers nothing).
 //!
 //! Writing costs no shared RMW: the ring and its head (`ProcRec.log_head`) belong to
 //! one process, which advances the head with a plain load and store. Two threads of the
@@ -30,6 +32,13 @@ pub const POLICY_FAIR_SHARE: u32 = 0;
 /// Fair share in an `evict` pool: where the rule refuses, the acquire evicts a resident
 /// (granted) or finds none (`too_many_residents`), which the log's inputs cannot tell.
 pub const POLICY_FAIR_SHARE_EVICT: u32 = 1;
+/// The tenant's rates refused the acquire before any pool was touched (`rate_limited`
+/// or `work_debt`; only refusals are logged: a grant is the pool's decision after it).
+/// The entry's words keep the bucket's inputs instead of the pool's: `cap` is its rate
+/// per second, `held` and `in_use` the low and high halves of how far its theoretical
+/// arrival time was past `now` (ns: [`Entry::lead_ns`]); `floor` and `active_weight`
+/// are 0.
+pub const POLICY_RATES: u32 = 2;
 
 /// One decision, as logged and read back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +96,43 @@ impl Entry {
             tid: pair::lo(w[6]),
             pid: pair::hi(w[6]),
         }
+    }
+
+    /// A refusal by the tenant's rates (`l`), at `at_ms`, of an acquire of `units` of
+    /// pool `pool`: see [`POLICY_RATES`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn rate_refusal(
+        at_ms: u64,
+        pool: u32,
+        tenant: u32,
+        units: u32,
+        weight: u32,
+        l: &crate::rates::Limited,
+        tid: u32,
+        pid: u32,
+    ) -> Entry {
+        Entry {
+            at_ms,
+            pool,
+            tenant,
+            outcome: l.reason as u32,
+            policy: POLICY_RATES,
+            units,
+            in_use: (l.lead_ns >> 32) as u32,
+            held: l.lead_ns as u32,
+            cap: l.rate,
+            floor: 0,
+            weight,
+            active_weight: 0,
+            hint_ms: l.retry_after_ms.min(u32::MAX as u64) as u32,
+            tid,
+            pid,
+        }
+    }
+
+    /// A rate refusal's bucket lead over `now`, ns (see [`POLICY_RATES`]).
+    pub fn lead_ns(&self) -> u64 {
+        (self.in_use as u64) << 32 | self.held as u64
     }
 
     /// The rule's inputs besides the two words.
@@ -228,6 +274,15 @@ pub fn read_all<R: Region>(r: &R) -> (Vec<Logged>, usize) {
 /// The outcome the library's rule gives a logged decision's inputs: 0 granted, else
 /// the reason code. `None` for a policy this version does not know.
 pub fn redecide(e: &Entry) -> Option<u32> {
+    if e.policy == POLICY_RATES {
+        // The bucket that refused, as its outcome names it, decided again on its inputs.
+        let reason = Reason::from_code(e.outcome).filter(|r| r.is_rate())?;
+        return Some(if crate::rates::refuses(reason, e.cap, e.lead_ns()) {
+            e.outcome
+        } else {
+            0
+        });
+    }
     let rule = match fair_share::decide(&e.frozen(), e.in_use, e.held, e.units) {
         Verdict::Admit | Verdict::AdmitCharging => 0,
         Verdict::Refuse { reason, .. } => reason,
@@ -342,6 +397,39 @@ mod tests {
         let m = replay(&log);
         assert_eq!(m.len(), 1);
         assert_eq!((m[0].logged, m[0].replayed), ("granted", Some("pool_full")));
+    }
+
+    #[test]
+    fn a_rate_refusal_round_trips_and_replays_by_the_rates_rule() {
+        let r = HeapRegion::with_log(1, 4, 1, 2, 4);
+        let l = crate::rates::Limited {
+            reason: Reason::WorkDebt,
+            retry_after_ms: 2_000,
+            interval_ns: 10_000_000,
+            rate: 100,
+            lead_ns: 3_000_000_000, // past 2^32: both halves kept
+        };
+        let e = Entry::rate_refusal(500, 0, 1, 1, 2, &l, 7, 8);
+        assert_eq!((e.policy, e.outcome, e.lead_ns(), e.cap), (POLICY_RATES, 6, l.lead_ns, 100));
+        assert_eq!(Entry::from_words(&e.words()), e);
+        record(&r, 0, &e);
+        // A work bucket less than a second ahead would not refuse: logged as refused, the
+        // replay says it differs; a request bucket's extra token counts.
+        let mut wrong = e;
+        (wrong.held, wrong.in_use) = (900_000_000, 0);
+        record(&r, 0, &wrong);
+        let mut limited = wrong;
+        (limited.outcome, limited.cap) = (Reason::RateLimited as u32, 9); // + 111 ms > 1 s
+        record(&r, 0, &limited);
+        let (log, _) = read_all(&r);
+        assert_eq!(log.len(), 3);
+        let m = replay(&log);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!((m[0].seq, m[0].logged, m[0].replayed), (1, "work_debt", Some("granted")));
+        // An outcome the rates cannot give is a policy this version cannot re-decide.
+        let mut odd = e;
+        odd.outcome = 1;
+        assert_eq!(redecide(&odd), None);
     }
 
     #[test]

@@ -59,12 +59,28 @@ pub fn set<R: Region>(r: &R, t: usize, requests_per_s: u32, work_units_per_s: u3
 }
 
 /// Why the rates refuse an acquire, when to retry (ms), and the refusing bucket's
-/// emission interval (ns: how often a token comes), as the decision read it.
+/// emission interval (ns: how often a token comes), as the decision read it, with the
+/// rest of its inputs for the decision log: the bucket's rate per second and how far
+/// its theoretical arrival time was past `now` (ns, 0 when not past).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limited {
     pub reason: Reason,
     pub retry_after_ms: u64,
     pub interval_ns: u64,
+    pub rate: u32,
+    pub lead_ns: u64,
+}
+
+/// Whether a bucket of `rate` per second whose theoretical arrival time is `lead_ns`
+/// past `now` refuses: the request bucket when taking one more token would run past
+/// the burst, the work bucket when it already has (debt). The rule `admit` applies,
+/// from the inputs the decision log keeps, so `replay` re-decides with it.
+pub fn refuses(reason: Reason, rate: u32, lead_ns: u64) -> bool {
+    match (reason, interval_ns(rate)) {
+        (Reason::RateLimited, Some(every)) => lead_ns.saturating_add(every) > BURST_NS,
+        (Reason::WorkDebt, Some(_)) => lead_ns > BURST_NS,
+        _ => false,
+    }
 }
 
 /// Admits one request of tenant `t` at `now_ms` against its rates: `Ok` took a request
@@ -96,6 +112,8 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
                 reason: Reason::WorkDebt,
                 retry_after_ms: wait_ms(tat - horizon),
                 interval_ns: work_every,
+                rate: work,
+                lead_ns: tat - now,
             });
         }
     }
@@ -113,6 +131,8 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
                 reason: Reason::RateLimited,
                 retry_after_ms: wait_ms(next - horizon),
                 interval_ns: every,
+                rate: req,
+                lead_ns: cur.max(now) - now,
             });
         }
         // Relaxed: the word publishes nothing but itself (module docs).
@@ -232,8 +252,20 @@ mod tests {
         let e = admit(&r, 0, 10_000).unwrap_err();
         assert_eq!(
             e,
-            Limited { reason: Reason::RateLimited, retry_after_ms: 250, interval_ns: 250_000_000 }
+            Limited {
+                reason: Reason::RateLimited,
+                retry_after_ms: 250,
+                interval_ns: 250_000_000,
+                rate: 4,
+                lead_ns: 1_000_000_000, // four tokens of 250 ms taken
+            }
         );
+        // The rule the decision log's replay applies, on the same inputs: refused; a
+        // bucket one token less ahead admits, and a nanosecond more refuses again.
+        assert!(refuses(e.reason, e.rate, e.lead_ns));
+        assert!(!refuses(e.reason, e.rate, e.lead_ns - 250_000_000));
+        assert!(refuses(e.reason, e.rate, e.lead_ns - 250_000_000 + 1));
+        assert!(!refuses(e.reason, 0, e.lead_ns), "an unbounded rate refuses nothing");
         assert_eq!(admit(&r, 0, 10_249).unwrap_err().retry_after_ms, 1);
         assert_eq!(admit(&r, 0, 10_250), Ok(()));
         assert!(admit(&r, 0, 10_250).is_err());
@@ -262,8 +294,17 @@ mod tests {
         let e = admit(&r, 0, 1_000).unwrap_err();
         assert_eq!(
             e,
-            Limited { reason: Reason::WorkDebt, retry_after_ms: 2_000, interval_ns: 10_000_000 }
+            Limited {
+                reason: Reason::WorkDebt,
+                retry_after_ms: 2_000,
+                interval_ns: 10_000_000,
+                rate: 100,
+                lead_ns: 3_000_000_000,
+            }
         );
+        assert!(refuses(e.reason, e.rate, e.lead_ns));
+        assert!(refuses(Reason::WorkDebt, 100, 1_000_000_001));
+        assert!(!refuses(Reason::WorkDebt, 100, 1_000_000_000), "a full burst is no debt");
         assert_eq!(admit(&r, 0, 2_999).unwrap_err().retry_after_ms, 1);
         assert_eq!(admit(&r, 0, 3_000), Ok(()));
         let s = state(&r, 0, 2_500);

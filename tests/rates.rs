@@ -90,11 +90,24 @@ fn a_rate_refusal_touches_no_pool() {
         (x.last_active_ms, x.refusals.clone(), x.hints)
     };
     assert_eq!(tp(&after), tp(&before), "the tenant's record in the pool");
+    // The grant, then the rate refusal, logged with its bucket instead of the pool's
+    // inputs (none were read).
     let v = fairshm::tool::decisions(&t).unwrap();
+    let got: Vec<_> = v
+        .decisions
+        .iter()
+        .map(|d| {
+            (
+                d.outcome,
+                d.in_use,
+                d.capacity,
+                d.rate.map(|r| r.per_second),
+            )
+        })
+        .collect();
     assert_eq!(
-        v.decisions.len(),
-        1,
-        "only the grant was a decision of the rule"
+        got,
+        [("granted", 0, 4, None), ("rate_limited", 0, 0, Some(1))]
     );
     let me = after.tenants.iter().find(|x| x.name == "acme").unwrap();
     assert_eq!(me.rates.rate_limited, 1);

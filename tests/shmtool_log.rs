@@ -220,3 +220,111 @@ fn a_pool_or_tenant_the_segment_cannot_have_is_a_usage_error() {
     }
     drop(t);
 }
+
+/// A refusal by the tenant's rates is a decision too: logged with its bucket (rate and
+/// lead) by a process that has registered, shown as such, and replayed by the rates'
+/// rule. One that comes before the process registered is not logged (it registers
+/// nothing).
+#[test]
+fn rate_refusals_are_logged_with_their_bucket_and_replayed() {
+    let seg = Seg::new("tool-log-rates");
+    let t = seg.create(&config());
+    let name = seg.name.clone();
+    // `early` may make one request a second: a first process takes it.
+    let first = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        t.set_rates("early", 1, 0).expect("rates");
+        let early = Request::new("requests", "early");
+        drop(
+            t.try_acquire_at(&early, 1_000)
+                .expect("acquire")
+                .expect("granted"),
+        );
+        0
+    });
+    assert_eq!(wait(first), 0, "early's one token");
+    let name = seg.name.clone();
+    let child = fork_child(move || {
+        let t = Table::open(&name).expect("open");
+        // Before any grant: a rate refusal of an unregistered process, not logged.
+        let early = Request::new("requests", "early");
+        let r0 = t
+            .try_acquire_at(&early, 1_000)
+            .expect("acquire")
+            .expect_err("refused");
+        if r0.reason != Reason::RateLimited {
+            return 5;
+        }
+        t.set_rates("acme", 2, 100).expect("rates");
+        let req = Request::new("requests", "acme");
+        // A grant is released at once; a refusal gives its reason and retry-after.
+        let at = |ms| match t.try_acquire_at(&req, ms).expect("acquire") {
+            Ok(lease) => {
+                drop(lease);
+                Ok(())
+            }
+            Err(r) => Err((r.reason, r.retry_after_ms)),
+        };
+        // Two tokens at t = 1,000 ms, then refused: the bucket 1 s ahead, 500 ms to go.
+        at(1_000).expect("granted");
+        at(1_000).expect("granted");
+        let r1 = at(1_000).expect_err("refused");
+        // 300 units at 100 a second: 3 s ahead, 2 s past the burst.
+        assert_eq!(t.charge_at("acme", 300, 1_600).expect("charge"), 2_000);
+        let r2 = at(1_600).expect_err("refused");
+        let ok = (r1, r2)
+            == (
+                (Reason::RateLimited, Some(500)),
+                (Reason::WorkDebt, Some(2_000)),
+            );
+        if ok { 0 } else { 6 }
+    });
+    assert_eq!(wait(child), 0, "two grants, rate_limited, then work_debt");
+    let o = shmtool(&["log", &seg.name, "--json", "--tenant", "acme"]);
+    assert_eq!(code(&o), 0);
+    let got: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let outcomes: Vec<&str> = got.iter().map(|g| g["outcome"].as_str().unwrap()).collect();
+    assert_eq!(
+        outcomes,
+        ["granted", "granted", "rate_limited", "work_debt"],
+        "{got:#?}"
+    );
+    let (limited, debt) = (&got[2], &got[3]);
+    assert_eq!(limited["rate"]["per_second"], 2, "{limited}");
+    assert_eq!(limited["rate"]["lead_ns"], 1_000_000_000u64, "{limited}");
+    assert_eq!(limited["retry_after_ms"], 500);
+    assert_eq!(debt["rate"]["per_second"], 100, "{debt}");
+    assert_eq!(debt["rate"]["lead_ns"], 3_000_000_000u64, "{debt}");
+    assert_eq!(debt["retry_after_ms"], 2_000);
+    for g in [limited, debt] {
+        assert_eq!(
+            (g["in_use"].as_u64(), g["capacity"].as_u64()),
+            (Some(0), Some(0)),
+            "{g}"
+        );
+        assert_eq!(g["replayed"], g["outcome"], "{g}");
+    }
+    assert!(got[0]["rate"].is_null(), "a pool's decision has no bucket");
+    let early = stdout(&shmtool(&["log", &seg.name, "--tenant", "early"]));
+    assert_eq!(
+        early.lines().count(),
+        2,
+        "early's grant only, not the refusal: {early}"
+    );
+    let text = stdout(&shmtool(&["log", &seg.name, "--tenant", "acme"]));
+    let last = text.lines().last().unwrap();
+    for part in ["work_debt", "rate 100/s", "2000ms"] {
+        assert!(last.contains(part), "{part:?} in {last}");
+    }
+    let r = shmtool(&["replay", &seg.name]);
+    assert_eq!(code(&r), 0, "{}", stdout(&r));
+    assert!(
+        stdout(&r).contains("5 decisions replayed, 0 differ"),
+        "{}",
+        stdout(&r)
+    );
+    drop(t);
+}

@@ -61,16 +61,35 @@ impl Engine {
         check_handle("tenant", tenant.index(), self.seg.geometry().tenants)
     }
 
-    /// The refusal of an acquire that `tenant`'s rates refused (`l`).
+    /// The refusal of an acquire of pool `p` at `now` (the segment's time) that
+    /// `tenant`'s rates refused (`l`), logged in this process's decision log if it has
+    /// registered already (a rate refusal registers nothing).
     #[cold]
     #[inline(never)]
     pub(super) fn rate_refusal(
         &self,
+        p: usize,
         tenant: TenantId,
         units: u32,
+        now: u64,
         l: &crate::rates::Limited,
     ) -> Outcome {
-        Outcome::Refused(Refused::by_rate(units, tenant.weight.max(1), l))
+        let weight = tenant.weight.max(1);
+        let pid = crate::selfid::pid();
+        if let Some(slot) = self.registered(pid as u64).filter(|_| self.decision_log()) {
+            let e = crate::decisions::Entry::rate_refusal(
+                now,
+                p as u32,
+                tenant.index() as u32,
+                units,
+                weight,
+                l,
+                crate::selfid::tid(),
+                pid,
+            );
+            crate::decisions::record(&self.seg, slot, &e);
+        }
+        Outcome::Refused(Refused::by_rate(units, weight, l))
     }
 
     /// Starts a call on resident lease `id` (a lease of an `evict` pool) at `now` (ms):

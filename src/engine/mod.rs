@@ -291,7 +291,7 @@ impl Engine {
         // without rates (`PoolConfig::rates`) takes no token and refuses no debt.
         if self.seg.rated(p) {
             if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
-                return Ok(self.rate_refusal(tenant, units, &l));
+                return Ok(self.rate_refusal(p, tenant, units, now, &l));
             }
         }
         // Registered first: a per_worker pool counts this process before sizing.

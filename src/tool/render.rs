@@ -398,24 +398,39 @@ pub fn log_table(v: &LogView) -> String {
         .decisions
         .iter()
         .map(|d| {
-            vec![
+            // A refusal by the tenant's rates touched no pool: its bucket instead.
+            let pool_side = match d.rate {
+                Some(r) => [
+                    format!("rate {}/s", r.per_second),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    format!("{}/-", d.weight),
+                ],
+                None => [
+                    format!("{}/{}", d.in_use, d.capacity),
+                    d.held.to_string(),
+                    format!("{:.2}", d.share),
+                    d.floor.to_string(),
+                    format!("{}/{}", d.weight, d.active_weight),
+                ],
+            };
+            let head = [
                 clock(d.unix_ms),
                 d.pid.to_string(),
                 d.pool.clone(),
                 d.tenant.clone(),
                 d.units.to_string(),
                 d.outcome.into(),
-                format!("{}/{}", d.in_use, d.capacity),
-                d.held.to_string(),
-                format!("{:.2}", d.share),
-                d.floor.to_string(),
-                format!("{}/{}", d.weight, d.active_weight),
-                if d.retry_after_ms > 0 {
+            ];
+            head.into_iter()
+                .chain(pool_side)
+                .chain(std::iter::once(if d.retry_after_ms > 0 {
                     ms(d.retry_after_ms as u64)
                 } else {
                     "-".into()
-                },
-            ]
+                }))
+                .collect()
         })
         .collect();
     table(

@@ -317,8 +317,13 @@ pub struct Decision {
     pub pool: String,
     pub tenant: String,
     pub units: u32,
-    /// `granted`, `pool_full` or `over_share`.
+    /// `granted`, `pool_full`, `over_share`, `too_many_residents`, or a refusal by the
+    /// tenant's rates: `rate_limited` or `work_debt`.
     pub outcome: &'static str,
+    /// For a refusal by the tenant's rates, the bucket it was decided on (`None` for a
+    /// decision of the pool's rule, whose inputs follow; for a rate refusal they are 0:
+    /// no pool was touched).
+    pub rate: Option<RateInputs>,
     /// The inputs the rule decided on.
     pub in_use: u32,
     pub held: u32,
@@ -332,6 +337,17 @@ pub struct Decision {
     pub retry_after_ms: u32,
     /// What the library's rule decides on the same inputs now.
     pub replayed: Option<&'static str>,
+}
+
+/// The inputs of a refusal by a tenant's rates: the refusing bucket's rate and how far
+/// its theoretical arrival time was past the decision's `now`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RateInputs {
+    /// Requests per second (`rate_limited`) or work units per second (`work_debt`).
+    pub per_second: u32,
+    /// The bucket's lead over `now`, ns: a request bucket refuses when one more token
+    /// takes it past one second (the burst), a work bucket when it is past already.
+    pub lead_ns: u64,
 }
 
 /// The decision log of a segment, merged by time.
@@ -368,6 +384,12 @@ fn named(t: &Table, l: &Logged) -> Decision {
         .unwrap_or_else(|| format!("#{}", e.tenant));
     // The caller's time of the decision (the log keeps the segment's: `clock::internal`).
     let at_ms = crate::clock::external_or_0(e.at_ms);
+    let rate = (e.policy == decisions::POLICY_RATES).then(|| RateInputs {
+        per_second: e.cap,
+        lead_ns: e.lead_ns(),
+    });
+    // A rate refusal's words keep its bucket, not a pool's inputs.
+    let pool_input = |x: u32| if rate.is_some() { 0 } else { x };
     Decision {
         unix_ms: (at_ms as i64).saturating_add(realtime_offset_ms()).max(0) as u64,
         at_ms,
@@ -382,13 +404,18 @@ fn named(t: &Table, l: &Logged) -> Decision {
         tenant,
         units: e.units,
         outcome: decisions::outcome_name(e.outcome),
-        in_use: e.in_use,
-        held: e.held,
-        capacity: e.cap,
+        rate,
+        in_use: pool_input(e.in_use),
+        held: pool_input(e.held),
+        capacity: pool_input(e.cap),
         floor: e.floor,
         weight: e.weight,
         active_weight: e.active_weight,
-        share: crate::policy::fair_share::share(e.cap, e.floor, e.weight, e.active_weight as u64),
+        share: if rate.is_some() {
+            0.0
+        } else {
+            crate::policy::fair_share::share(e.cap, e.floor, e.weight, e.active_weight as u64)
+        },
         retry_after_ms: e.hint_ms,
         replayed: decisions::redecide(e).map(decisions::outcome_name),
     }
