@@ -536,3 +536,36 @@ fn inspect_shows_how_a_per_worker_pool_is_sized() {
     assert_eq!(sample(&m, "fairshm_pool_workers", &pool("requests")), 0.0);
     assert_eq!(kids.kill_all().len(), 3);
 }
+
+/// `rates` names the pools the rates do not apply to (`rates = false`), and `inspect`
+/// says so beside the pools.
+#[test]
+fn rates_name_the_pools_they_do_not_apply_to() {
+    let seg = Seg::new("tool-unrated");
+    let t = seg.create(&Config::with_pools(vec![
+        PoolConfig::new("requests", 4),
+        PoolConfig::new("flights", 4).without_rates(),
+    ]));
+    let o = shmtool(&["rates", &seg.name, "acme", "--requests", "5"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(
+        stdout(&o),
+        "acme: requests 5/s, work units unbounded\n  (not applied to flights: rates = \
+         false; a request is rated where it is admitted)\n"
+    );
+    let text = stdout(&shmtool(&["inspect", &seg.name]));
+    assert!(
+        text.contains("the tenants' rates do not apply to flights (rates = false)"),
+        "{text}"
+    );
+    let v = json(&shmtool(&["inspect", &seg.name, "--json"]));
+    assert_schema(&v);
+    let rated: Vec<bool> = v["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["rates"].as_bool().unwrap())
+        .collect();
+    assert_eq!(rated, [true, false]);
+    drop(t);
+}

@@ -217,8 +217,13 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             requests,
             work,
         } => {
+            let t = Table::open_observer(&name)?;
+            let unrated: Vec<String> = (t.config().pools.iter())
+                .filter(|p| !p.rates)
+                .map(|p| p.name.clone())
+                .collect();
             let (r, w) = if requests.is_none() && work.is_none() {
-                Table::open_observer(&name)?.rates(&tenant)?
+                t.rates(&tenant)?
             } else {
                 // As a tool: claiming an unseen tenant's name registers it, and a
                 // worker's registration would grow per_worker pools while it runs.
@@ -228,7 +233,8 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
                 t.set_rates(&tenant, r, w)?;
                 (r, w)
             };
-            write!(out, "{}", tool::rates_text(&tenant, r, w))?
+            let unrated: Vec<&str> = unrated.iter().map(String::as_str).collect();
+            write!(out, "{}", tool::rates_text(&tenant, r, w, &unrated))?
         }
         Cmd::Replay { name, json: j } => {
             let (n, diff) = tool::replay(&Table::open_observer(&name)?)?;

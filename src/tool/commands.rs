@@ -85,8 +85,9 @@ pub fn clean_stale(prefix: Option<&str>) -> Result<String> {
     Ok(out)
 }
 
-/// `rates`' line: a tenant's two rates (0 shown as unbounded).
-pub fn rates_text(tenant: &str, requests: u32, work: u32) -> String {
+/// `rates`' line: a tenant's two rates (0 shown as unbounded), and a second one naming
+/// the pools they do not apply to (`unrated`: `rates = false`), when there are any.
+pub fn rates_text(tenant: &str, requests: u32, work: u32, unrated: &[&str]) -> String {
     let show = |v: u32| {
         if v == 0 {
             "unbounded".to_owned()
@@ -94,11 +95,19 @@ pub fn rates_text(tenant: &str, requests: u32, work: u32) -> String {
             format!("{v}/s")
         }
     };
-    format!(
+    let mut out = format!(
         "{tenant}: requests {}, work units {}\n",
         show(requests),
         show(work)
-    )
+    );
+    if !unrated.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (not applied to {}: rates = false; a request is rated where it is admitted)",
+            unrated.join(", ")
+        );
+    }
+    out
 }
 
 /// `replay`'s lines: each decision that re-decides differently, then the count.
@@ -275,7 +284,7 @@ mod tests {
     #[test]
     fn rates_show_zero_as_unbounded() {
         assert_eq!(
-            rates_text("acme", 0, 25),
+            rates_text("acme", 0, 25, &[]),
             "acme: requests unbounded, work units 25/s\n"
         );
     }
