@@ -208,13 +208,13 @@ _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 
 
-def _out_of_range(name, value, hi):
+def _out_of_range(name, value, hi, lo=0):
     """ctypes would wrap a negative or too large integer silently (-1 units would ask
-    for 4294967295): refused here, naming the argument."""
-    return ValueError("%s must be an integer from 0 to %d, not %r" % (name, hi, value))
+    for 4294967295): refused here, naming the argument and its range (from ``lo``)."""
+    return ValueError("%s must be an integer from %d to %d, not %r" % (name, lo, hi, value))
 
 
-def _check(name, value, hi):
+def _check(name, value, hi, lo=0):
     """Refuses what ctypes would pass wrapped or refuse without naming the argument: an
     integer out of ``[0, hi]`` (``ValueError``), or not an integer at all (``TypeError``:
     a float, a str, None). Any integer type is taken (``operator.index``)."""
@@ -223,7 +223,7 @@ def _check(name, value, hi):
     except TypeError:
         raise TypeError("%s must be an integer, not %s" % (name, type(value).__name__)) from None
     if not 0 <= v <= hi:
-        raise _out_of_range(name, value, hi)
+        raise _out_of_range(name, value, hi, lo)
 
 
 def _now(now_ms):
@@ -237,7 +237,9 @@ def _now(now_ms):
 
 
 def _check_request(units, hold_ms):
-    _check("units", units, _U32)
+    # Units run from 1, as the message says; 0 goes on to the library, whose typed
+    # ``InvalidRequest`` says that 0 units were asked for.
+    _check("units", units, _U32, lo=1)
     _check("hold_ms", hold_ms, _U64)
 
 

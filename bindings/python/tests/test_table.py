@@ -182,6 +182,13 @@ def test_out_of_range_integers_are_refused_not_wrapped(table):
         with pytest.raises(ValueError):
             table.acquire("requests", "acme", timeout=0.01, **kw)
     assert table.stats()["pools"][0]["in_use"] == 0  # nothing was granted
+    # Units run from 1 (0 is the library's InvalidRequest); other numbers from 0.
+    with pytest.raises(ValueError) as e:
+        table.try_acquire("requests", "acme", units=-1)
+    assert "units must be an integer from 1 to 4294967295, not -1" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        table.try_acquire("requests", "acme", hold_ms=-5)
+    assert "hold_ms must be an integer from 0 to" in str(e.value)
     with pytest.raises(ValueError):
         table.set_rates("acme", requests_per_s=-1)
     with pytest.raises(ValueError):

@@ -216,6 +216,11 @@ class TestTable < Minitest::Test
       assert_raises(ArgumentError) { @table.acquire("requests", "acme", timeout: 0.01, **kw) }
     end
     assert_equal 0, in_use, "nothing was granted"
+    # Units run from 1 (0 is the library's InvalidRequest); other numbers from 0.
+    e = assert_raises(ArgumentError) { @table.try_acquire("requests", "acme", units: -1) }
+    assert_includes e.message, "units must be an integer from 1 to 4294967295, not -1"
+    e = assert_raises(ArgumentError) { @table.try_acquire("requests", "acme", hold_ms: -5) }
+    assert_includes e.message, "hold_ms must be an integer from 0 to"
     assert_raises(ArgumentError) { @table.set_rates("acme", requests_per_s: -1) }
     assert_raises(ArgumentError) { @table.charge("acme", -3) }
   end

@@ -84,12 +84,13 @@ module Fairshm
     now_ms
   end
 
-  # Raises ArgumentError unless +value+ is an Integer in 0..+max+, naming +name+:
-  # Fiddle would pass -1 as 4294967295 (and refuses a too large one without naming it).
-  def self.check_int(name, value, max)
+  # Raises ArgumentError unless +value+ is an Integer in 0..+max+, naming +name+ and its
+  # range (from +least+): Fiddle would pass -1 as 4294967295 (and refuses a too large
+  # one without naming it).
+  def self.check_int(name, value, max, least: 0)
     return if value.is_a?(Integer) && value >= 0 && value <= max
 
-    raise ArgumentError, "#{name} must be an integer from 0 to #{max}, not #{value.inspect}"
+    raise ArgumentError, "#{name} must be an integer from #{least} to #{max}, not #{value.inspect}"
   end
 
   # +name+ as the C ABI takes it (a NUL-terminated UTF-8 string; a Symbol is its name,
@@ -136,7 +137,9 @@ module Fairshm
   end
 
   def self.check_request(units, hold_ms)
-    check_int("units", units, U32_MAX)
+    # Units run from 1, as the message says; 0 goes on to the library, whose typed
+    # InvalidRequest says that 0 units were asked for.
+    check_int("units", units, U32_MAX, least: 1)
     check_int("hold_ms", hold_ms, U64_MAX)
   end
 
