@@ -239,6 +239,12 @@ impl Config {
         self
     }
 
+    /// The pools the tenants' rates do not apply to (`rates = false`), with their
+    /// indices, in pool order.
+    pub fn unrated(&self) -> impl Iterator<Item = (usize, &PoolConfig)> + '_ {
+        self.pools.iter().enumerate().filter(|(_, p)| !p.rates)
+    }
+
     /// Adds a guaranteed pool (seed 001).
     pub fn guaranteed(mut self, pool: GuaranteedConfig) -> Self {
         self.guaranteed.push(pool);

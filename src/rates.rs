@@ -36,6 +36,18 @@ pub fn interval_ns(rate: u32) -> Option<u64> {
     (rate > 0).then(|| (BURST_NS / rate as u64).max(1))
 }
 
+/// How far (ns) a bucket whose theoretical arrival time is `tat` runs past its burst at
+/// `now` once it takes `cost_ns` more: `None` while it stays within. The one rule of
+/// both buckets: a request takes its token while this is `None` at one interval's
+/// cost, and a tenant is in work debt while it is `Some` at no cost.
+#[inline]
+fn past_burst(tat: u64, now: u64, cost_ns: u64) -> Option<u64> {
+    let past = tat
+        .saturating_add(cost_ns)
+        .saturating_sub(now.saturating_add(BURST_NS));
+    (past > 0).then_some(past)
+}
+
 /// Ns past `now + 1 s` rounded up to whole ms (at least 1).
 #[inline]
 fn wait_ms(past_ns: u64) -> u64 {
@@ -76,9 +88,10 @@ pub struct Limited {
 /// the burst, the work bucket when it already has (debt). The rule `admit` applies,
 /// from the inputs the decision log keeps, so `replay` re-decides with it.
 pub fn refuses(reason: Reason, rate: u32, lead_ns: u64) -> bool {
+    // `now` 0: the lead is the theoretical arrival time.
     match (reason, interval_ns(rate)) {
-        (Reason::RateLimited, Some(every)) => lead_ns.saturating_add(every) > BURST_NS,
-        (Reason::WorkDebt, Some(_)) => lead_ns > BURST_NS,
+        (Reason::RateLimited, Some(every)) => past_burst(lead_ns, 0, every).is_some(),
+        (Reason::WorkDebt, Some(_)) => past_burst(lead_ns, 0, 0).is_some(),
         _ => false,
     }
 }
@@ -101,16 +114,15 @@ pub fn admit<R: Region>(r: &R, t: usize, now_ms: u64) -> Result<(), Limited> {
 fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> Result<(), Limited> {
     let rec = r.rate(t);
     let now = now_ms.saturating_mul(1_000_000);
-    let horizon = now.saturating_add(BURST_NS);
     if let Some(work_every) = interval_ns(work) {
         // Relaxed: module docs (a bucket word publishes nothing but itself).
         let tat = rec.work_tat_ns.load(Relaxed);
-        if tat > horizon {
+        if let Some(past) = past_burst(tat, now, 0) {
             // Relaxed: a statistic.
             rec.work_debt.fetch_add(1, Relaxed);
             return Err(Limited {
                 reason: Reason::WorkDebt,
-                retry_after_ms: wait_ms(tat - horizon),
+                retry_after_ms: wait_ms(past),
                 interval_ns: work_every,
                 rate: work,
                 lead_ns: tat - now,
@@ -123,18 +135,19 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
     // Relaxed: module docs; the CAS below makes each token taken once.
     let mut cur = rec.req_tat_ns.load(Relaxed);
     loop {
-        let next = cur.max(now).saturating_add(every);
-        if next > horizon {
+        let base = cur.max(now);
+        if let Some(past) = past_burst(base, now, every) {
             // Relaxed: a statistic.
             rec.rate_limited.fetch_add(1, Relaxed);
             return Err(Limited {
                 reason: Reason::RateLimited,
-                retry_after_ms: wait_ms(next - horizon),
+                retry_after_ms: wait_ms(past),
                 interval_ns: every,
                 rate: req,
-                lead_ns: cur.max(now) - now,
+                lead_ns: base - now,
             });
         }
+        let next = base.saturating_add(every);
         // Relaxed: the word publishes nothing but itself (module docs).
         match rec
             .req_tat_ns
@@ -168,14 +181,7 @@ pub fn charge<R: Region>(r: &R, t: usize, units: u64, now_ms: u64) -> u64 {
             .work_tat_ns
             .compare_exchange_weak(cur, next, Relaxed, Relaxed)
         {
-            Ok(_) => {
-                let horizon = now.saturating_add(BURST_NS);
-                return if next > horizon {
-                    wait_ms(next - horizon)
-                } else {
-                    0
-                };
-            }
+            Ok(_) => return past_burst(next, now, 0).map_or(0, wait_ms),
             Err(x) => cur = x,
         }
     }
@@ -217,15 +223,12 @@ pub fn state<R: Region>(r: &R, t: usize, now_ms: u64) -> RateState {
     // Relaxed, all: a report.
     let req_tat = rec.req_tat_ns.load(Relaxed).max(now);
     let work_tat = rec.work_tat_ns.load(Relaxed);
+    let debt = past_burst(work_tat, now, 0).filter(|_| work > 0);
     RateState {
         requests_per_s: req,
         work_units_per_s: work,
         request_tokens: interval_ns(req).map_or(0, |every| horizon.saturating_sub(req_tat) / every),
-        work_debt_ms: if work > 0 && work_tat > horizon {
-            wait_ms(work_tat - horizon)
-        } else {
-            0
-        },
+        work_debt_ms: debt.map_or(0, wait_ms),
         rate_limited: rec.rate_limited.load(Relaxed),
         work_debt_refusals: rec.work_debt.load(Relaxed),
         work_charged: rec.work_charged.load(Relaxed),

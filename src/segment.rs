@@ -352,12 +352,6 @@ impl Segment {
     pub fn config(&self) -> &Config {
         &self.cfg
     }
-    /// Whether the tenants' rates apply to pool `p`'s acquires (`PoolConfig::rates`);
-    /// read from the process's own copy of the config, so nothing shared is trusted.
-    #[inline]
-    pub fn rated(&self, p: usize) -> bool {
-        self.cfg.pools.get(p).is_none_or(|c| c.rates)
-    }
     pub fn size(&self) -> usize {
         self.len
     }

@@ -218,10 +218,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             work,
         } => {
             let t = Table::open_observer(&name)?;
-            let unrated: Vec<String> = (t.config().pools.iter())
-                .filter(|p| !p.rates)
-                .map(|p| p.name.clone())
-                .collect();
+            let unrated: Vec<&str> = t.config().unrated().map(|(_, p)| p.name.as_str()).collect();
             let (r, w) = if requests.is_none() && work.is_none() {
                 t.rates(&tenant)?
             } else {
@@ -233,7 +230,6 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
                 t.set_rates(&tenant, r, w)?;
                 (r, w)
             };
-            let unrated: Vec<&str> = unrated.iter().map(String::as_str).collect();
             write!(out, "{}", tool::rates_text(&tenant, r, w, &unrated))?
         }
         Cmd::Replay { name, json: j } => {

@@ -35,15 +35,6 @@ impl Config {
             + self.unrated().count() * UNRATED_LEN
     }
 
-    /// The indices of the pools the tenants' rates do not apply to, in pool order.
-    fn unrated(&self) -> impl Iterator<Item = u32> + '_ {
-        self.pools
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !p.rates)
-            .map(|(i, _)| i as u32)
-    }
-
     /// The pools whose quota is kept as an `f64` too: (index, bits), in pool order.
     fn exact_quotas(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.pools.iter().enumerate().filter_map(|(i, p)| {
@@ -110,8 +101,8 @@ impl Config {
             b.extend_from_slice(&0u32.to_le_bytes());
             b.extend_from_slice(&bits.to_le_bytes());
         }
-        for i in self.unrated() {
-            b.extend_from_slice(&i.to_le_bytes());
+        for (i, _) in self.unrated() {
+            b.extend_from_slice(&(i as u32).to_le_bytes());
             b.extend_from_slice(&0u32.to_le_bytes());
         }
         debug_assert_eq!(b.len(), self.encoded_len());

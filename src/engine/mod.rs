@@ -284,12 +284,15 @@ impl Engine {
         if units == 0 {
             return Err(Error::InvalidRequest("asked for 0 units".into()));
         }
+        // The pool's config, this process's own copy (a pool handle below `geo.pools`
+        // is one of its pools).
+        let pc = &self.config().pools[p];
         // The segment's time (the caller's + 1: see `clock::internal`).
         let now = crate::clock::internal(now);
         // The tenant's rates first: over them, nothing else is done (no pool is
         // touched, nothing is registered). One load when they are unbounded. A pool
         // without rates (`PoolConfig::rates`) takes no token and refuses no debt.
-        if self.seg.rated(p) {
+        if pc.rates {
             if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
                 return Ok(self.rate_refusal(p, tenant, units, now, &l));
             }
@@ -315,13 +318,13 @@ impl Engine {
             units,
             hold_ms,
             now,
-            window_ms: self.config().pools[p].window_ms as u64,
+            window_ms: pc.window_ms as u64,
             weight: tenant.weight.max(1),
             tid: crate::selfid::tid(),
             pid: crate::selfid::pid(),
             log: self.decision_log(),
             limits,
-            evict: self.config().pools[p].evict,
+            evict: pc.evict,
             queued_us: match queued_us {
                 Some(q) => {
                     crate::server_queue::note(self.seg.pool(p), q, now);
