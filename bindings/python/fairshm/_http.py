@@ -4,6 +4,7 @@ the same number, and a short JSON body with the reason and the explanation), and
 they read the front proxy's ``X-Request-Start``."""
 
 import json
+import logging
 import math
 import time
 
@@ -51,6 +52,21 @@ def invalid_tenant_response(error):
     return headers, body
 
 
+def lease_table_full_response(error):
+    """The 503 for a request that this process has no lease slot left for
+    (``LeaseTableFull``: as many of its requests in flight as ``leases_per_process``,
+    which an async server or a many-threaded worker reaches first). The bound is this
+    server's, not the tenant's, and it lasts only until one of those requests ends: 503
+    with ``Retry-After: 1``, not a 500 with a traceback."""
+    body = json.dumps({"error": "lease_table_full", "explanation": str(error)}).encode()
+    headers = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Retry-After", "1"),
+    ]
+    return headers, body
+
+
 def refusal_response(refused):
     ms = int(refused.retry_after_ms)
     body = json.dumps(
@@ -89,6 +105,19 @@ class Permits:
         self.units = units
         self.hold_ms = hold_ms
         self.queue_header = queue_header
+        self._warned = False
+
+    def lease_table_full(self, error):
+        """The 503's headers and body for ``error`` (``LeaseTableFull``); the first
+        one logs a warning naming the config key to raise, since every such 503 is a
+        request this server turned away for want of lease slots."""
+        if not self._warned:
+            self._warned = True
+            logging.getLogger("fairshm").warning(
+                "fairshm middleware answers 503 while this process has no lease slot left: %s",
+                error,
+            )
+        return lease_table_full_response(error)
 
     def waited(self, stamp):
         """The request's wait in the server's queue, µs, from its ``X-Request-Start``

@@ -7,11 +7,15 @@ whole response (or failed).
 
 ``tenant`` maps a request's scope to its tenant's name; ``None`` lets it through. A
 refused request gets 429 with ``Retry-After``; one whose tenant name the table cannot
-take gets 400. Other scopes (lifespan, websocket) pass
+take gets 400. An async server serves many requests at once in one process, and each
+holds one of the process's ``leases_per_process`` lease slots (default 64): raise it to
+the server's concurrency limit (uvicorn's ``--limit-concurrency``); a request that
+finds none left gets 503 with ``Retry-After: 1`` (the first such logs a warning on the
+``fairshm`` logger). Other scopes (lifespan, websocket) pass
 through untouched. ``X-Request-Start`` is read as by the WSGI middleware.
 """
 
-from . import InvalidTenant, Refused
+from . import InvalidTenant, LeaseTableFull, Refused
 from ._http import Permits, invalid_tenant_response, refusal_response
 
 
@@ -26,9 +30,11 @@ class FairshmASGIMiddleware(Permits):
             stamp = next((v for k, v in scope.get("headers", ()) if k.lower() == b"x-request-start"), None)
         try:
             lease = self.acquire(self.tenant(scope), stamp)
-        except (Refused, InvalidTenant) as e:
+        except (Refused, InvalidTenant, LeaseTableFull) as e:
             if isinstance(e, Refused):
                 status, (headers, body) = 429, refusal_response(e)
+            elif isinstance(e, LeaseTableFull):
+                status, (headers, body) = 503, self.lease_table_full(e)
             else:
                 status, (headers, body) = 400, invalid_tenant_response(e)
             await send(

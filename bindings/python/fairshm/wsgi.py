@@ -6,7 +6,10 @@
 
 ``tenant`` maps a request to its tenant's name; ``None`` lets the request through
 unlimited. A refused request gets 429 with ``Retry-After``; one whose tenant name the
-table cannot take (empty, too long, a NUL byte) gets 400. A ``pool`` the table does not
+table cannot take (empty, too long, a NUL byte) gets 400; one that finds this process
+with no lease slot left (``LeaseTableFull``: as many requests in flight as the config's
+``leases_per_process``) gets 503 with ``Retry-After: 1``, and the first such logs a
+warning on the ``fairshm`` logger. A ``pool`` the table does not
 have raises ``UnknownPool`` here, when the middleware is built. Behind a front proxy that
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
 table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when
@@ -14,7 +17,7 @@ the server closes the response (``close()``, which PEP 3333 requires even of a s
 body), or at once if the application raises.
 """
 
-from . import InvalidTenant, Refused
+from . import InvalidTenant, LeaseTableFull, Refused
 from ._http import Permits, invalid_tenant_response, refusal_response
 
 
@@ -31,6 +34,10 @@ class FairshmMiddleware(Permits):
         except InvalidTenant as e:
             headers, body = invalid_tenant_response(e)
             start_response("400 Bad Request", headers)
+            return [body]
+        except LeaseTableFull as e:
+            headers, body = self.lease_table_full(e)
+            start_response("503 Service Unavailable", headers)
             return [body]
         if lease is None:
             return self.app(environ, start_response)

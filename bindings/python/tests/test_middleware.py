@@ -263,3 +263,81 @@ def test_asgi_answers_400_to_a_tenant_name_the_table_cannot_take(table):
 
     asyncio.run(run())
     assert in_use(table) == 0 and table.stats()["tenants"] == []
+
+
+# A process holds at most `leases_per_process` leases: an async server (or a worker of
+# many threads) with more requests in flight finds none left. That bound is the
+# server's and lasts until one of its requests ends: 503 with Retry-After, not a 500.
+def small_lease_table(name):
+    return fairshm.Table.create(
+        name, {"pools": [{"name": "requests", "capacity": 8}], "leases_per_process": 2}
+    )
+
+
+def test_wsgi_answers_503_when_this_process_has_no_lease_slot_left(name, caplog):
+    t = small_lease_table(name)
+    try:
+        mw = FairshmMiddleware(wsgi_app, t, "requests", tenant_of)
+        bodies = [mw({"HTTP_X_TENANT": "acme"}, StartResponse()) for _ in range(2)]
+        with caplog.at_level("WARNING", logger="fairshm"):
+            for _ in range(2):
+                sr = StartResponse()
+                body = b"".join(mw({"HTTP_X_TENANT": "globex"}, sr))
+                assert sr.status == "503 Service Unavailable"
+                assert sr.headers["Retry-After"] == "1"
+                assert int(sr.headers["Content-Length"]) == len(body)
+                doc = json.loads(body)
+                assert doc["error"] == "lease_table_full"
+                assert "leases_per_process" in doc["explanation"]
+        warned = [r for r in caplog.records if r.name == "fairshm"]
+        assert len(warned) == 1 and "leases_per_process" in warned[0].getMessage()
+        assert in_use(t) == 2
+        bodies.pop().close()
+        sr = StartResponse()
+        body = mw({"HTTP_X_TENANT": "globex"}, sr)
+        assert sr.status == "200 OK" and in_use(t) == 2
+        body.close()
+        bodies.pop().close()
+        assert in_use(t) == 0
+    finally:
+        t.close()
+
+
+def test_asgi_answers_503_when_this_process_has_no_lease_slot_left(name):
+    t = small_lease_table(name)
+    gate = asyncio.Event()
+
+    async def app(scope, receive, send):
+        await gate.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    mw = FairshmASGIMiddleware(app, t, "requests", lambda scope: scope["tenant"])
+
+    async def request(tenant):
+        sent = []
+
+        async def send(msg):
+            sent.append(msg)
+
+        await mw({"type": "http", "headers": [], "tenant": tenant}, None, send)
+        return sent
+
+    async def run():
+        slow = [asyncio.ensure_future(request("acme")) for _ in range(2)]
+        while in_use(t) < 2:
+            await asyncio.sleep(0.001)
+        sent = await request("globex")
+        assert sent[0]["status"] == 503
+        assert dict(sent[0]["headers"])[b"retry-after"] == b"1"
+        assert json.loads(sent[1]["body"])["error"] == "lease_table_full"
+        gate.set()
+        for s in await asyncio.gather(*slow):
+            assert s[0]["status"] == 200
+        assert (await request("globex"))[0]["status"] == 200
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 30))
+        assert in_use(t) == 0
+    finally:
+        t.close()

@@ -211,4 +211,51 @@ class TestRack < Minitest::Test
     end
     assert_equal 0, in_use
   end
+
+  # A process holds at most leases_per_process leases: a worker of many threads with
+  # more requests in flight finds none left. That bound is the server's and lasts until
+  # one of its requests ends: 503 with Retry-After (warned once), not a 500.
+  def test_answers_503_when_this_process_has_no_lease_slot_left
+    require "rack"
+    require "rack/lint"
+    require "rack/mock"
+    @table.close
+    Fairshm::Table.unlink(@name)
+    @table = Fairshm::Table.create(@name, { "pools" => [{ "name" => "requests", "capacity" => 8 }],
+                                            "leases_per_process" => 2 })
+    lint = Rack::Lint.new(app)
+    env = -> { Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "globex") }
+    held = Array.new(2) { lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))[2] }
+    answers = nil
+    _, err = capture_io do
+      answers = Array.new(2) do
+        status, headers, body = lint.call(env.call)
+        text = +""
+        body.each { |c| text << c }
+        body.close
+        [status, headers, text]
+      end
+    end
+    answers.each do |status, headers, text|
+      assert_equal 503, status
+      assert_equal "1", headers["retry-after"]
+      assert_equal text.bytesize, Integer(headers["content-length"])
+      doc = JSON.parse(text)
+      assert_equal "lease_table_full", doc["error"]
+      assert_includes doc["explanation"], "leases_per_process"
+    end
+    assert_equal 1, err.scan("no lease slot left").size, err
+    assert_equal 2, in_use
+    finish = lambda do |b|
+      b.each { |_| nil }
+      b.close
+    end
+    finish.call(held.pop)
+    status, _, body = lint.call(env.call)
+    assert_equal 200, status
+    body.each { |_| nil }
+    body.close
+    held.each(&finish)
+    assert_equal 0, in_use
+  end
 end

@@ -8,8 +8,9 @@ module Fairshm
   # body (so a streamed body keeps it while it streams), or released at once if the
   # application raises. A refused request gets 429 with Retry-After (whole seconds,
   # rounded up), Retry-After-Ms from the same number, and a short JSON body; one whose
-  # tenant name the table cannot take gets 400. A +pool+ the table does not have raises
-  # UnknownPool when the middleware is built.
+  # tenant name the table cannot take gets 400; one that finds this process with no
+  # lease slot left (LeaseTableFull) gets 503 with Retry-After: 1. A +pool+ the table
+  # does not have raises UnknownPool when the middleware is built.
   #
   #   use Fairshm::RackMiddleware, table: TABLE, pool: "requests",
   #       tenant: ->(env) { env["HTTP_X_TENANT"] }
@@ -52,6 +53,8 @@ module Fairshm
         lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms, queued_us: q)
       rescue InvalidTenant => e
         return RackMiddleware.invalid_tenant(e)
+      rescue LeaseTableFull => e
+        return lease_table_full(e)
       end
       # Returned, not raised: no backtrace is captured for a 429.
       return RackMiddleware.refused(lease) if lease.is_a?(Refused)
@@ -93,6 +96,22 @@ module Fairshm
     def self.invalid_tenant(error)
       body = JSON.generate(error: "invalid_tenant", explanation: error.message)
       [400, { "content-type" => "application/json", "content-length" => body.bytesize.to_s }, [body]]
+    end
+
+    # The 503 for a request that this process has no lease slot left for
+    # (LeaseTableFull: as many of its requests in flight as the config's
+    # leases_per_process, which a worker of many threads reaches first). The bound is
+    # this server's, not the tenant's, and lasts only until one of those requests ends:
+    # 503 with Retry-After: 1, not a 500. The first one warns (Kernel#warn), naming the
+    # config key to raise.
+    def lease_table_full(error)
+      unless @warned
+        @warned = true
+        warn "fairshm middleware answers 503 while this process has no lease slot left: #{error.message}"
+      end
+      body = JSON.generate(error: "lease_table_full", explanation: error.message)
+      [503, { "content-type" => "application/json", "content-length" => body.bytesize.to_s,
+              "retry-after" => "1" }, [body]]
     end
 
     def self.refused(refused)
