@@ -1,4 +1,4 @@
-"""What the server tests (`test_crash.py`, `test_asgi.py`) share: a server started on a
+"""What the server tests (`test_crash.py`, `test_asgi.py`, and `run.py`) share: a server started on a
 fresh segment in a session of its own, with deadlines on every wait, and requests to it.
 """
 
@@ -49,6 +49,18 @@ def get(port, path="/", tenant=None, full=False):
         return r.status
     finally:
         c.close()
+
+
+def stop_session(proc):
+    """Stops a server started in a session of its own (`start_new_session`), and every
+    process of it: SIGTERM, then SIGKILL after 20 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def dead(pid):
@@ -115,13 +127,7 @@ class Server:
     def stop(self):
         for s in self.hung:
             s.close()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_session(self.proc)
         self.log.close()
         if getattr(self, "table", None) is not None:
             self.table.close()

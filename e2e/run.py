@@ -64,7 +64,6 @@ heavy p99 seed 000's rule puts out of reach.
 import argparse
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -73,6 +72,7 @@ import time
 from pathlib import Path
 
 import fairshm
+from harness import free_port, stop_session
 from hoststat import cpu_ticks, steal_pct
 
 HERE = Path(__file__).resolve().parent
@@ -101,14 +101,6 @@ SERVERS = {
     "puma-2x2": (2, 2),
     "puma-4x4": (4, 4),
 }
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def pool_of(kind):
@@ -169,13 +161,7 @@ class Server:
         raise RuntimeError("server did not answer in 60 s")
 
     def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_session(self.proc)
         self.log.close()
 
 
