@@ -1,5 +1,5 @@
 """The ASGI middleware under a real ASGI server: uvicorn (Debian's), one process serving
-many requests at once (`asgi_app.py`: each `/slow` request awaits a second). Each
+many requests at once (`asgi_app.py`: each `/slow` request awaits 3 s). Each
 request holds its permit across its awaits, until its response is sent:
 
 - on a pool of 2, three concurrent requests of one tenant: two are served together and
@@ -41,7 +41,7 @@ def concurrently(port, n, tenant):
 
 
 def test_uvicorn_holds_each_permit_across_awaits_and_answers_429(tmp_path):
-    s = uvicorn(tmp_path, 2, E2E_SLOW_S="2")
+    s = uvicorn(tmp_path, 2, E2E_SLOW_S="3")
     try:
         threads, answers = concurrently(s.port, 2, "acme")
         until("both slow requests hold their permits", lambda: s.in_use() == 2, 10)
@@ -58,7 +58,7 @@ def test_uvicorn_holds_each_permit_across_awaits_and_answers_429(tmp_path):
 
 
 def test_uvicorn_answers_503_when_its_process_has_no_lease_slot_left(tmp_path):
-    s = uvicorn(tmp_path, 8, E2E_SLOW_S="2", E2E_LEASES="2")
+    s = uvicorn(tmp_path, 8, E2E_SLOW_S="3", E2E_LEASES="2")
     try:
         threads, answers = concurrently(s.port, 2, "acme")
         until("both slow requests hold their permits", lambda: s.in_use() == 2, 10)
