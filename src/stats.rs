@@ -37,6 +37,75 @@ pub struct Snapshot {
     /// times, deficits, reclaims, outstanding and overrunning leases. A pool whose
     /// state cannot be read (corrupt) is left out; `check` names it.
     pub guaranteed: Vec<crate::guaranteed::GStats>,
+    /// How full the segment's fixed tables are.
+    pub tables: TableUsage,
+}
+
+/// How full the segment's fixed tables are. Each is sized at creation, and a full one
+/// refuses with an error that names the config key to raise (`TenantTableFull`,
+/// `ProcessTableFull`, `LeaseTableFull`), which only a new segment can: these say how
+/// close each is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TableUsage {
+    /// Tenant directory slots taken (a name keeps its slot for the segment's life), of
+    /// `max_tenants`.
+    pub tenants: Usage,
+    /// Process slots taken (registered, or being claimed or reaped), of
+    /// `max_processes`.
+    pub processes: Usage,
+    /// Lease slots taken (held, in flight, or a thread's spare), of `max_processes *
+    /// leases_per_process`.
+    pub leases: Usage,
+    /// The most lease slots one process slot has taken, of `leases_per_process`: that
+    /// process's next acquire is `LeaseTableFull` when they are all taken.
+    pub leases_in_one_process: Usage,
+}
+
+/// Slots taken of a table's `size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub used: usize,
+    pub size: usize,
+}
+
+/// Counts the slots taken in each fixed table (plain loads: each count true at some
+/// instant of the read).
+pub fn table_usage<R: Region>(r: &R) -> TableUsage {
+    let geo = r.geometry();
+    // Relaxed, all: a report.
+    let tenants = (0..geo.tenants)
+        .filter(|&t| tenant_state::status(r.tenant(t).state.load(Relaxed)) != tenant_state::EMPTY)
+        .count();
+    let processes = (0..geo.procs)
+        .filter(|&s| ps::status(r.proc_slot(s).state.load(Relaxed)) != ps::FREE)
+        .count();
+    let per_proc = geo.leases_per_proc;
+    let taken = |l: usize| ls::state(r.lease(l).state.load(Relaxed)) != ls::FREE;
+    let by_proc: Vec<usize> = (0..geo.procs)
+        .map(|s| {
+            (s * per_proc..(s + 1) * per_proc)
+                .filter(|&l| taken(l))
+                .count()
+        })
+        .collect();
+    TableUsage {
+        tenants: Usage {
+            used: tenants,
+            size: geo.tenants,
+        },
+        processes: Usage {
+            used: processes,
+            size: geo.procs,
+        },
+        leases: Usage {
+            used: by_proc.iter().sum(),
+            size: geo.leases(),
+        },
+        leases_in_one_process: Usage {
+            used: by_proc.iter().copied().max().unwrap_or(0),
+            size: per_proc,
+        },
+    }
 }
 
 /// One claimed tenant of the directory.
@@ -459,6 +528,7 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         .collect();
     Snapshot {
         now_ms: clock::external_or_0(now),
+        tables: table_usage(r),
         pools,
         leases,
         processes,

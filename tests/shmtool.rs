@@ -569,3 +569,54 @@ fn rates_name_the_pools_they_do_not_apply_to() {
     assert_eq!(rated, [true, false]);
     drop(t);
 }
+
+/// `inspect` (text and JSON) and `metrics` say how full each fixed table is: the
+/// tenant directory, the process slots, the lease slots and the fullest process's
+/// share of them, each against its size from the config.
+#[test]
+fn inspect_and_metrics_say_how_full_each_table_is() {
+    let seg = Seg::new("tool-tables");
+    let mut cfg = config();
+    cfg.max_tenants = 4;
+    cfg.max_processes = 3;
+    cfg.leases_per_process = 2;
+    let t = seg.create(&cfg);
+    let mut kids = Children(vec![holder(&seg.name, "a", 1), holder(&seg.name, "b", 2)]);
+    wait_until(
+        None,
+        "two registered holders",
+        Duration::from_millis(2),
+        || t.snapshot().pools[0].in_use == 3,
+    );
+    let v = json(&shmtool(&["inspect", "--json", &seg.name]));
+    assert_schema(&v);
+    let usage = |k: &str| {
+        (
+            v["tables"][k]["used"].as_u64(),
+            v["tables"][k]["size"].as_u64(),
+        )
+    };
+    assert_eq!(usage("tenants"), (Some(2), Some(4)));
+    assert_eq!(usage("processes"), (Some(2), Some(3)));
+    assert_eq!(usage("leases"), (Some(2), Some(6)));
+    assert_eq!(usage("leases_in_one_process"), (Some(1), Some(2)));
+    let human = stdout(&shmtool(&["inspect", &seg.name]));
+    assert!(
+        human.contains(
+            "tables: tenants 2 of 4 (max_tenants), processes 2 of 3 (max_processes), \
+             leases 2 of 6, at most 1 of 2 in one process (leases_per_process)"
+        ),
+        "{human}"
+    );
+    let m = check_prometheus(&stdout(&shmtool(&["metrics", &seg.name])));
+    let table = |k| [("segment", seg.name.as_str()), ("table", k)];
+    assert_eq!(sample(&m, "fairshm_table_used", &table("tenants")), 2.0);
+    assert_eq!(sample(&m, "fairshm_table_size", &table("tenants")), 4.0);
+    assert_eq!(sample(&m, "fairshm_table_used", &table("processes")), 2.0);
+    assert_eq!(sample(&m, "fairshm_table_size", &table("leases")), 6.0);
+    assert_eq!(
+        sample(&m, "fairshm_table_size", &table("leases_in_one_process")),
+        2.0
+    );
+    assert_eq!(kids.kill_all().len(), 2);
+}

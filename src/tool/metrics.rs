@@ -253,6 +253,34 @@ pub fn prometheus(r: &Report) -> String {
         let n = r.processes_counted(&[state]);
         f.sample(name, &[("segment", seg), ("liveness", state)], n);
     }
+    let t = &r.tables;
+    let tables = [
+        ("tenants", t.tenants),
+        ("processes", t.processes),
+        ("leases", t.leases),
+        ("leases_in_one_process", t.leases_in_one_process),
+    ];
+    let name = "fairshm_table_used";
+    f.head(
+        name,
+        "gauge",
+        "Slots taken in a fixed table of the segment (tenants: names ever claimed; \
+         leases_in_one_process: the most one process has taken); a full one refuses with \
+         TenantTableFull, ProcessTableFull or LeaseTableFull.",
+    );
+    for (table, u) in tables {
+        f.sample(name, &[("segment", seg), ("table", table)], u.used);
+    }
+    let name = "fairshm_table_size";
+    f.head(
+        name,
+        "gauge",
+        "Slots of a fixed table of the segment, set at creation (max_tenants, \
+         max_processes, their product with leases_per_process, leases_per_process).",
+    );
+    for (table, u) in tables {
+        f.sample(name, &[("segment", seg), ("table", table)], u.size);
+    }
     let name = "fairshm_leases";
     f.head(name, "gauge", "Lease records in use (held or in flight).");
     f.sample(name, &[("segment", seg)], r.leases.len());

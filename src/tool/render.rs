@@ -53,6 +53,23 @@ pub fn clock(unix_ms: u64) -> String {
 }
 
 /// `inspect`'s tables: pools, tenants per pool, leases, processes.
+/// How full the fixed tables are, in one line: each is sized at creation, and a full
+/// one is an error (`TenantTableFull`, ...) that only a new segment mends.
+fn tables_line(t: &crate::stats::TableUsage) -> String {
+    format!(
+        "tables: tenants {} of {} (max_tenants), processes {} of {} (max_processes), \
+         leases {} of {}, at most {} of {} in one process (leases_per_process)\n",
+        t.tenants.used,
+        t.tenants.size,
+        t.processes.used,
+        t.processes.size,
+        t.leases.used,
+        t.leases.size,
+        t.leases_in_one_process.used,
+        t.leases_in_one_process.size
+    )
+}
+
 pub fn report_tables(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -60,6 +77,7 @@ pub fn report_tables(r: &Report) -> String {
         "segment {}  {} bytes  layout v{}  created by pid {}",
         r.segment.name, r.segment.size, r.segment.layout_version, r.segment.creator_pid
     );
+    out.push_str(&tables_line(&r.tables));
     out.push_str("\nPOOLS\n");
     let rows: Vec<Vec<String>> = r
         .pools

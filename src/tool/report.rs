@@ -28,6 +28,9 @@ pub struct Report {
     /// Every guaranteed pool's `stats()` (seed 001), as of its own clock (the latest
     /// `now` any call gave it).
     pub guaranteed: Vec<crate::guaranteed::GStats>,
+    /// How full the segment's fixed tables are (tenant directory, process slots, lease
+    /// slots), as the snapshot counted them.
+    pub tables: crate::stats::TableUsage,
 }
 
 impl Report {
@@ -297,6 +300,7 @@ fn from_snapshot(segment: SegmentInfo, s: Snapshot) -> Report {
         tenants,
         deaths: s.deaths,
         guaranteed: s.guaranteed,
+        tables: s.tables,
     }
 }
 

@@ -292,6 +292,8 @@ def test_wsgi_answers_503_when_this_process_has_no_lease_slot_left(name, caplog)
         warned = [r for r in caplog.records if r.name == "fairshm"]
         assert len(warned) == 1 and "leases_per_process" in warned[0].getMessage()
         assert in_use(t) == 2
+        # The operator's view of it: this process has taken both of its lease slots.
+        assert t.stats()["tables"]["leases_in_one_process"] == {"used": 2, "size": 2}
         bodies.pop().close()
         sr = StartResponse()
         body = mw({"HTTP_X_TENANT": "globex"}, sr)
