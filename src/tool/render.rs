@@ -52,7 +52,6 @@ pub fn clock(unix_ms: u64) -> String {
     )
 }
 
-/// `inspect`'s tables: pools, tenants per pool, leases, processes.
 /// How full the fixed tables are, in one line: each is sized at creation, and a full
 /// one is an error (`TenantTableFull`, ...) that only a new segment mends.
 fn tables_line(t: &crate::stats::TableUsage) -> String {
@@ -70,6 +69,8 @@ fn tables_line(t: &crate::stats::TableUsage) -> String {
     )
 }
 
+/// `inspect`'s tables: how full the fixed tables are, pools, tenants per pool, leases,
+/// processes.
 pub fn report_tables(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
