@@ -570,9 +570,9 @@ fn rates_name_the_pools_they_do_not_apply_to() {
     drop(t);
 }
 
-/// `inspect` (text and JSON) and `metrics` say how full each fixed table is: the
-/// tenant directory, the process slots, the lease slots and the fullest process's
-/// share of them, each against its size from the config.
+/// `inspect` (text and JSON), `metrics` and `top` (the directory) say how full each
+/// fixed table is: the tenant directory, the process slots, the lease slots and the
+/// fullest process's share of them, each against its size from the config.
 #[test]
 fn inspect_and_metrics_say_how_full_each_table_is() {
     let seg = Seg::new("tool-tables");
@@ -608,6 +608,8 @@ fn inspect_and_metrics_say_how_full_each_table_is() {
         ),
         "{human}"
     );
+    let top = stdout(&shmtool(&["top", &seg.name, "--once"]));
+    assert!(top.contains("tenants: 2 of 4"), "{top}");
     let m = check_prometheus(&stdout(&shmtool(&["metrics", &seg.name])));
     let table = |k| [("segment", seg.name.as_str()), ("table", k)];
     assert_eq!(sample(&m, "fairshm_table_used", &table("tenants")), 2.0);

@@ -395,11 +395,14 @@ pub fn top_view(r: &Report) -> String {
     }
     rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let mut out = format!(
-        "fairshm {}  processes: {} alive, {} not  leases: {}  (q or Ctrl-C quits)\n\n",
+        "fairshm {}  processes: {} alive, {} not  leases: {}  tenants: {} of {}  \
+         (q or Ctrl-C quits)\n\n",
         r.segment.name,
         r.processes_counted(&["alive"]),
         r.processes_counted(&["dying", "dead"]),
-        r.leases.len()
+        r.leases.len(),
+        r.tables.tenants.used,
+        r.tables.tenants.size
     );
     let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, r)| r).collect();
     out.push_str(&table(
