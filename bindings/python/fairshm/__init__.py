@@ -26,7 +26,7 @@ from ._errors import (  # the subclass of Error for each code, exported from her
     Corrupt, Error, ForeignPidNamespace, InvalidConfig, InvalidName, InvalidRequest, InvalidTenant,
     IoError, LeaseTableFull, NotFound, NotOwner, NotReady, NotResident, PoolLeasesFull,
     ProcessTableFull, ReadOnly, Revoked, TenantBusy, TenantTableFull, Truncated, UnitsExceedCapacity,
-    UnknownPool, VersionMismatch, WrongOwner, _c_name, _check, _check_request, _deadline, _now, _raise,
+    UnknownPool, VersionMismatch, WrongOwner, _c_name, _check, _check_request, _deadline, _left_ms, _now, _raise,
     _take_json,
 )
 from ._lib import lib
@@ -239,7 +239,7 @@ class Lease:
         deadline = _deadline(timeout)
         out = c_uint32()
         while True:
-            left = WAIT_SLICE_MS if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            left = WAIT_SLICE_MS if deadline is None else _left_ms(deadline)
             rc = lib.fairshm_wait_revoked(self.table._h, self.id, min(left, WAIT_SLICE_MS), byref(out))
             if rc:
                 self.table._fail(rc)
@@ -449,7 +449,7 @@ class Table:
             deadline = cap if deadline is None else min(deadline, cap)
         start = time.monotonic()
         while True:
-            left = WAIT_SLICE_MS if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            left = WAIT_SLICE_MS if deadline is None else _left_ms(deadline)
             last = deadline is not None and left <= WAIT_SLICE_MS
             rc = _acquire(self._h, p, t, units, hold_ms, min(left, WAIT_SLICE_MS),
                           0 if last else _lib.WAIT_SLICE, c, lref, rref)

@@ -3,6 +3,7 @@ refusal reasons' names, and the checks that refuse a bad argument before it reac
 library (a name a C string cannot carry, an integer ctypes would wrap)."""
 
 import json
+import math
 import numbers
 import operator
 import time
@@ -186,6 +187,13 @@ def _deadline(timeout):
     if timeout != timeout:
         raise ValueError("timeout is NaN")
     return time.monotonic() + max(0.0, timeout)
+
+
+def _left_ms(deadline):
+    """Whole ms from now to ``deadline`` (a monotonic instant), rounded up: a wait of
+    that long ends at the deadline or after it, never before (rounded down, the last
+    slice of a wait ended up to 1 ms early, and a wait of 50 ms was over after 49)."""
+    return max(0, math.ceil((deadline - time.monotonic()) * 1000))
 
 
 def _take_json(p, code):

@@ -35,6 +35,22 @@ def test_acquire_times_out_with_a_timed_out_refusal(table):
         lease.release()
 
 
+def test_a_wait_never_ends_before_its_timeout(table):
+    # The wait goes in slices of whole ms; the last one is rounded up, so the wait
+    # ends at its timeout or after it (rounded down, 50 ms was over after 49).
+    held = fill(table)
+    for timeout in (0.013, 0.05, 0.101, 0.2345):
+        t0 = time.monotonic()
+        with pytest.raises(fairshm.Refused) as e:
+            table.acquire("requests", "acme", timeout=timeout)
+        waited = time.monotonic() - t0
+        assert e.value.reason == "timed_out"
+        assert waited >= timeout, (timeout, waited)
+        assert e.value.waited_ms >= int(timeout * 1000), (timeout, e.value.waited_ms)
+    for lease in held:
+        lease.release()
+
+
 def test_a_release_wakes_a_waiter_and_the_gil_is_free_meanwhile(table):
     held = fill(table)
     ticks = []

@@ -92,3 +92,17 @@ def test_the_victim_is_woken_and_a_call_block_protects(name):
             t2.close()
             fairshm.Table.unlink(name + "-plain")
     t.close()
+
+
+def test_a_wait_for_a_revocation_never_ends_before_its_timeout(name):
+    t = residents(name, 2)
+    try:
+        lease = t.try_acquire("residents", "acme")
+        for timeout in (0.013, 0.05, 0.101):
+            t0 = time.monotonic()
+            assert lease.wait_revoked(timeout) is False
+            waited = time.monotonic() - t0
+            assert waited >= timeout, (timeout, waited)
+        lease.release()
+    finally:
+        t.close()

@@ -237,11 +237,7 @@ module Fairshm
       deadline = Fairshm.deadline(timeout)
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
       loop do
-        left = if deadline
-                 [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
-               else
-                 WAIT_SLICE_MS
-               end
+        left = deadline ? Fairshm.left_ms(deadline) : WAIT_SLICE_MS
         rc = Native::WAIT_REVOKED.call(@table.handle, @id, [left, WAIT_SLICE_MS].min, out)
         @table.raise_for(rc) unless rc.zero?
         got = out[0, 4].unpack1("L") == 1
@@ -435,11 +431,7 @@ module Fairshm
       end
       start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       loop do
-        left = if deadline
-                 [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).to_i, 0].max
-               else
-                 WAIT_SLICE_MS
-               end
+        left = deadline ? Fairshm.left_ms(deadline) : WAIT_SLICE_MS
         last = deadline && left <= WAIT_SLICE_MS
         rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
                                   last ? 0 : Native::WAIT_SLICE, c, lease, refusal)

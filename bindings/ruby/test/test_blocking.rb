@@ -22,6 +22,21 @@ class TestBlocking < Minitest::Test
     held.each(&:release)
   end
 
+  # The wait goes in slices of whole ms; the last one is rounded up, so the wait ends
+  # at its timeout or after it (rounded down, 50 ms was over after 49).
+  def test_a_wait_never_ends_before_its_timeout
+    held = fill
+    [0.013, 0.05, 0.101, 0.2345].each do |timeout|
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      r = assert_raises(Fairshm::Refused) { @table.acquire("requests", "acme", timeout: timeout) }
+      waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+      assert_equal "timed_out", r.reason
+      assert_operator waited, :>=, timeout
+      assert_operator r.waited_ms, :>=, (timeout * 1000).to_i
+    end
+    held.each(&:release)
+  end
+
   def test_a_release_wakes_a_waiter_and_other_threads_run_meanwhile
     held = fill
     ticks = 0

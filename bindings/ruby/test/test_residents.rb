@@ -57,4 +57,14 @@ class TestResidents < Minitest::Test
     assert woke
     assert_raises(Fairshm::NotResident) { fill[1].end_call }
   end
+
+  def test_a_wait_for_a_revocation_never_ends_before_its_timeout
+    lease = @table.try_acquire("residents", "acme")
+    [0.013, 0.05, 0.101].each do |timeout|
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      refute lease.wait_revoked(timeout)
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0, :>=, timeout
+    end
+    lease.release
+  end
 end

@@ -136,6 +136,13 @@ module Fairshm
     Process.clock_gettime(Process::CLOCK_MONOTONIC) + [timeout, 0].max
   end
 
+  # Whole ms from now to +deadline+ (a monotonic instant), rounded up: a wait of that
+  # long ends at the deadline or after it, never before (rounded down, the last slice
+  # of a wait ended up to 1 ms early, and a wait of 50 ms was over after 49).
+  def self.left_ms(deadline)
+    [((deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).ceil, 0].max
+  end
+
   def self.check_request(units, hold_ms)
     # Units run from 1, as the message says; 0 goes on to the library, whose typed
     # InvalidRequest says that 0 units were asked for.
