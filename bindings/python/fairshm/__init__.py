@@ -286,9 +286,16 @@ def _config_args(config):
     if isinstance(config, (str, os.PathLike)):
         path = os.fsencode(config)
         if b"\x00" in path:
-            raise ValueError("config file path %r contains a NUL byte" % (config,))
+            raise ValueError("config %r contains a NUL byte" % (config,))
+        if isinstance(config, str) and not os.path.exists(config):
+            # Not a file: the config's own text, when it can be nothing else (no path
+            # starts with "{" or holds a line break): JSON, or TOML.
+            if config.lstrip().startswith("{"):
+                return config.encode(), _lib.CONFIG_JSON
+            if "\n" in config:
+                return config.encode(), _lib.CONFIG_TOML
         return path, _lib.CONFIG_FILE
-    raise TypeError("config is a dict, a file's path, or None")
+    raise TypeError("config is a dict, a file's path, the config's JSON or TOML text, or None")
 
 
 class Table:

@@ -106,6 +106,27 @@ def test_config_from_toml_and_json_files(tmp_path, name):
     assert e.value.kind == "config_mismatch"
 
 
+def test_config_as_its_json_or_toml_text(tmp_path, name):
+    # A str that is no file and can be no path is the config's own text.
+    t = fairshm.Table.create(name, ' {"pools": [{"name": "flights", "capacity": 7}]}')
+    assert t.stats()["pools"][0]["capacity"] == 7
+    t2 = fairshm.Table.open(name, '[[pools]]\nname = "flights"\ncapacity = 7\n')
+    assert t2.stats()["pools"][0]["name"] == "flights"
+    t2.close()
+    with pytest.raises(fairshm.ConfigMismatch):
+        fairshm.Table.open(name, '{"pools": [{"name": "flights", "capacity": 8}]}')
+    t.close()
+    with pytest.raises(ValueError, match="NUL"):
+        fairshm.Table.open(name, '{"pools": []}\x00')
+    # A name that is no file and no config text is still a missing file.
+    with pytest.raises(fairshm.InvalidConfig, match="cannot read config file"):
+        fairshm.Table.open(name, str(tmp_path / "missing.toml"))
+    # An existing file is read, whatever its name looks like.
+    odd = tmp_path / "{odd}.json"
+    odd.write_text(json.dumps({"pools": [{"name": "flights", "capacity": 7}]}))
+    fairshm.Table.open(name, str(odd)).close()
+
+
 def test_open_or_create_and_observer(name):
     cfg = {"pools": [{"name": "requests", "capacity": 2}]}
     a = fairshm.Table.open_or_create(name, cfg)

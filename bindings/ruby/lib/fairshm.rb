@@ -281,17 +281,27 @@ module Fairshm
       raise InvalidConfig.new(Native::E_INVALID_CONFIG, "invalid config: #{e.message}: a NaN or infinite number (a quota?)")
     end
 
+    # A String config: the config's JSON or TOML text, or a file's path (see +new+).
+    def self.config_string(config)
+      raise ArgumentError, "config #{config.inspect} contains a NUL byte" if config.include?("\0")
+
+      unless File.exist?(config)
+        return [config, Native::CONFIG_JSON] if config.lstrip.start_with?("{")
+        return [config, Native::CONFIG_TOML] if config.include?("\n")
+      end
+      [config, Native::CONFIG_FILE]
+    end
+
     # +config+: a Hash (sent as JSON), a file's path (TOML if it ends in .toml, JSON if
-    # in .json, else by its text), or nil.
+    # in .json, else by its text), the config's own text (JSON if it starts with "{",
+    # TOML if it has a line break: no path does, and an existing file is taken as
+    # one), or nil.
     def initialize(name, how, config = nil, mode = 0)
       text, kind = case config
                    when nil then [nil, Native::CONFIG_NONE]
                    when Hash then [Table.config_json(config), Native::CONFIG_JSON]
-                   when String
-        raise ArgumentError, "config file path #{config.inspect} contains a NUL byte" if config.include?("\0")
-
-        [config, Native::CONFIG_FILE]
-                   else raise TypeError, "config is a Hash, a file's path, or nil"
+                   when String then Table.config_string(config)
+                   else raise TypeError, "config is a Hash, a file's path, the config's JSON or TOML text, or nil"
                    end
       out = Fiddle::Pointer.malloc(Fiddle::SIZEOF_VOIDP, Fiddle::RUBY_FREE)
       rc = Native::OPEN.call(Fairshm.c_name(name, "segment", Native::E_INVALID_NAME), how, text, kind, mode, out)

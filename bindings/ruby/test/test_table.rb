@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "helper"
+require "tmpdir"
 
 class TestTable < Minitest::Test
   include FairshmTest
@@ -313,6 +314,31 @@ class TestTable < Minitest::Test
       obs.close
     end
     assert_equal ["acme"], @table.stats["tenants"].map { |t| t["name"] }
+  end
+
+  # A String that is no file and can be no path is the config's own text.
+  def test_config_as_its_json_or_toml_text
+    name = FairshmTest.next_name
+    t = Fairshm::Table.create(name, ' {"pools": [{"name": "flights", "capacity": 7}]}')
+    assert_equal 7, t.stats["pools"][0]["capacity"]
+    t2 = Fairshm::Table.open(name, "[[pools]]\nname = \"flights\"\ncapacity = 7\n")
+    assert_equal "flights", t2.stats["pools"][0]["name"]
+    t2.close
+    assert_raises(Fairshm::ConfigMismatch) do
+      Fairshm::Table.open(name, '{"pools": [{"name": "flights", "capacity": 8}]}')
+    end
+    e = assert_raises(ArgumentError) { Fairshm::Table.open(name, "{\"pools\": []}\0") }
+    assert_includes e.message, "NUL"
+    Dir.mktmpdir do |dir|
+      e = assert_raises(Fairshm::InvalidConfig) { Fairshm::Table.open(name, File.join(dir, "missing.toml")) }
+      assert_includes e.message, "cannot read config file"
+      odd = File.join(dir, "{odd}.json")
+      File.write(odd, '{"pools": [{"name": "flights", "capacity": 7}]}')
+      Fairshm::Table.open(name, odd).close
+    end
+    t.close
+  ensure
+    Fairshm::Table.unlink(name)
   end
 
   def test_stats_and_observer

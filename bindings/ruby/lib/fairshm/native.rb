@@ -95,6 +95,7 @@ module Fairshm
     OBSERVER = 3
     CONFIG_NONE = 0
     CONFIG_JSON = 1
+    CONFIG_TOML = 2
     CONFIG_FILE = 3
     WAIT_SLICE = 1
 
