@@ -184,13 +184,17 @@ class Cancel:
 class Lease:
     """A granted permit. Release it with ``release()`` or by leaving its ``with``
     block; a lease released twice raises ``AlreadyReleased``. ``id`` is the C ABI's
-    lease id (``Table.release(id)`` releases it too)."""
+    lease id (``Table.release(id)`` releases it too); ``pool``, ``tenant`` and
+    ``units`` say what it holds (the names as the acquire was given them)."""
 
-    __slots__ = ("table", "id")
+    __slots__ = ("table", "id", "pool", "tenant", "units")
 
-    def __init__(self, table, lease_id):
+    def __init__(self, table, lease_id, pool=None, tenant=None, units=None):
         self.table = table
         self.id = lease_id
+        self.pool = pool
+        self.tenant = tenant
+        self.units = units
 
     def release(self):
         rc = _release(self.table._h, self.id)
@@ -418,7 +422,7 @@ class Table:
             _check("queued_us", queued_us, _U64)
             rc = _try_acquire_queued(self._h, p, t, units, hold_ms, queued_us, lref, rref)
         if rc == 0:
-            return Lease(self, lease.value)
+            return Lease(self, lease.value, pool, tenant, units)
         if rc == 1:
             raise Refused(self, _copy(refusal), pool, tenant)
         self._fail(rc)
@@ -461,7 +465,7 @@ class Table:
             rc = _acquire(self._h, p, t, units, hold_ms, min(left, WAIT_SLICE_MS),
                           0 if last else _lib.WAIT_SLICE, c, lref, rref)
             if rc == 0:
-                return Lease(self, lease.value)
+                return Lease(self, lease.value, pool, tenant, units)
             if rc == 1:
                 if last or refusal.reason == 4:
                     facts = _copy(refusal)

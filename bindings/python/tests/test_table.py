@@ -35,6 +35,15 @@ def test_a_table_and_a_lease_say_what_they_are(table):
     assert repr(table) == "<fairshm.Table %r closed>" % table.name
 
 
+def test_a_lease_says_what_it_holds(table):
+    lease = table.try_acquire("requests", "acme", units=2, hold_ms=5)
+    assert (lease.pool, lease.tenant, lease.units) == ("requests", "acme", 2)
+    lease.release()
+    lease = table.acquire("requests", "globex", timeout=1)
+    assert (lease.pool, lease.tenant, lease.units) == ("requests", "globex", 1)
+    lease.release()
+
+
 def test_permit_releases_on_leaving_the_block(table):
     with table.permit("requests", "acme", units=2, hold_ms=10) as lease:
         assert table.stats()["pools"][0]["in_use"] == 2

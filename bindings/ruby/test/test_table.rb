@@ -30,6 +30,18 @@ class TestTable < Minitest::Test
     assert_equal "#<Fairshm::Table #{@table.name.inspect} closed>", @table.inspect
   end
 
+  def test_a_lease_says_what_it_holds
+    lease = @table.try_acquire("requests", "acme", units: 2, hold_ms: 5)
+    assert_equal ["requests", "acme", 2], [lease.pool, lease.tenant, lease.units]
+    lease.release
+    lease = @table.acquire("requests", "globex", timeout: 1)
+    assert_equal ["requests", "globex", 1], [lease.pool, lease.tenant, lease.units]
+    lease.release
+    lease = @table.attempt("requests", "acme", units: 3)
+    assert_equal ["requests", "acme", 3], [lease.pool, lease.tenant, lease.units]
+    lease.release
+  end
+
   # A refusal's hash, asked for first (it was built from facts unpacked only once a fact
   # was read), and a refusal and an error through Marshal, as the parallel gem sends
   # back what a forked worker raised: the copy needs no table.
