@@ -181,7 +181,7 @@ module Fairshm
   # A granted permit; release it with #release (or use Table#permit with a block). A
   # lease released twice raises AlreadyReleased.
   # A granted permit: +id+ is the C ABI's lease id; +pool+, +tenant+ and +units+ say
-  # what it holds (the names as the acquire was given them).
+  # what it holds (the names as Strings, a Symbol given to the acquire as its name).
   class Lease
     attr_reader :id, :table, :pool, :tenant, :units
 
@@ -421,7 +421,7 @@ module Fairshm
              Fairshm.check_int("queued_us", queued_us, U64_MAX)
              Native::TRY_ACQUIRE_QUEUED.call(@handle, p, t, units, hold_ms, queued_us, lease, refusal)
            end
-      return Lease.new(self, lease[0, 8].unpack1("Q"), pool_name, tenant_name, units) if rc.zero?
+      return Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units) if rc.zero?
 
       refused_or_raise(rc, refusal, pool_name, tenant_name)
     end
@@ -451,7 +451,7 @@ module Fairshm
         rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
                                   last ? 0 : Native::WAIT_SLICE, c, lease, refusal)
         if rc.zero?
-          got = Lease.new(self, lease[0, 8].unpack1("Q"), pool_name, tenant_name, units)
+          got = Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units)
           return block ? Fairshm.holding(got, &block) : got
         end
         # A slice ended: interrupts land here.

@@ -37,7 +37,7 @@ class TestTable < Minitest::Test
     lease = @table.acquire("requests", "globex", timeout: 1)
     assert_equal ["requests", "globex", 1], [lease.pool, lease.tenant, lease.units]
     lease.release
-    lease = @table.attempt("requests", "acme", units: 3)
+    lease = @table.attempt(:requests, :acme, units: 3)
     assert_equal ["requests", "acme", 3], [lease.pool, lease.tenant, lease.units]
     lease.release
   end
