@@ -83,6 +83,27 @@ fn a_handle_of_another_shape_is_an_error_not_a_fault() {
     let pool = e.pool("requests").unwrap();
     let err = e.acquire(pool, far, 1, 0, 5).unwrap_err();
     assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    let said = format!(
+        "tenant handle {} is beyond this table's 1024 tenant slots",
+        far.index()
+    );
+    assert!(err.to_string().contains(&said), "{err}");
+    // A pool handle of a table with more pools names the pool handles this one has.
+    let third = Seg::new("engine-bad3");
+    let mut two = one_pool(4);
+    two.pools.push(fairshm::PoolConfig::new("flights", 4));
+    let wide = third.create(&two);
+    let flights = wide.engine().pool("flights").unwrap();
+    let err = e
+        .acquire(flights, e.tenant("a").unwrap(), 1, 0, 5)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest(_)), "{err}");
+    assert!(
+        err.to_string().contains(
+            "pool handle 1 is not of this table: its fair-share pools are handles 0 to 0"
+        ),
+        "{err}"
+    );
     let zero = e
         .acquire(pool, e.tenant("a").unwrap(), 0, 0, 5)
         .unwrap_err();

@@ -276,10 +276,7 @@ impl Engine {
         let p = pool.index();
         let geo = self.seg.geometry();
         if p >= geo.pools || tenant.index() >= geo.tenants {
-            return Err(Error::InvalidRequest(format!(
-                "handle of pool {p} / tenant {} is not of this table",
-                tenant.index()
-            )));
+            return Err(self.bad_handles(p, tenant.index()));
         }
         if units == 0 {
             return Err(Error::InvalidRequest("asked for 0 units".into()));
@@ -444,6 +441,28 @@ impl Engine {
             return Err(self.not_owner(id.to_string(), l / lpp));
         }
         Ok(l)
+    }
+
+    /// `InvalidRequest` naming the handle of an acquire that is beyond this table: the
+    /// pool handle `p`, else the tenant handle `t`.
+    #[cold]
+    #[inline(never)]
+    fn bad_handles(&self, p: usize, t: usize) -> Error {
+        let geo = self.seg.geometry();
+        Error::InvalidRequest(if p >= geo.pools && geo.pools == 0 {
+            format!("pool handle {p} is not of this table: it has no fair-share pools")
+        } else if p >= geo.pools {
+            format!(
+                "pool handle {p} is not of this table: its fair-share pools are handles 0 \
+                 to {}",
+                geo.pools - 1
+            )
+        } else {
+            format!(
+                "tenant handle {t} is beyond this table's {} tenant slots",
+                geo.tenants
+            )
+        })
     }
 
     /// `NotOwner` for `lease` (its label), owned by process slot `slot` (as recorded in
