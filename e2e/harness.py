@@ -64,6 +64,8 @@ def stop_session(proc):
 
 
 def dead(pid):
+    """Whether process `pid` is gone (a server's master reaps its killed workers at
+    once, so a zombie does not linger)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
