@@ -405,7 +405,6 @@ mod tests {
         let l = crate::rates::Limited {
             reason: Reason::WorkDebt,
             retry_after_ms: 2_000,
-            interval_ns: 10_000_000,
             rate: 100,
             lead_ns: 3_000_000_000, // past 2^32: both halves kept
         };

@@ -33,11 +33,11 @@ fn loom_two_processes_cannot_both_take_the_last_token() {
             Limited {
                 reason: Reason::RateLimited,
                 retry_after_ms: 500,
-                interval_ns: 500_000_000,
                 rate: 2,
                 lead_ns: 1_000_000_000,
             }
         );
+        assert_eq!(lost.interval_ns(), 500_000_000);
         assert_eq!(rates::state(&*r, 0, 1_000).rate_limited, 1);
     });
 }

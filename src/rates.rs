@@ -70,17 +70,23 @@ pub fn set<R: Region>(r: &R, t: usize, requests_per_s: u32, work_units_per_s: u3
         .store(pair::make(requests_per_s, work_units_per_s), Relaxed);
 }
 
-/// Why the rates refuse an acquire, when to retry (ms), and the refusing bucket's
-/// emission interval (ns: how often a token comes), as the decision read it, with the
-/// rest of its inputs for the decision log: the bucket's rate per second and how far
-/// its theoretical arrival time was past `now` (ns, 0 when not past).
+/// Why the rates refuse an acquire and when to retry (ms), with the inputs the
+/// decision read, which the decision log keeps: the refusing bucket's rate per second
+/// and how far its theoretical arrival time was past `now` (ns, 0 when not past).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limited {
     pub reason: Reason,
     pub retry_after_ms: u64,
-    pub interval_ns: u64,
     pub rate: u32,
     pub lead_ns: u64,
+}
+
+impl Limited {
+    /// The refusing bucket's emission interval, ns: how often a token comes (a
+    /// refusing bucket's rate is never 0, which would refuse nothing).
+    pub fn interval_ns(&self) -> u64 {
+        interval_ns(self.rate).unwrap_or(BURST_NS)
+    }
 }
 
 /// Whether a bucket of `rate` per second whose theoretical arrival time is `lead_ns`
@@ -114,7 +120,7 @@ pub fn admit<R: Region>(r: &R, t: usize, now_ms: u64) -> Result<(), Limited> {
 fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> Result<(), Limited> {
     let rec = r.rate(t);
     let now = now_ms.saturating_mul(1_000_000);
-    if let Some(work_every) = interval_ns(work) {
+    if interval_ns(work).is_some() {
         // Relaxed: module docs (a bucket word publishes nothing but itself).
         let tat = rec.work_tat_ns.load(Relaxed);
         if let Some(past) = past_burst(tat, now, 0) {
@@ -123,7 +129,6 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
             return Err(Limited {
                 reason: Reason::WorkDebt,
                 retry_after_ms: wait_ms(past),
-                interval_ns: work_every,
                 rate: work,
                 lead_ns: tat - now,
             });
@@ -142,7 +147,6 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
             return Err(Limited {
                 reason: Reason::RateLimited,
                 retry_after_ms: wait_ms(past),
-                interval_ns: every,
                 rate: req,
                 lead_ns: base - now,
             });
@@ -258,11 +262,11 @@ mod tests {
             Limited {
                 reason: Reason::RateLimited,
                 retry_after_ms: 250,
-                interval_ns: 250_000_000,
                 rate: 4,
                 lead_ns: 1_000_000_000, // four tokens of 250 ms taken
             }
         );
+        assert_eq!(e.interval_ns(), 250_000_000);
         // The rule the decision log's replay applies, on the same inputs: refused; a
         // bucket one token less ahead admits, and a nanosecond more refuses again.
         assert!(refuses(e.reason, e.rate, e.lead_ns));
@@ -300,11 +304,11 @@ mod tests {
             Limited {
                 reason: Reason::WorkDebt,
                 retry_after_ms: 2_000,
-                interval_ns: 10_000_000,
                 rate: 100,
                 lead_ns: 3_000_000_000,
             }
         );
+        assert_eq!(e.interval_ns(), 10_000_000);
         assert!(refuses(e.reason, e.rate, e.lead_ns));
         assert!(refuses(Reason::WorkDebt, 100, 1_000_000_001));
         assert!(!refuses(Reason::WorkDebt, 100, 1_000_000_000), "a full burst is no debt");

@@ -185,7 +185,7 @@ impl Refused {
             active_weight: weight as u64,
             short: 0,
             queued: 0,
-            interval_us: (l.interval_ns / 1000).min(u32::MAX as u64) as u32,
+            interval_us: (l.interval_ns() / 1000).min(u32::MAX as u64) as u32,
             queue_stretch_pct: 100,
             server_queue_us: 0,
         }

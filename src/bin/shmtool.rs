@@ -217,19 +217,20 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             requests,
             work,
         } => {
-            let t = Table::open_observer(&name)?;
-            let unrated: Vec<&str> = t.config().unrated().map(|(_, p)| p.name.as_str()).collect();
-            let (r, w) = if requests.is_none() && work.is_none() {
-                t.rates(&tenant)?
+            let setting = requests.is_some() || work.is_some();
+            // Setting, as a tool: claiming an unseen tenant's name registers it, and a
+            // worker's registration would grow per_worker pools while it runs.
+            let t = if setting {
+                Table::open_tool(&name)?
             } else {
-                // As a tool: claiming an unseen tenant's name registers it, and a
-                // worker's registration would grow per_worker pools while it runs.
-                let t = Table::open_tool(&name)?;
-                let (r0, w0) = t.rates(&tenant)?;
-                let (r, w) = (requests.unwrap_or(r0), work.unwrap_or(w0));
-                t.set_rates(&tenant, r, w)?;
-                (r, w)
+                Table::open_observer(&name)?
             };
+            let (r0, w0) = t.rates(&tenant)?;
+            let (r, w) = (requests.unwrap_or(r0), work.unwrap_or(w0));
+            if setting {
+                t.set_rates(&tenant, r, w)?;
+            }
+            let unrated: Vec<&str> = t.config().unrated().map(|(_, p)| p.name.as_str()).collect();
             write!(out, "{}", tool::rates_text(&tenant, r, w, &unrated))?
         }
         Cmd::Replay { name, json: j } => {

@@ -8,7 +8,11 @@ import logging
 import math
 import time
 
-from . import _check_request
+from . import InvalidTenant, LeaseTableFull, Refused, _check_request
+
+# What a middleware answers itself, instead of raising: a refusal (429), a tenant
+# name the table cannot take (400), no lease slot left in this process (503).
+ANSWERED = (Refused, InvalidTenant, LeaseTableFull)
 
 # A wait longer than this is not a queue but a wrong stamp (or clocks far apart).
 MAX_QUEUED_US = 60_000_000
@@ -107,17 +111,22 @@ class Permits:
         self.queue_header = queue_header
         self._warned = False
 
-    def lease_table_full(self, error):
-        """The 503's headers and body for ``error`` (``LeaseTableFull``); the first
-        one logs a warning naming the config key to raise, since every such 503 is a
-        request this server turned away for want of lease slots."""
+    def answer(self, error):
+        """The status (code and reason phrase), headers and body that answer a request
+        whose acquire raised ``error``, one of ``ANSWERED``. The first 503 logs a
+        warning naming the config key to raise, since every such 503 is a request this
+        server turned away for want of lease slots."""
+        if isinstance(error, Refused):
+            return (429, "Too Many Requests", *refusal_response(error))
+        if isinstance(error, InvalidTenant):
+            return (400, "Bad Request", *invalid_tenant_response(error))
         if not self._warned:
             self._warned = True
             logging.getLogger("fairshm").warning(
                 "fairshm middleware answers 503 while this process has no lease slot left: %s",
                 error,
             )
-        return lease_table_full_response(error)
+        return (503, "Service Unavailable", *lease_table_full_response(error))
 
     def waited(self, stamp):
         """The request's wait in the server's queue, µs, from its ``X-Request-Start``

@@ -15,8 +15,7 @@ finds none left gets 503 with ``Retry-After: 1`` (the first such logs a warning 
 through untouched. ``X-Request-Start`` is read as by the WSGI middleware.
 """
 
-from . import InvalidTenant, LeaseTableFull, Refused
-from ._http import Permits, invalid_tenant_response, refusal_response
+from ._http import ANSWERED, Permits
 
 
 class FairshmASGIMiddleware(Permits):
@@ -30,13 +29,8 @@ class FairshmASGIMiddleware(Permits):
             stamp = next((v for k, v in scope.get("headers", ()) if k.lower() == b"x-request-start"), None)
         try:
             lease = self.acquire(self.tenant(scope), stamp)
-        except (Refused, InvalidTenant, LeaseTableFull) as e:
-            if isinstance(e, Refused):
-                status, (headers, body) = 429, refusal_response(e)
-            elif isinstance(e, LeaseTableFull):
-                status, (headers, body) = 503, self.lease_table_full(e)
-            else:
-                status, (headers, body) = 400, invalid_tenant_response(e)
+        except ANSWERED as e:
+            status, _, headers, body = self.answer(e)
             await send(
                 {
                     "type": "http.response.start",

@@ -17,8 +17,7 @@ the server closes the response (``close()``, which PEP 3333 requires even of a s
 body), or at once if the application raises.
 """
 
-from . import InvalidTenant, LeaseTableFull, Refused
-from ._http import Permits, invalid_tenant_response, refusal_response
+from ._http import ANSWERED, Permits
 
 
 class FairshmMiddleware(Permits):
@@ -27,17 +26,9 @@ class FairshmMiddleware(Permits):
     def __call__(self, environ, start_response):
         try:
             lease = self.acquire(self.tenant(environ), environ.get("HTTP_X_REQUEST_START"))
-        except Refused as r:
-            headers, body = refusal_response(r)
-            start_response("429 Too Many Requests", headers)
-            return [body]
-        except InvalidTenant as e:
-            headers, body = invalid_tenant_response(e)
-            start_response("400 Bad Request", headers)
-            return [body]
-        except LeaseTableFull as e:
-            headers, body = self.lease_table_full(e)
-            start_response("503 Service Unavailable", headers)
+        except ANSWERED as e:
+            code, phrase, headers, body = self.answer(e)
+            start_response("%d %s" % (code, phrase), headers)
             return [body]
         if lease is None:
             return self.app(environ, start_response)
