@@ -120,7 +120,9 @@
 
 // `fairshm_acquire`'s `flags`: this wait is one slice of a longer one (a binding
 // that wakes up now and then so its language's interrupts land): its timeout is not
-// counted as a `timed_out` refusal in the statistics.
+// counted as a `timed_out` refusal in the statistics, and a rate refusal waits to the
+// slice's end (the caller, which knows the whole wait's deadline, ends it with a last
+// call, without this flag, once the refusal's retry-after reaches past it).
 #define FAIRSHM_WAIT_SLICE 1
 
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
@@ -179,8 +181,9 @@ typedef struct {
   // floor (`over_share`).
   uint32_t short_units;
   uint64_t active_weight;
-  // How long a blocking acquire waited (`timed_out`, `cancelled`, and
-  // `too_many_residents` after its wait); else 0.
+  // How long a blocking acquire waited (`timed_out`, `cancelled`, and what else ended
+  // its wait: `too_many_residents`, or a rate whose next token comes after its
+  // deadline); else 0.
   uint64_t waited_ms;
   // The handles asked with, so that `fairshm_explain` can name them.
   uint32_t pool;
@@ -351,8 +354,9 @@ int32_t fairshm_note_queue(const fairshm_table *t, uint32_t pool, uint64_t queue
 
 // As `fairshm_try_acquire`, but when refused waits up to `timeout_ms` for room, and
 // ends early when `cancel` (may be null) is fired. A wait that ends unserved is
-// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`. `flags`: 0, or
-// `FAIRSHM_WAIT_SLICE`.
+// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`, or (at once) `rate_limited`
+// or `work_debt` when the tenant's next token comes after the deadline.
+// `flags`: 0, or `FAIRSHM_WAIT_SLICE`.
 //
 // # Safety
 // As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.

@@ -22,7 +22,8 @@ const DYING_PAUSE: Duration = Duration::from_millis(1);
 /// Why a blocking acquire gave up, with the last refusal by the rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ended {
-    /// `TimedOut` or `Cancelled`.
+    /// `TimedOut` or `Cancelled`; `TooManyResidents` for an `evict` pool; or the
+    /// rates' reason when their next token comes after the deadline.
     pub reason: Reason,
     pub last: Refused,
 }
@@ -47,9 +48,17 @@ impl Drop for Announced<'_> {
 
 /// Acquires `units` of `pool` for `tenant`, waiting up to `timeout`; sweeps for dead
 /// processes every `sweep` as the backup to the kernel's death wake. `Ok(Err(..))` says
-/// why it gave up and how long it waited. With `count_end` false, an end by timeout or
-/// cancellation is not counted in the tenant's refusals: a binding that waits in slices
-/// (so that its language's interrupts land between them) counts only its last.
+/// why it gave up and how long it waited.
+///
+/// A refusal by the tenant's rates whose next token comes after the deadline ends the
+/// wait at once, with that refusal (`rate_limited` or `work_debt`): no release changes
+/// it, so waiting out the timeout could only end the same way, later.
+///
+/// With `sliced`, this call is one slice of a longer wait (a binding waits in slices so
+/// that its language's interrupts land between them): an end by timeout or cancellation
+/// is not counted in the tenant's refusals (the binding's last slice, not sliced, counts
+/// it), and a rate refusal waits to the slice's end like any other, as the whole wait
+/// may still outlast the token (the binding, which knows, makes its last call early).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
     engine: &Engine,
@@ -60,7 +69,7 @@ pub(crate) fn acquire(
     timeout: Duration,
     sweep: Duration,
     cancel: Option<&Cancel>,
-    count_end: bool,
+    sliced: bool,
 ) -> Result<std::result::Result<LeaseId, (Ended, Duration)>> {
     let start = Instant::now();
     let seg = engine.seg();
@@ -119,7 +128,7 @@ pub(crate) fn acquire(
         };
         if let Some(reason) = ended {
             // Relaxed: a statistic (`too_many_residents` counted each refusal already).
-            if count_end && reason != Reason::TooManyResidents {
+            if !sliced && reason != Reason::TooManyResidents {
                 seg.tenant_pool(p, tenant.index()).refusals[reason as usize - 1]
                     .fetch_add(1, Relaxed);
             }
@@ -135,12 +144,20 @@ pub(crate) fn acquire(
         }
         if last.reason.is_rate() {
             // Refused by the tenant's rates: no release of the pool changes that, only
-            // time does. Sleep until its token (or the end of the wait), then try again.
+            // time does. Sleep until its token, then try again; a token after the
+            // deadline ends the wait now, with this refusal (already counted).
             announced = None; // no release is ours to wait for
-            let until = deadline.min(clock::after(
-                now,
-                Duration::from_millis(last.retry_after_ms),
-            ));
+            let token = clock::after(now, Duration::from_millis(last.retry_after_ms));
+            if token > deadline && !sliced {
+                return Ok(Err((
+                    Ended {
+                        reason: last.reason,
+                        last,
+                    },
+                    now - start,
+                )));
+            }
+            let until = deadline.min(token);
             match cancel {
                 Some(c) => waiting::sleep_on(&[c.watch()], until),
                 None => std::thread::sleep(until.saturating_duration_since(now)),

@@ -213,7 +213,9 @@ pub struct Refusal {
     /// The facts of the last refusal by the rule (for `timed_out` and `cancelled`, the
     /// one before the wait ended).
     pub facts: Refused,
-    /// How long a blocking acquire waited (ms, saturating), for `timed_out` and `cancelled`.
+    /// How long a blocking acquire waited (ms, saturating), for `timed_out` and
+    /// `cancelled`, and for what ended its wait otherwise (`too_many_residents`, or a
+    /// rate whose next token comes after its deadline).
     pub waited_ms: Option<u32>,
 }
 
@@ -373,7 +375,17 @@ impl Refusal {
         let (pool, tenant, units) = (&self.pool, &self.tenant, self.facts.units);
         if let Some(waited) = self.waited_ms {
             let units = plural(units, "unit");
-            if self.reason == Reason::TooManyResidents {
+            if self.reason.is_rate() {
+                // A blocking acquire ended early: its next token came after its deadline.
+                if waited > 0 {
+                    write!(
+                        f,
+                        "gave up after {waited} ms waiting for {units} of pool {pool:?} for \
+                         tenant {tenant:?}, as the tenant's next token comes after the \
+                         wait's deadline: ",
+                    )?;
+                }
+            } else if self.reason == Reason::TooManyResidents {
                 // Seed 000: a pool where nothing is evicted within its wait refuses.
                 write!(
                     f,

@@ -231,6 +231,9 @@ impl Table {
     /// Like `try_acquire`, but when refused sleeps until a release makes room or
     /// `timeout` runs out; then the refusal is `timed_out`, saying what it waited for.
     /// Under-share waiters are woken first; a release of `n` units wakes at most `n`.
+    /// Refused by the tenant's rates, it sleeps until the next token; when that comes
+    /// after the timeout, it returns the rate's refusal (`rate_limited` or
+    /// `work_debt`) at once instead of waiting for nothing.
     ///
     /// When a process it waits behind dies, the kernel wakes a watcher of that process
     /// (see `anchor`: this process's own anchor among them), which reaps it and so
@@ -266,7 +269,7 @@ impl Table {
             timeout,
             sweep,
             cancel,
-            true,
+            false,
         )?;
         match outcome {
             Ok(id) => Ok(Ok(Lease {

@@ -226,15 +226,56 @@ fn a_blocking_acquire_waits_for_its_token() {
         "waited {waited:?}, the token was {next} ms away"
     );
     drop(lease);
-    // Over the rate with too short a timeout: timed out, the rate named.
+    // Over the rate with too short a timeout: the rate's refusal at once, not a
+    // timeout after waiting for a token that cannot come in time.
     t.set_rates("acme", 1, 0).unwrap();
     let _ = t.try_acquire(&req).unwrap();
     let r = t
         .acquire(&req, Duration::from_millis(30))
         .unwrap()
-        .expect_err("timed out");
-    assert_eq!(r.reason, Reason::TimedOut);
+        .expect_err("refused");
+    assert_eq!(r.reason, Reason::RateLimited, "{r}");
     assert_eq!(r.facts.reason, Reason::RateLimited);
+    assert!(r.retry_after_ms.unwrap() > 30, "{r}");
+}
+
+/// A wait that no token can end in time ends at once with the rate's refusal: a tenant
+/// 100 s in work debt, asking with a 20 s timeout, is told so now, with the debt's
+/// retry-after, and the refusal is counted once, as `work_debt`, not as a timeout.
+#[test]
+fn a_blocking_acquire_past_its_token_is_refused_at_once() {
+    let seg = Seg::new("rates-hopeless");
+    let t = seg.create(&one_pool(4));
+    t.set_rates("acme", 0, 1000).unwrap(); // 1 ms a unit
+    let req = Request::new("requests", "acme");
+    let _ = t.try_acquire(&req).unwrap();
+    assert!(t.charge("acme", 101_000).unwrap() > 99_000, "in debt");
+    let start = Instant::now();
+    let r = t
+        .acquire(&req, Duration::from_secs(20))
+        .unwrap()
+        .expect_err("in debt");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "waited {:?} for a token 100 s away",
+        start.elapsed()
+    );
+    assert_eq!(r.reason, Reason::WorkDebt, "{r}");
+    assert!(r.retry_after_ms.unwrap() > 20_000, "{r}");
+    assert!(
+        r.explanation().contains("work debt") && !r.explanation().contains("timed out"),
+        "{r}"
+    );
+    let s = t.snapshot();
+    let me = s.tenants.iter().find(|x| x.name == "acme").unwrap();
+    assert_eq!(me.rates.work_debt_refusals, 1);
+    let p = &s.pools[0];
+    let mine = p.tenants.iter().find(|x| x.name == "acme").unwrap();
+    assert_eq!(
+        mine.refusals,
+        vec![],
+        "the pool counts no timeout (a rate's refusals are the tenant's)"
+    );
 }
 
 /// A request takes a permit of `requests` and then, while it runs, of other pools: the

@@ -15,7 +15,9 @@ use crate::table::Table;
 
 /// `fairshm_acquire`'s `flags`: this wait is one slice of a longer one (a binding
 /// that wakes up now and then so its language's interrupts land): its timeout is not
-/// counted as a `timed_out` refusal in the statistics.
+/// counted as a `timed_out` refusal in the statistics, and a rate refusal waits to the
+/// slice's end (the caller, which knows the whole wait's deadline, ends it with a last
+/// call, without this flag, once the refusal's retry-after reaches past it).
 pub const FAIRSHM_WAIT_SLICE: u32 = 1;
 
 /// Writes `v` to `*p` unless `p` is null.
@@ -325,8 +327,9 @@ pub unsafe extern "C" fn fairshm_note_queue(
 
 /// As `fairshm_try_acquire`, but when refused waits up to `timeout_ms` for room, and
 /// ends early when `cancel` (may be null) is fired. A wait that ends unserved is
-/// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`. `flags`: 0, or
-/// `FAIRSHM_WAIT_SLICE`.
+/// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`, or (at once) `rate_limited`
+/// or `work_debt` when the tenant's next token comes after the deadline.
+/// `flags`: 0, or `FAIRSHM_WAIT_SLICE`.
 ///
 /// # Safety
 /// As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.
@@ -363,7 +366,7 @@ pub unsafe extern "C" fn fairshm_acquire(
             Duration::from_millis(timeout_ms),
             table.sweep_interval(),
             cancel,
-            flags & FAIRSHM_WAIT_SLICE == 0,
+            flags & FAIRSHM_WAIT_SLICE != 0,
         );
         match waited {
             Ok(Ok(id)) => {

@@ -37,8 +37,9 @@ pub struct fairshm_refusal {
     /// floor (`over_share`).
     pub short_units: u32,
     pub active_weight: u64,
-    /// How long a blocking acquire waited (`timed_out`, `cancelled`, and
-    /// `too_many_residents` after its wait); else 0.
+    /// How long a blocking acquire waited (`timed_out`, `cancelled`, and what else ended
+    /// its wait: `too_many_residents`, or a rate whose next token comes after its
+    /// deadline); else 0.
     pub waited_ms: u64,
     /// The handles asked with, so that `fairshm_explain` can name them.
     pub pool: u32,
@@ -159,7 +160,7 @@ fn explain(table: &Table, r: &fairshm_refusal) -> Result<String, i32> {
     let mut refusal = Refusal::new(table.engine().pool_name(p), &tenant, r.facts(rule));
     refusal.reason = reason;
     if matches!(reason, Reason::TimedOut | Reason::Cancelled)
-        || (reason == Reason::TooManyResidents && r.waited_ms > 0)
+        || ((reason == Reason::TooManyResidents || reason.is_rate()) && r.waited_ms > 0)
     {
         refusal.waited_ms = Some(r.waited_ms.min(u32::MAX as u64) as u32);
     }

@@ -444,8 +444,10 @@ class Table:
 
     def acquire(self, pool, tenant, units=1, hold_ms=0, timeout=None, cancel=None):
         """A lease, waiting up to ``timeout`` seconds (None or infinity: for ever) for room;
-        ``Refused`` (``timed_out`` or ``cancelled``) if none came. The GIL is released
-        while waiting, and Ctrl-C (``KeyboardInterrupt``) interrupts the wait."""
+        ``Refused`` (``timed_out`` or ``cancelled``) if none came, or ``rate_limited`` /
+        ``work_debt`` as soon as the tenant's next token is known to come after the
+        deadline. The GIL is released while waiting, and Ctrl-C (``KeyboardInterrupt``)
+        interrupts the wait."""
         _check_request(units, hold_ms)
         p, t = self.pool(pool), self.tenant(tenant)
         lease, refusal, lref, rref = _out.bufs
@@ -459,19 +461,27 @@ class Table:
             cap = time.monotonic() + evict_wait / 1000.0
             deadline = cap if deadline is None else min(deadline, cap)
         start = time.monotonic()
+        hopeless = False
         while True:
             left = WAIT_SLICE_MS if deadline is None else _left_ms(deadline)
-            last = deadline is not None and left <= WAIT_SLICE_MS
+            last = hopeless or (deadline is not None and left <= WAIT_SLICE_MS)
             rc = _acquire(self._h, p, t, units, hold_ms, min(left, WAIT_SLICE_MS),
                           0 if last else _lib.WAIT_SLICE, c, lref, rref)
             if rc == 0:
                 return Lease(self, lease.value, pool, tenant, units)
             if rc == 1:
+                if hopeless and refusal.reason not in (4, 5, 6) and _left_ms(deadline) > 0:
+                    hopeless = False  # its rates changed meanwhile: wait on
+                    continue
                 if last or refusal.reason == 4:
                     facts = _copy(refusal)
                     # The library measured its own slice; the wait was every slice.
                     facts.waited_ms = max(facts.waited_ms, int((time.monotonic() - start) * 1000))
                     raise Refused(self, facts, pool, tenant)
+                # Refused by the tenant's rates, with the next token after the deadline:
+                # the last call, which says so at once (a slice waits out its end).
+                hopeless = (refusal.rule in (5, 6) and deadline is not None
+                            and refusal.retry_after_ms > _left_ms(deadline))
                 continue  # a slice ended: signal handlers ran (Ctrl-C raises here)
             self._fail(rc)
 

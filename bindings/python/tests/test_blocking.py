@@ -162,3 +162,28 @@ def test_closing_the_table_while_another_thread_waits_on_it(name):
     lines = out.splitlines()
     assert lines[0].startswith("invalid_request: ") and "is closed" in lines[0], out
     assert lines[1] == "release: invalid_request", out
+
+
+def test_a_wait_for_a_token_past_its_deadline_is_refused_at_once(table):
+    # 100 s in work debt, asking with a 20 s timeout: no token comes in time, so the
+    # wait ends (after at most one slice) with the debt's own refusal, not timed_out.
+    table.set_rates("acme", work_units_per_s=1000)
+    table.try_acquire("requests", "acme").release()
+    assert table.charge("acme", 101000) > 99000
+    t0 = time.monotonic()
+    with pytest.raises(fairshm.Refused) as e:
+        table.acquire("requests", "acme", timeout=20)
+    assert time.monotonic() - t0 < 10, "waited for a token 100 s away"
+    assert e.value.reason == "work_debt", e.value.explanation
+    assert e.value.retry_after_ms > 20000
+    assert "timed out" not in e.value.explanation
+    # A token within the timeout but past a slice is waited for, across slices.
+    table.set_rates("acme", requests_per_s=4)
+    while True:
+        try:
+            table.try_acquire("requests", "acme").release()
+        except fairshm.Refused as r:
+            assert r.reason == "rate_limited"
+            break
+    table.set_rates("acme", requests_per_s=2)  # the next token, 500 ms away at most
+    table.acquire("requests", "acme", timeout=5).release()

@@ -427,7 +427,8 @@ module Fairshm
     end
 
     # A Lease, waiting up to +timeout+ seconds (nil: for ever) for room; raises Refused
-    # (timed_out or cancelled) if none came. The GVL is released while waiting;
+    # (timed_out or cancelled) if none came, or (rate_limited, work_debt) as soon as the
+    # tenant's next token is known to come after the deadline. The GVL is released while waiting;
     # Thread#raise and Timeout.timeout interrupt the wait. With a block, as try_acquire.
     def acquire(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, cancel: nil, &block)
       Fairshm.check_request(units, hold_ms)
@@ -445,17 +446,29 @@ module Fairshm
         deadline = deadline ? [deadline, cap].min : cap
       end
       start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      hopeless = false
       loop do
         left = deadline ? Fairshm.left_ms(deadline) : WAIT_SLICE_MS
-        last = deadline && left <= WAIT_SLICE_MS
+        last = hopeless || (deadline && left <= WAIT_SLICE_MS)
         rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
                                   last ? 0 : Native::WAIT_SLICE, c, lease, refusal)
         if rc.zero?
           got = Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units)
           return block ? Fairshm.holding(got, &block) : got
         end
-        # A slice ended: interrupts land here.
-        next if rc == 1 && !last && refusal[0, 4].unpack1("L") != 4
+        reason = refusal[0, 4].unpack1("L")
+        if rc == 1 && hopeless && ![4, 5, 6].include?(reason) && Fairshm.left_ms(deadline).positive?
+          hopeless = false # its rates changed meanwhile: wait on
+          next
+        end
+        if rc == 1 && !last && reason != 4
+          # A slice ended: interrupts land here. Refused by the tenant's rates, with the
+          # next token after the deadline: the last call, which says so at once.
+          rule = refusal[4, 4].unpack1("L")
+          retry_ms = refusal[Native::REFUSAL_RETRY_AFTER_AT, 8].unpack1("Q")
+          hopeless = [5, 6].include?(rule) && deadline && retry_ms > Fairshm.left_ms(deadline)
+          next
+        end
 
         if rc == 1
           # The library measured its own slice; the wait was every slice.

@@ -37,6 +37,30 @@ class TestBlocking < Minitest::Test
     held.each(&:release)
   end
 
+  # 100 s in work debt, asking with a 20 s timeout: no token comes in time, so the wait
+  # ends (after at most one slice) with the debt's own refusal, not timed_out.
+  def test_a_wait_for_a_token_past_its_deadline_is_refused_at_once
+    @table.set_rates("acme", work_units_per_s: 1000)
+    @table.try_acquire("requests", "acme").release
+    assert_operator @table.charge("acme", 101_000), :>, 99_000
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    r = assert_raises(Fairshm::Refused) { @table.acquire("requests", "acme", timeout: 20) }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0, :<, 10
+    assert_equal "work_debt", r.reason, r.explanation
+    assert_operator r.retry_after_ms, :>, 20_000
+    refute_includes r.explanation, "timed out"
+    # A token within the timeout but past a slice is waited for, across slices.
+    @table.set_rates("acme", requests_per_s: 4)
+    loop do
+      @table.try_acquire("requests", "acme").release
+    rescue Fairshm::Refused => e
+      assert_equal "rate_limited", e.reason
+      break
+    end
+    @table.set_rates("acme", requests_per_s: 2) # the next token, 500 ms away at most
+    @table.acquire("requests", "acme", timeout: 5).release
+  end
+
   def test_a_release_wakes_a_waiter_and_other_threads_run_meanwhile
     held = fill
     ticks = 0
