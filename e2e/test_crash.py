@@ -16,13 +16,21 @@ server to kill the worker that took it:
   the next request is served (200), not refused (the acquire reaps first);
 - gunicorn: the permit is back when the worker is gone, and the next request is served.
 
-Puma is not here: its `worker_timeout` is for a worker that stops answering its
-master's checks, not for a slow request (another thread of the worker answers them).
+Puma's `worker_timeout` is for a worker that stops answering its master's checks, not
+for a slow request (another thread of the worker answers them), so Puma's worker is
+killed here the way the kernel's OOM killer kills one: SIGKILL from outside.
+
+- Puma, two workers of three threads each: the worker holding the most of four hanging
+  requests' permits (two or more: one per thread) is SIGKILLed; every one of its
+  permits is back within 2 s, the other worker's are untouched, and the worker Puma
+  forks in its place serves.
 
     python -m pytest -q e2e/test_crash.py
 """
 
+import os
 import shutil
+import signal
 import sys
 import time
 
@@ -71,6 +79,52 @@ def test_unicorn_serves_the_next_request_after_its_only_holder_is_killed(tmp_pat
         until("the request's permit is released", lambda: s.in_use() == 0, 5)
     finally:
         s.stop()
+
+
+def test_puma_worker_killed_with_permits_in_several_threads_returns_them_all(tmp_path):
+    if shutil.which("puma") is None:
+        pytest.skip("puma is not installed (scripts/test-all installs Debian's)")
+    s = Server(["puma", "--workers", "2", "--threads", "3:3", "--preload", "--bind", "tcp://ADDR",
+                "--environment", "production", "--config", str(HERE / "puma.rb"),
+                str(HERE / "crash.ru")], 4, tmp_path)
+    try:
+        holders = [s.hang("stuck-%d" % k) for k in range(4)]
+        assert s.in_use() == 4
+        victim = max(set(holders), key=holders.count)
+        mine = holders.count(victim)
+        assert mine >= 2, holders  # four requests on two workers
+        os.kill(victim, signal.SIGKILL)
+        until("puma's master reaps the killed worker", lambda: dead(victim), 10)
+        killed_at = time.monotonic()
+        until("every permit of the killed worker is back, with no request sent",
+              lambda: s.in_use() == 4 - mine, 2)
+        assert time.monotonic() - killed_at < 2
+        st = s.table.stats()
+        assert victim not in [p["pid"] for p in st["processes"]], st["processes"]
+        assert len(st["leases"]) == 4 - mine, st["leases"]
+        # The worker forked in its place serves (the pool has room again).
+        until("a request is served after the kill", lambda: get(s.port, tenant="acme") == 200, 30)
+    finally:
+        # Puma's SIGTERM would wait for the hanging requests: kill its workers first
+        # (their master reaps them; those it forks in their place are idle).
+        for pid in children(s.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        s.stop()
+
+
+def children(pid):
+    """The pids of process `pid`'s children, from /proc."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except (OSError, ValueError):
+            continue
+        # The ppid is the second field after the command's closing parenthesis.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(d))
+    return out
 
 
 def test_gunicorn_aborts_a_stuck_worker_and_the_middleware_releases(tmp_path):
