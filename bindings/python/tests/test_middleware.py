@@ -343,3 +343,76 @@ def test_asgi_answers_503_when_this_process_has_no_lease_slot_left(name):
         assert in_use(t) == 0
     finally:
         t.close()
+
+
+def test_wsgi_answers_429_over_the_rate_and_in_debt_before_the_app_runs(table):
+    # Seed 000: over the rate a request answers 429 before any work is done; a tenant
+    # whose work ran past its work rate is refused until its bucket refills.
+    calls = []
+
+    def app(environ, start_response):
+        calls.append(1)
+        return wsgi_app(environ, start_response)
+
+    mw = FairshmMiddleware(app, table, "requests", tenant_of)
+    table.set_rates("acme", requests_per_s=1)
+    sr = StartResponse()
+    mw({"HTTP_X_TENANT": "acme"}, sr).close()
+    assert sr.status == "200 OK" and calls == [1]
+    sr = StartResponse()
+    body = b"".join(mw({"HTTP_X_TENANT": "acme"}, sr))
+    assert sr.status.startswith("429") and calls == [1], "the app never ran"
+    ms = int(sr.headers["Retry-After-Ms"])
+    assert 1 <= ms <= 1000 and sr.headers["Retry-After"] == "1"
+    doc = json.loads(body)
+    assert doc["reason"] == "rate_limited" and doc["retry_after_ms"] == ms
+    assert in_use(table) == 0, "a rate refusal touches no pool"
+    # Another tenant is not limited by acme's rate.
+    sr = StartResponse()
+    mw({"HTTP_X_TENANT": "globex"}, sr).close()
+    assert sr.status == "200 OK"
+    # Work debt: 5 s past the burst of a 1,000-units-a-second rate.
+    table.set_rates("globex", work_units_per_s=1000)
+    assert table.charge("globex", 6000) > 4000
+    sr = StartResponse()
+    body = b"".join(mw({"HTTP_X_TENANT": "globex"}, sr))
+    assert sr.status.startswith("429") and calls == [1, 1]
+    ms = int(sr.headers["Retry-After-Ms"])
+    assert 4000 < ms <= 5000, ms
+    assert int(sr.headers["Retry-After"]) == -(-ms // 1000)
+    assert json.loads(body)["reason"] == "work_debt"
+
+
+def test_asgi_answers_429_over_the_rate_before_the_app_runs(table):
+    calls = []
+
+    async def app(scope, receive, send):
+        calls.append(1)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    mw = FairshmASGIMiddleware(app, table, "requests",
+                               lambda scope: dict(scope["headers"]).get(b"x-tenant", b"").decode())
+    table.set_rates("acme", requests_per_s=1)
+
+    async def run():
+        sent = []
+
+        async def send(msg):
+            sent.append(msg)
+
+        async def receive():
+            return {"type": "http.request"}
+
+        scope = {"type": "http", "headers": [(b"x-tenant", b"acme")]}
+        await mw(scope, receive, send)
+        assert sent[0]["status"] == 200
+        sent.clear()
+        await mw(scope, receive, send)
+        assert sent[0]["status"] == 429 and calls == [1]
+        headers = dict(sent[0]["headers"])
+        assert headers[b"retry-after"] == b"1" and 1 <= int(headers[b"retry-after-ms"]) <= 1000
+        assert json.loads(sent[1]["body"])["reason"] == "rate_limited"
+
+    asyncio.run(run())
+    assert in_use(table) == 0

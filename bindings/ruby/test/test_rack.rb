@@ -215,6 +215,40 @@ class TestRack < Minitest::Test
   # A process holds at most leases_per_process leases: a worker of many threads with
   # more requests in flight finds none left. That bound is the server's and lasts until
   # one of its requests ends: 503 with Retry-After (warned once), not a 500.
+  # Seed 000: over the rate a request answers 429 before any work is done; a tenant whose
+  # work ran past its work rate is refused until its bucket refills.
+  def test_answers_429_over_the_rate_and_in_debt_before_the_app_runs
+    calls = 0
+    mw = Fairshm::RackMiddleware.new(lambda { |_env|
+      calls += 1
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    }, table: @table, pool: "requests", tenant: ->(env) { env["HTTP_X_TENANT"] })
+    @table.set_rates("acme", requests_per_s: 1)
+    status, _, body = mw.call("HTTP_X_TENANT" => "acme")
+    body.close
+    assert_equal [200, 1], [status, calls]
+    status, headers, body = mw.call("HTTP_X_TENANT" => "acme")
+    assert_equal [429, 1], [status, calls], "the app never ran"
+    ms = Integer(headers["retry-after-ms"])
+    assert_includes 1..1000, ms
+    assert_equal "1", headers["retry-after"]
+    doc = JSON.parse(body.join)
+    assert_equal ["rate_limited", ms], doc.values_at("reason", "retry_after_ms")
+    assert_equal 0, in_use, "a rate refusal touches no pool"
+    status, _, body = mw.call("HTTP_X_TENANT" => "globex")
+    body.close
+    assert_equal 200, status, "another tenant is not limited by acme's rate"
+    # Work debt: 5 s past the burst of a 1,000-units-a-second rate.
+    @table.set_rates("globex", work_units_per_s: 1000)
+    assert_operator @table.charge("globex", 6000), :>, 4000
+    status, headers, body = mw.call("HTTP_X_TENANT" => "globex")
+    assert_equal [429, 2], [status, calls]
+    ms = Integer(headers["retry-after-ms"])
+    assert_includes 4001..5000, ms
+    assert_equal ((ms + 999) / 1000).to_s, headers["retry-after"]
+    assert_equal "work_debt", JSON.parse(body.join)["reason"]
+  end
+
   def test_answers_503_when_this_process_has_no_lease_slot_left
     require "rack"
     require "rack/lint"
