@@ -117,8 +117,15 @@ pub(crate) fn acquire(
             Outcome::Refused(r) => r,
         };
         let now = Instant::now();
+        // Refused by the tenant's rates, whose next token comes after the deadline: no
+        // release changes that, so the wait ends now, with this refusal.
+        let rate_past_deadline = last.reason.is_rate()
+            && !sliced
+            && clock::after(now, Duration::from_millis(last.retry_after_ms)) > deadline;
         let ended = if cancel.is_some_and(Cancel::is_cancelled) {
             Some(Reason::Cancelled)
+        } else if rate_past_deadline {
+            Some(last.reason)
         } else if now >= deadline && last.reason == Reason::TooManyResidents {
             Some(Reason::TooManyResidents)
         } else if now >= deadline {
@@ -127,8 +134,9 @@ pub(crate) fn acquire(
             None
         };
         if let Some(reason) = ended {
-            // Relaxed: a statistic (`too_many_residents` counted each refusal already).
-            if !sliced && reason != Reason::TooManyResidents {
+            // Relaxed: a statistic (`too_many_residents` and the rates' reasons were
+            // counted at each refusal already).
+            if !sliced && reason != Reason::TooManyResidents && !reason.is_rate() {
                 seg.tenant_pool(p, tenant.index()).refusals[reason as usize - 1]
                     .fetch_add(1, Relaxed);
             }
@@ -144,19 +152,10 @@ pub(crate) fn acquire(
         }
         if last.reason.is_rate() {
             // Refused by the tenant's rates: no release of the pool changes that, only
-            // time does. Sleep until its token, then try again; a token after the
-            // deadline ends the wait now, with this refusal (already counted).
+            // time does. Sleep until its token (before the deadline, or this is a
+            // slice), then try again.
             announced = None; // no release is ours to wait for
             let token = clock::after(now, Duration::from_millis(last.retry_after_ms));
-            if token > deadline && !sliced {
-                return Ok(Err((
-                    Ended {
-                        reason: last.reason,
-                        last,
-                    },
-                    now - start,
-                )));
-            }
             let until = deadline.min(token);
             match cancel {
                 Some(c) => waiting::sleep_on(&[c.watch()], until),

@@ -237,6 +237,12 @@ fn a_blocking_acquire_waits_for_its_token() {
     assert_eq!(r.reason, Reason::RateLimited, "{r}");
     assert_eq!(r.facts.reason, Reason::RateLimited);
     assert!(r.retry_after_ms.unwrap() > 30, "{r}");
+    // With no time to wait at all, the same: the rate's refusal, not a timeout.
+    let r = t
+        .acquire(&req, Duration::ZERO)
+        .unwrap()
+        .expect_err("refused");
+    assert_eq!(r.reason, Reason::RateLimited, "{r}");
 }
 
 /// A wait that no token can end in time ends at once with the rate's refusal: a tenant
