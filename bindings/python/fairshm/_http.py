@@ -92,11 +92,16 @@ def refusal_response(refused):
 
 class Permits:
     """What both middlewares hold: the table, the pool, the request-to-tenant function,
-    the units and declared hold of each request's permit, and whether to read the
-    front proxy's ``X-Request-Start`` (``queue_header``; leave it on only behind a
-    proxy that sets the header itself, as nginx's ``proxy_set_header`` does)."""
+    the units and declared hold of each request's permit, whether to read the front
+    proxy's ``X-Request-Start`` (``queue_header``; leave it on only behind a proxy that
+    sets the header itself, as nginx's ``proxy_set_header`` does), and ``work``: None,
+    or a function of the request (environ or scope) and the seconds it held its permit
+    that returns the work units it did, charged to its tenant (``Table.charge``) once
+    the permit is released, so that a tenant past its work rate is refused
+    ``work_debt`` (for example ``work=lambda request, s: int(s * 1000)``: a unit for
+    each ms of handling)."""
 
-    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0, queue_header=True):
+    def __init__(self, app, table, pool, tenant, units=1, hold_ms=0, queue_header=True, work=None):
         self.app = app
         self.table = table
         self.pool = pool
@@ -106,10 +111,29 @@ class Permits:
         # table's pools, for a name it does not have).
         _check_request(units, hold_ms)
         table.pool(pool)
+        if work is not None and not callable(work):
+            raise TypeError("work must be a function of (request, seconds) or None, not %s"
+                            % type(work).__name__)
         self.units = units
         self.hold_ms = hold_ms
         self.queue_header = queue_header
+        self.work = work
         self._warned = False
+
+    def finisher(self, lease, name, request):
+        """What ends a request's permit, called once: it releases ``lease``, then
+        charges tenant ``name`` the units of work ``work`` says the request did."""
+        if self.work is None:
+            return lease.release
+        started = time.monotonic()
+
+        def finish():
+            lease.release()
+            units = self.work(request, time.monotonic() - started)
+            if units:
+                self.table.charge(name, units)
+
+        return finish
 
     def answer(self, error):
         """The status (code and reason phrase), headers and body that answer a request

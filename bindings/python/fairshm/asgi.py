@@ -12,14 +12,15 @@ holds one of the process's ``leases_per_process`` lease slots (default 64): rais
 the server's concurrency limit (uvicorn's ``--limit-concurrency``); a request that
 finds none left gets 503 with ``Retry-After: 1`` (the first such logs a warning on the
 ``fairshm`` logger). Other scopes (lifespan, websocket) pass
-through untouched. ``X-Request-Start`` is read as by the WSGI middleware.
+through untouched. ``X-Request-Start`` and ``work`` are as in the WSGI middleware.
 """
 
 from ._http import ANSWERED, Permits
 
 
 class FairshmASGIMiddleware(Permits):
-    """``FairshmASGIMiddleware(app, table, pool, tenant, units=1, hold_ms=0, queue_header=True)``."""
+    """``FairshmASGIMiddleware(app, table, pool, tenant, units=1, hold_ms=0, queue_header=True,
+    work=None)``."""
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") != "http":
@@ -27,8 +28,9 @@ class FairshmASGIMiddleware(Permits):
         stamp = None
         if self.queue_header:
             stamp = next((v for k, v in scope.get("headers", ()) if k.lower() == b"x-request-start"), None)
+        name = self.tenant(scope)
         try:
-            lease = self.acquire(self.tenant(scope), stamp)
+            lease = self.acquire(name, stamp)
         except ANSWERED as e:
             status, _, headers, body = self.answer(e)
             await send(
@@ -42,7 +44,8 @@ class FairshmASGIMiddleware(Permits):
             return
         if lease is None:
             return await self.app(scope, receive, send)
+        finish = self.finisher(lease, name, scope)
         try:
             await self.app(scope, receive, send)
         finally:
-            lease.release()
+            finish()

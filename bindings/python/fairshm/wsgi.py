@@ -14,38 +14,42 @@ have raises ``UnknownPool`` here, when the middleware is built. Behind a front p
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
 table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when
 the server closes the response (``close()``, which PEP 3333 requires even of a streamed
-body), or at once if the application raises.
+body), or at once if the application raises; then, given ``work``, the units of work the
+request did are charged to its tenant (see ``Permits``).
 """
 
 from ._http import ANSWERED, Permits
 
 
 class FairshmMiddleware(Permits):
-    """``FairshmMiddleware(app, table, pool, tenant, units=1, hold_ms=0, queue_header=True)``."""
+    """``FairshmMiddleware(app, table, pool, tenant, units=1, hold_ms=0, queue_header=True,
+    work=None)``."""
 
     def __call__(self, environ, start_response):
+        name = self.tenant(environ)
         try:
-            lease = self.acquire(self.tenant(environ), environ.get("HTTP_X_REQUEST_START"))
+            lease = self.acquire(name, environ.get("HTTP_X_REQUEST_START"))
         except ANSWERED as e:
             code, phrase, headers, body = self.answer(e)
             start_response("%d %s" % (code, phrase), headers)
             return [body]
         if lease is None:
             return self.app(environ, start_response)
+        finish = self.finisher(lease, name, environ)
         try:
             body = self.app(environ, start_response)
         except BaseException:
-            lease.release()
+            finish()
             raise
-        return _ReleasingBody(body, lease)
+        return _ReleasingBody(body, finish)
 
 
 class _ReleasingBody:
-    """The application's body, releasing the lease when the server closes it."""
+    """The application's body, ending the permit (``finish``) when the server closes it."""
 
-    def __init__(self, body, lease):
+    def __init__(self, body, finish):
         self._body = body
-        self._lease = lease
+        self._finish = finish
 
     def __iter__(self):
         return iter(self._body)
@@ -56,6 +60,6 @@ class _ReleasingBody:
             if close is not None:
                 close()
         finally:
-            lease, self._lease = self._lease, None
-            if lease is not None:
-                lease.release()
+            finish, self._finish = self._finish, None
+            if finish is not None:
+                finish()

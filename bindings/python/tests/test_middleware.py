@@ -416,3 +416,71 @@ def test_asgi_answers_429_over_the_rate_before_the_app_runs(table):
 
     asyncio.run(run())
     assert in_use(table) == 0
+
+
+def test_wsgi_charges_the_work_a_request_did_once_its_permit_is_released(table):
+    seen = []
+
+    def work(environ, seconds):
+        seen.append((environ["HTTP_X_TENANT"], seconds, in_use(table)))
+        return 5000
+
+    def boom(environ, start_response):
+        raise RuntimeError("boom")
+
+    table.set_rates("acme", work_units_per_s=1000)
+    mw = FairshmMiddleware(wsgi_app, table, "requests", tenant_of, work=work)
+    sr = StartResponse()
+    body = mw({"HTTP_X_TENANT": "acme"}, sr)
+    assert sr.status == "200 OK" and seen == [], "charged after the work, not before"
+    body.close()
+    (who, seconds, held), = seen
+    assert who == "acme" and 0 <= seconds < 10 and held == 0, seen
+    # 5,000 units at 1,000 a second, past a burst of one second's worth: in debt.
+    sr = StartResponse()
+    doc = json.loads(b"".join(mw({"HTTP_X_TENANT": "acme"}, sr)))
+    assert sr.status.startswith("429") and doc["reason"] == "work_debt"
+    assert 3000 < doc["retry_after_ms"] <= 4000, doc
+    # A request whose app raises did its work too; an untenanted one is not charged.
+    table.set_rates("globex", work_units_per_s=1000)
+    with pytest.raises(RuntimeError):
+        FairshmMiddleware(boom, table, "requests", tenant_of, work=work)({"HTTP_X_TENANT": "globex"},
+                                                                        StartResponse())
+    assert b"".join(mw({}, StartResponse())) == b"hello"
+    assert [w for w, _, _ in seen] == ["acme", "globex"] and in_use(table) == 0
+    assert table.charge("globex", 0) > 3000
+    with pytest.raises(TypeError, match="work must be"):
+        FairshmMiddleware(wsgi_app, table, "requests", tenant_of, work=5)
+
+
+def test_asgi_charges_the_work_a_request_did_once_its_permit_is_released(table):
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    seen = []
+
+    def work(scope, seconds):
+        seen.append(in_use(table))
+        return 5000
+
+    table.set_rates("acme", work_units_per_s=1000)
+    mw = FairshmASGIMiddleware(app, table, "requests", lambda scope: "acme", work=work)
+
+    async def run():
+        sent = []
+
+        async def send(msg):
+            sent.append(msg)
+
+        async def receive():
+            return {"type": "http.request"}
+
+        await mw({"type": "http", "headers": []}, receive, send)
+        assert sent[0]["status"] == 200 and seen == [0]
+        sent.clear()
+        await mw({"type": "http", "headers": []}, receive, send)
+        assert sent[0]["status"] == 429
+        assert json.loads(sent[1]["body"])["reason"] == "work_debt"
+
+    asyncio.run(run())

@@ -249,6 +249,41 @@ class TestRack < Minitest::Test
     assert_equal "work_debt", JSON.parse(body.join)["reason"]
   end
 
+  def test_charges_the_work_a_request_did_once_its_permit_is_released
+    seen = []
+    work = lambda do |env, seconds|
+      seen << [env["HTTP_X_TENANT"], seconds, in_use]
+      5000
+    end
+    @table.set_rates("acme", work_units_per_s: 1000)
+    mw = Fairshm::RackMiddleware.new(->(_env) { [200, {}, ["ok"]] }, table: @table, pool: "requests",
+                                                                  tenant: ->(env) { env["HTTP_X_TENANT"] }, work: work)
+    status, _, body = mw.call("HTTP_X_TENANT" => "acme")
+    assert_equal [200, []], [status, seen], "charged after the work, not before"
+    body.close
+    who, seconds, held = seen.fetch(0)
+    assert_equal ["acme", 0], [who, held]
+    assert_includes 0...10, seconds
+    # 5,000 units at 1,000 a second, past a burst of one second's worth: in debt.
+    status, _, body = mw.call("HTTP_X_TENANT" => "acme")
+    doc = JSON.parse(body.join)
+    assert_equal [429, "work_debt"], [status, doc["reason"]]
+    assert_includes 3001..4000, doc["retry_after_ms"]
+    # A request whose app raises did its work too; an untenanted one is not charged.
+    @table.set_rates("globex", work_units_per_s: 1000)
+    boom = Fairshm::RackMiddleware.new(->(_env) { raise "boom" }, table: @table, pool: "requests",
+                                                               tenant: ->(env) { env["HTTP_X_TENANT"] }, work: work)
+    assert_raises(RuntimeError) { boom.call("HTTP_X_TENANT" => "globex") }
+    assert_equal 200, mw.call({})[0]
+    assert_equal %w[acme globex], seen.map(&:first)
+    assert_equal 0, in_use
+    assert_operator @table.charge("globex", 0), :>, 3000
+    err = assert_raises(TypeError) do
+      Fairshm::RackMiddleware.new(->(_env) {}, table: @table, pool: "requests", tenant: ->(_env) {}, work: 5)
+    end
+    assert_includes err.message, "work must be"
+  end
+
   def test_answers_503_when_this_process_has_no_lease_slot_left
     require "rack"
     require "rack/lint"

@@ -21,16 +21,26 @@ module Fairshm
   # server's queue is passed to the table (Table#note_queue): a queue there makes
   # an over-share tenant's hints longer. +queue_header: false+ ignores the header
   # (leave it on only behind a proxy that sets it itself).
+  #
+  # +work+: nil, or a callable of the request's env and the seconds it held its permit
+  # that returns the units of work the request did; they are charged to its tenant
+  # (Table#charge) once the permit is released, so that a tenant past its work rate is
+  # refused work_debt (work: ->(_env, s) { (s * 1000).to_i }: a unit a ms of handling).
   class RackMiddleware
     # A wait longer than this is not a queue but a wrong stamp (or clocks far apart).
     MAX_QUEUED_US = 60_000_000
 
-    def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0, queue_header: true)
+    def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0, queue_header: true, work: nil)
       # A wrong number or pool is a configuration error, found at start-up, not as a
       # 500 on every request: the pool is resolved now (UnknownPool, naming the table's
       # pools, for a name it does not have).
       Fairshm.check_request(units, hold_ms)
       table.pool(pool)
+      unless work.nil? || work.respond_to?(:call)
+        raise TypeError, "work must be a callable of (env, seconds) or nil, not #{work.inspect}"
+      end
+
+      @work = work
       @app = app
       @table = table
       @pool = pool
@@ -59,13 +69,27 @@ module Fairshm
       # Returned, not raised: no backtrace is captured for a 429.
       return RackMiddleware.refused(lease) if lease.is_a?(Refused)
 
+      finish = finisher(lease, name, env)
       begin
         status, headers, body = @app.call(env)
       rescue Exception # rubocop:disable Lint/RescueException
-        lease.release
+        finish.call
         raise
       end
-      [status, headers, ReleasingBody.new(body, lease)]
+      [status, headers, ReleasingBody.new(body, finish)]
+    end
+
+    # What ends a request's permit, called once: it releases +lease+, then charges
+    # tenant +name+ the units of work +work+ says the request did.
+    def finisher(lease, name, env)
+      return lease.method(:release) unless @work
+
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      lambda do
+        lease.release
+        units = @work.call(env, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+        @table.charge(name, units) if units&.positive?
+      end
     end
 
     # How long a request waited in the server's queue, in microseconds, from the value
@@ -123,24 +147,24 @@ module Fairshm
               "retry-after" => [1, (ms + 999) / 1000].max.to_s, "retry-after-ms" => ms.to_s }, [body]]
     end
 
-    # The application's body, releasing the lease when the server closes it. Every
+    # The application's body, ending the permit (+finish+) when the server closes it. Every
     # other call is the body's own, and it answers to what the body answers to: +each+
     # (an enumerable body), +call+ (a Rack 3 streaming body, which has no +each+),
     # +to_path+ (a file the server may send itself) and +to_ary+. A body that answers
     # +to_ary+ closes when it is called (Rack 3's SPEC), since a middleware that calls
     # it replaces the body and never closes it: the lease is released then.
     class ReleasingBody
-      def initialize(body, lease)
+      def initialize(body, finish)
         @body = body
-        @lease = lease
+        @finish = finish
       end
 
       def close
         @body.close if @body.respond_to?(:close)
       ensure
-        lease = @lease
-        @lease = nil
-        lease&.release
+        finish = @finish
+        @finish = nil
+        finish&.call
       end
 
       def respond_to_missing?(name, include_all = false)
