@@ -1,7 +1,9 @@
 """The ASGI app of `test_asgi.py`, under uvicorn: 200 after E2E_SLOW_S seconds of
-awaiting (asyncio.sleep: one process serves many such requests at once), behind
+awaiting (asyncio.sleep: one process serves many such requests at once), and a
+websocket accepted and kept open until its client goes; behind
 fairshm's ASGI middleware on the segment FAIRSHM_E2E_SEGMENT, with a pool of E2E_POOL
-permits and E2E_LEASES lease slots a process, opened at import."""
+permits and E2E_LEASES lease slots a process, opened at import, holding a permit for
+each request and each websocket."""
 
 import asyncio
 import os
@@ -13,6 +15,11 @@ SLOW_S = float(os.environ.get("E2E_SLOW_S", "1"))
 
 
 async def base(scope, receive, send):
+    if scope["type"] == "websocket":
+        # Accepted, then open until the client goes.
+        while (await receive())["type"] != "websocket.disconnect":
+            await send({"type": "websocket.accept"})
+        return
     if scope["type"] != "http":
         return
     if scope["path"] == "/slow":
@@ -31,4 +38,4 @@ table = fairshm.Table.open_or_create(
     {"pools": [{"name": "requests", "capacity": int(os.environ["E2E_POOL"])}],
      "leases_per_process": int(os.environ.get("E2E_LEASES", "64"))},
 )
-app = FairshmASGIMiddleware(base, table, "requests", tenant)
+app = FairshmASGIMiddleware(base, table, "requests", tenant, scopes=("http", "websocket"))

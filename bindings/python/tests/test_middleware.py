@@ -484,3 +484,77 @@ def test_asgi_charges_the_work_a_request_did_once_its_permit_is_released(table):
         assert json.loads(sent[1]["body"])["reason"] == "work_debt"
 
     asyncio.run(run())
+
+
+def test_asgi_holds_a_permit_for_a_websockets_life_and_turns_one_away_when_refused(name):
+    # Seed 000: a connection holds its permit for its life. A websocket is one.
+    table = fairshm.Table.create(name, {"pools": [{"name": "connections", "capacity": 1}]})
+    try:
+        closing = None
+
+        async def app(scope, receive, send):
+            assert (await receive())["type"] == "websocket.connect"
+            await send({"type": "websocket.accept"})
+            held.append(table.stats()["pools"][0]["in_use"])
+            await closing.wait()
+
+        held = []
+        mw = FairshmASGIMiddleware(app, table, "connections", lambda scope: "acme",
+                                   scopes=("http", "websocket"))
+
+        async def run():
+            nonlocal closing
+            closing = asyncio.Event()
+
+            def socket(extensions):
+                sent = []
+
+                async def send(msg):
+                    sent.append(msg)
+
+                async def receive():
+                    return {"type": "websocket.connect"}
+
+                scope = {"type": "websocket", "headers": [], "extensions": extensions}
+                return sent, mw(scope, receive, send)
+
+            first_sent, first = socket({})
+            task = asyncio.ensure_future(first)
+            while not held:
+                await asyncio.sleep(0.001)
+            assert held == [1] and first_sent[0]["type"] == "websocket.accept"
+            # A second connection, no room: closed before it is accepted, code 1013.
+            sent, second = socket({})
+            await second
+            assert sent == [{"type": "websocket.close", "code": 1013,
+                             "reason": sent[0]["reason"]}], sent
+            assert sent[0]["reason"].startswith("fairshm: over_share, retry after ")
+            assert len(sent[0]["reason"].encode()) <= 123
+            # With the server's websocket.http.response extension: the 429 itself.
+            sent, third = socket({"websocket.http.response": {}})
+            await third
+            assert sent[0]["type"] == "websocket.http.response.start" and sent[0]["status"] == 429
+            assert dict(sent[0]["headers"])[b"retry-after"] == b"1"
+            assert sent[1]["type"] == "websocket.http.response.body"
+            assert json.loads(sent[1]["body"])["reason"] == "over_share"
+            assert table.stats()["pools"][0]["in_use"] == 1
+            closing.set()
+            await task
+
+        asyncio.run(run())
+        assert table.stats()["pools"][0]["in_use"] == 0, "released when the websocket ended"
+        # Websockets pass through untouched unless asked for; a wrong scope fails at once.
+        passed = []
+
+        async def plain(scope, receive, send):
+            passed.append(scope["type"])
+
+        untouched = FairshmASGIMiddleware(plain, table, "connections", lambda scope: "acme")
+        asyncio.run(untouched({"type": "websocket", "headers": []}, None, None))
+        assert passed == ["websocket"] and table.stats()["pools"][0]["grants"] == 1
+        with pytest.raises(ValueError, match="one of http, websocket"):
+            FairshmASGIMiddleware(plain, table, "connections", lambda scope: "acme", scopes=("lifespan",))
+        with pytest.raises(TypeError, match="sequence"):
+            FairshmASGIMiddleware(plain, table, "connections", lambda scope: "acme", scopes="websocket")
+    finally:
+        table.close()
