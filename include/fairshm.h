@@ -290,7 +290,8 @@ void fairshm_string_free(char *s);
 int32_t fairshm_pool(const fairshm_table *t, const char *name, uint32_t *out);
 
 // Resolves a tenant's name to its handle, in `*out`, claiming a directory slot on
-// the name's first use (which registers this process). A name the table cannot take
+// the name's first use (which registers this process, as a tool that `per_worker`
+// pools do not count until it acquires). A name the table cannot take
 // (empty, over 48 bytes, not UTF-8) is `FAIRSHM_E_INVALID_TENANT`.
 //
 // # Safety

@@ -1,8 +1,9 @@
 //! Worker-sized capacity (`per_worker` pools), recomputed as workers come and go.
 //!
 //! `tickets = min(workers, max(ceil(quota * workers), min_tickets))` over the `LIVE`
-//! process slots: a process registers on its first acquire, so observers (`shmtool`, a
-//! snapshot reader) never count, nor do tools' registrations (`proc_state::TOOL`).
+//! process slots: a process registers as a worker on its first acquire, so observers
+//! (`shmtool`, a snapshot reader) never count, nor do tools' registrations, nor those
+//! of processes that have only claimed tenant names (`proc_state::TOOL`).
 //! Registration and reaping call [`recompute`]. When the capacity shrinks below what
 //! is held nothing is revoked: `decide` simply refuses until `in_use` falls under the
 //! new capacity. When it grows, the new tickets wake waiters as released permits do.

@@ -254,6 +254,23 @@ pub fn register<R: Region>(
     Err(Error::ProcessTableFull { max: n })
 }
 
+/// Makes the tool's registration of process `(pid, start_time)` in slot `s` a worker's
+/// (it claimed tenant names first, and now acquires): clears the slot's `TOOL` flag.
+/// Nothing else changes: a reaper judges the slot by its pid and start time either way.
+pub fn become_worker<R: Region>(r: &R, s: usize, pid: u32, start_time: u64) -> Result<()> {
+    let rec = r.proc_slot(s);
+    let tool = ps::make(ps::LIVE | ps::TOOL, pid, start_time);
+    // Relaxed: the flag orders nothing (the capacity recomputed after it reads the
+    // slots with Acquire, and this process's own acquires follow in program order).
+    match rec.state.compare_exchange(tool, ps::make(ps::LIVE, pid, start_time), Relaxed, Relaxed) {
+        Ok(_) => Ok(()),
+        Err(now) if now == ps::make(ps::LIVE, pid, start_time) => Ok(()),
+        Err(now) => Err(Error::Corrupt(format!(
+            "process slot {s}: this process's registration reads {now:#x}, not its own"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

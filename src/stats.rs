@@ -229,8 +229,8 @@ pub struct ProcSnap {
     pub pid: u32,
     pub start_time: u64,
     pub registered_ms: u64,
-    /// Registered as a tool (`Table::open_tool`, such as `shmtool rates`): no worker of
-    /// `per_worker` pools.
+    /// Registered as a tool (`Table::open_tool`, such as `shmtool rates`), or only to
+    /// claim tenant names so far (it has not acquired): no worker of `per_worker` pools.
     pub tool: bool,
     /// What the robust-futex owner word says: `"alive"` (anchored, its anchor thread
     /// lives), `"died"` (the kernel marked it: dying or dead, not reaped yet) or

@@ -172,6 +172,47 @@ fn a_tool_that_claims_a_tenant_is_no_worker() {
     );
 }
 
+/// A worker's own handle that only claims tenant names (a master setting its tenants'
+/// rates at boot, before it forks; an admin script) is no worker either: it registers
+/// as a tool. Its first acquire makes it a worker, counted from then on, in the same
+/// slot, and its drop frees that slot.
+#[test]
+fn a_process_that_only_sets_rates_is_no_worker_until_it_acquires() {
+    let _g = serial();
+    let seg = Seg::new("pwrates");
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
+    let t = seg.create(&cfg);
+    let _two = workers(&seg.name, 2);
+    assert_eq!(capacity(&t, "flights"), 2);
+    t.set_rates("acme", 100, 0).unwrap(); // claims the name: registers
+    t.charge("globex", 0).unwrap(); // claims another
+    let me = std::process::id();
+    let mine = |t: &Table| -> Vec<fairshm::stats::ProcSnap> {
+        let snap = t.snapshot();
+        snap.processes.into_iter().filter(|p| p.pid == me).collect()
+    };
+    let slot = match mine(&t).as_slice() {
+        [p] if p.tool && p.status == "live" => p.slot,
+        other => panic!("registered once, as a tool: {other:?}"),
+    };
+    assert_eq!(capacity(&t, "flights"), 2, "claiming names makes no worker");
+    let lease = t.try_acquire(&Request::new("flights", "acme")).unwrap();
+    assert!(lease.is_ok(), "granted: the pool grew for this worker");
+    match mine(&t).as_slice() {
+        [p] => assert!(!p.tool && p.slot == slot, "a worker now, same slot: {p:?}"),
+        other => panic!("one registration: {other:?}"),
+    }
+    assert_eq!(capacity(&t, "flights"), 3);
+    drop(lease);
+    let observer = Table::open_observer(&seg.name).unwrap();
+    drop(t);
+    assert!(
+        observer.snapshot().processes.iter().all(|p| p.pid != me),
+        "its slot is freed on drop"
+    );
+    assert_eq!(observer.snapshot().pool("flights").unwrap().capacity, 2);
+}
+
 #[test]
 fn min_tickets_is_capped_at_the_worker_count() {
     let _g = serial();

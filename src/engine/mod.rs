@@ -33,7 +33,8 @@ pub struct Engine {
     seg: Segment,
     /// This engine's id in `LIVE`, for thread spares.
     id: u64,
-    /// `pid << 32 | slot + 1` of this process's registration; 0 before it.
+    /// `pid << 32 | slot + 1` of this process's registration, with [`REG_TOOL`] when
+    /// it registered as a tool; 0 before it.
     reg: AtomicU64,
     reg_lock: Mutex<()>,
     /// This process's start time, as registered (with `reg`).
@@ -51,6 +52,10 @@ pub struct Engine {
     /// guaranteed pool (see `guaranteed::api`); 0 when none. Process-local.
     pub(crate) g_lock: AtomicU32,
 }
+
+/// In `Engine::reg`: the registration is a tool's (no worker of `per_worker` pools):
+/// this handle's, or a process's that has only claimed tenant names so far.
+const REG_TOOL: u32 = 1 << 31;
 
 impl Engine {
     pub(crate) fn from_segment(seg: Segment) -> Engine {
@@ -137,23 +142,46 @@ impl Engine {
         self.process_slot()
     }
 
-    /// This process's slot, registering it (again, after a fork) if needed.
+    /// This process's slot as a worker (a tool's, for a tool's handle), registering it
+    /// (again, after a fork) if needed, or making a registration that only claimed
+    /// tenant names so far a worker's.
+    #[inline]
     pub fn process_slot(&self) -> Result<usize> {
+        let pid = crate::selfid::pid() as u64;
+        // Acquire: as in `registered`.
+        let r = self.reg.load(Acquire);
+        if r >> 32 == pid && r as u32 & !REG_TOOL != 0 && (r as u32 & REG_TOOL == 0 || self.tool) {
+            return Ok(((r as u32 & !REG_TOOL) - 1) as usize);
+        }
+        self.register_slow(pid, self.tool)
+    }
+
+    /// This process's slot, of either kind, for a call that is no worker's (claiming a
+    /// tenant's name to set its rates, say): a process not registered yet registers as
+    /// a tool, which `per_worker` pools do not count until it acquires.
+    pub(crate) fn claimer_slot(&self) -> Result<usize> {
         let pid = crate::selfid::pid() as u64;
         match self.registered(pid) {
             Some(slot) => Ok(slot),
-            None => self.register_slow(pid),
+            None => self.register_slow(pid, true),
         }
     }
 
     /// The slot this handle registered for process `pid`, if it did (a forked child's
-    /// inherited handle names the parent's).
+    /// inherited handle names the parent's), of either kind.
     #[inline]
     pub(crate) fn registered(&self, pid: u64) -> Option<usize> {
         // Acquire: pairs with the Release store in `register_slow` (same process, other
         // thread), so the registration it names is complete.
         let r = self.reg.load(Acquire);
-        (r >> 32 == pid && r as u32 != 0).then(|| (r as u32 - 1) as usize)
+        let slot = r as u32 & !REG_TOOL;
+        (r >> 32 == pid && slot != 0).then(|| (slot - 1) as usize)
+    }
+
+    /// Whether this handle's registration (if any) is a tool's.
+    fn registered_as_tool(&self) -> bool {
+        // Relaxed: read by the registering process, after its own store.
+        self.reg.load(Relaxed) as u32 & REG_TOOL != 0
     }
 
     /// Whether this process has a running anchor of this handle's registration (a
@@ -179,20 +207,31 @@ impl Engine {
         }
     }
 
+    /// Registers this process (as a tool if `tool`), or makes its tool's registration a
+    /// worker's (`tool` false).
     #[cold]
-    fn register_slow(&self, pid: u64) -> Result<usize> {
+    fn register_slow(&self, pid: u64, tool: bool) -> Result<usize> {
         self.writable("registering a worker")?;
         self.seg.check_pid_ns("registering a worker")?;
         let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = self.registered(pid) {
+            if !tool && self.registered_as_tool() {
+                // It claimed names so far; now it works: counted from here on.
+                // Relaxed: this process's own start time, stored with `reg`.
+                let start = self.start.load(Relaxed);
+                liveness::become_worker(&self.seg, slot, pid as u32, start)?;
+                // Release: as below.
+                self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+                crate::capacity::recompute(&self.seg, self.config());
+            }
             return Ok(slot);
         }
         let (pid32, start) = liveness::me();
         let now = clock::segment_now();
-        let slot = match liveness::register(&self.seg, pid32, start, now, self.tool) {
+        let slot = match liveness::register(&self.seg, pid32, start, now, tool) {
             Err(Error::ProcessTableFull { .. }) => {
                 self.reap_dead_as(crate::layout::noticed::CALL)?;
-                liveness::register(&self.seg, pid32, start, now, self.tool)?
+                liveness::register(&self.seg, pid32, start, now, tool)?
             }
             other => other?,
         };
@@ -211,7 +250,9 @@ impl Engine {
         drop(a);
         self.start.store(start, Relaxed);
         // Release: see the Acquire load in `registered`.
-        self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+        let kind = if tool { REG_TOOL } else { 0 };
+        self.reg
+            .store(pid << 32 | (kind | (slot as u32 + 1)) as u64, Release);
         if attached_ok {
             // Release: pairs with the Acquire load in `peers::run`, which then sees our
             // slot LIVE with our anchor's tid, and watches it.
@@ -630,7 +671,13 @@ impl Drop for Engine {
         // A truncated segment is left alone: touching it would raise SIGBUS.
         if self.seg.check_size().is_ok()
             && let Some(slot) = self.registered(pid)
-            && let Some(gone) = recovery::retire_slot(&self.seg, slot, pid as u32, start, self.tool)
+            && let Some(gone) = recovery::retire_slot(
+                &self.seg,
+                slot,
+                pid as u32,
+                start,
+                self.registered_as_tool(),
+            )
         {
             crate::peers::announce(&self.seg, &[gone]);
         }

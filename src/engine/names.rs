@@ -77,14 +77,15 @@ impl Engine {
     }
 
     /// Resolves a tenant's name, claiming a directory slot on its first use (which
-    /// registers this process, the slot's writer).
+    /// registers this process, the slot's writer: as a tool, which `per_worker` pools
+    /// do not count, until it acquires).
     pub fn tenant(&self, name: &str) -> Result<TenantId> {
         check_tenant(name)?;
         if let Some(t) = self.find_tenant(name) {
             return Ok(t);
         }
         self.writable("claiming a tenant name")?;
-        let slot = self.process_slot()?;
+        let slot = self.claimer_slot()?;
         // The configured weight is looked up only when the name claims a slot.
         let weight = || self.config().weight_of(name.as_bytes());
         let t = tenants::find_or_claim(&self.seg, name.as_bytes(), &weight, slot, &|s| {

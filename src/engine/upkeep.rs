@@ -114,7 +114,7 @@ impl Engine {
     fn repair_guaranteed(&self, out: &mut Repaired) -> Result<()> {
         use crate::guaranteed::{GLeaseId, shared};
         use crate::layout::proc_state as ps;
-        let slot = self.process_slot()?;
+        let slot = self.claimer_slot()?;
         for gp in 0..self.seg.g_pools() {
             {
                 let _lock = crate::guaranteed::BlockLock::take(&self.g_lock);

@@ -127,7 +127,8 @@ pub unsafe extern "C" fn fairshm_pool(
 }
 
 /// Resolves a tenant's name to its handle, in `*out`, claiming a directory slot on
-/// the name's first use (which registers this process). A name the table cannot take
+/// the name's first use (which registers this process, as a tool that `per_worker`
+/// pools do not count until it acquires). A name the table cannot take
 /// (empty, over 48 bytes, not UTF-8) is `FAIRSHM_E_INVALID_TENANT`.
 ///
 /// # Safety

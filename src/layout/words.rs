@@ -327,7 +327,7 @@ pub mod tenant_state {
 /// | bits   | field      | meaning                                                  |
 /// |--------|------------|----------------------------------------------------------|
 /// | 0..7   | `status`   | 0 free, 1 claiming, 2 live, 3 reaping                    |
-/// | 7      | `TOOL`     | the registrant is a tool (`Table::open_tool`), no worker |
+/// | 7      | `TOOL`     | a tool's registration, or a name claimer's: no worker    |
 /// | 8..32  | `pid`      | pid of the registrant (claiming, live) or the reaper     |
 /// | 32..64 | `start_lo` | low 32 bits of that process's start time (clock ticks)   |
 ///
@@ -340,7 +340,8 @@ pub mod proc_state {
     pub const LIVE: u32 = 2;
     pub const REAPING: u32 = 3;
     /// A flag beside the status of a CLAIMING or LIVE registrant: it registered as a
-    /// tool (`Table::open_tool`, as `shmtool rates` does to claim a tenant), which a
+    /// tool (`Table::open_tool`, as `shmtool rates` does to claim a tenant), or only to
+    /// claim a tenant's name (it has not acquired: the flag is cleared then), which a
     /// `per_worker` pool does not count as a worker.
     pub const TOOL: u32 = 0x80;
     /// The status, without the `TOOL` flag.

@@ -423,3 +423,21 @@ def test_a_table_or_a_cancel_is_not_copied_with_its_native_handle(table):
     lease.release()
     c.cancel()
     assert table.stats()["pools"][0]["in_use"] == 0
+
+
+def test_setting_rates_makes_no_worker_until_the_process_acquires(name):
+    # A master that sets its tenants' rates at boot (before it forks), or an admin
+    # script, claims tenant names: it registers, but as no worker of a per_worker pool.
+    t = fairshm.Table.create(name, {"pools": [{"name": "db", "per_worker": {"quota": 1.0}}]})
+    try:
+        t.set_rates("acme", requests_per_s=5)
+        t.charge("globex", 0)
+        st = t.stats()
+        assert st["pools"][0]["per_worker"]["workers"] == 0, st["pools"][0]
+        assert [p["tool"] for p in st["processes"]] == [True], st["processes"]
+        t.try_acquire("db", "acme").release()
+        st = t.stats()
+        assert st["pools"][0]["per_worker"]["workers"] == 1 and st["pools"][0]["capacity"] == 1
+        assert [p["tool"] for p in st["processes"]] == [False], "a worker now, in the same slot"
+    finally:
+        t.close()

@@ -6,6 +6,25 @@ require "tmpdir"
 class TestTable < Minitest::Test
   include FairshmTest
 
+  # A master that sets its tenants' rates at boot (before it forks), or an admin script,
+  # claims tenant names: it registers, but as no worker of a per_worker pool.
+  def test_setting_rates_makes_no_worker_until_the_process_acquires
+    name = FairshmTest.next_name
+    t = Fairshm::Table.create(name, { "pools" => [{ "name" => "db", "per_worker" => { "quota" => 1.0 } }] })
+    t.set_rates("acme", requests_per_s: 5)
+    t.charge("globex", 0)
+    st = t.stats
+    assert_equal 0, st["pools"][0]["per_worker"]["workers"]
+    assert_equal [true], st["processes"].map { |p| p["tool"] }
+    t.try_acquire("db", "acme").release
+    st = t.stats
+    assert_equal [1, 1], [st["pools"][0]["per_worker"]["workers"], st["pools"][0]["capacity"]]
+    assert_equal [false], st["processes"].map { |p| p["tool"] }, "a worker now, in the same slot"
+  ensure
+    t&.close
+    Fairshm::Table.unlink(name) if t
+  end
+
   def test_grant_release_and_refusal_facts
     a = @table.try_acquire("requests", "acme", hold_ms: 5)
     b = @table.try_acquire("requests", "acme", units: 3)
