@@ -33,9 +33,14 @@ pub struct Engine {
     seg: Segment,
     /// This engine's id in `LIVE`, for thread spares.
     id: u64,
-    /// `pid << 32 | slot + 1` of this process's registration, with [`REG_TOOL`] when
-    /// it registered as a tool; 0 before it.
+    /// `pid << 32 | slot + 1` of this process's registration as what this handle is (a
+    /// worker, or a tool for a tool's handle); 0 before it.
     reg: AtomicU64,
+    /// The same, of a worker's handle whose process registered only to claim tenant
+    /// names, as a tool (`per_worker` pools do not count it); moved to `reg` when it
+    /// becomes a worker. Apart from `reg` so that the acquire's test of `reg` stays one
+    /// comparison.
+    claimed: AtomicU64,
     reg_lock: Mutex<()>,
     /// This process's start time, as registered (with `reg`).
     start: AtomicU64,
@@ -53,9 +58,12 @@ pub struct Engine {
     pub(crate) g_lock: AtomicU32,
 }
 
-/// In `Engine::reg`: the registration is a tool's (no worker of `per_worker` pools):
-/// this handle's, or a process's that has only claimed tenant names so far.
-const REG_TOOL: u32 = 1 << 31;
+/// The slot a registration word (`Engine::reg`, `Engine::claimed`) names for process
+/// `pid`, if it names one.
+#[inline]
+fn slot_of(r: u64, pid: u64) -> Option<usize> {
+    (r >> 32 == pid && r as u32 != 0).then(|| (r as u32 - 1) as usize)
+}
 
 impl Engine {
     pub(crate) fn from_segment(seg: Segment) -> Engine {
@@ -70,6 +78,7 @@ impl Engine {
             seg,
             id,
             reg: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
             reg_lock: Mutex::new(()),
             start: AtomicU64::new(0),
             hint: AtomicU64::new(0),
@@ -148,12 +157,12 @@ impl Engine {
     #[inline]
     pub fn process_slot(&self) -> Result<usize> {
         let pid = crate::selfid::pid() as u64;
-        // Acquire: as in `registered`.
-        let r = self.reg.load(Acquire);
-        if r >> 32 == pid && r as u32 & !REG_TOOL != 0 && (r as u32 & REG_TOOL == 0 || self.tool) {
-            return Ok(((r as u32 & !REG_TOOL) - 1) as usize);
+        // Acquire: pairs with the Release stores in `register_slow` (same process,
+        // other thread), so the registration it names is complete.
+        match slot_of(self.reg.load(Acquire), pid) {
+            Some(slot) => Ok(slot),
+            None => self.register_slow(pid, self.tool),
         }
-        self.register_slow(pid, self.tool)
     }
 
     /// This process's slot, of either kind, for a call that is no worker's (claiming a
@@ -171,17 +180,8 @@ impl Engine {
     /// inherited handle names the parent's), of either kind.
     #[inline]
     pub(crate) fn registered(&self, pid: u64) -> Option<usize> {
-        // Acquire: pairs with the Release store in `register_slow` (same process, other
-        // thread), so the registration it names is complete.
-        let r = self.reg.load(Acquire);
-        let slot = r as u32 & !REG_TOOL;
-        (r >> 32 == pid && slot != 0).then(|| (slot - 1) as usize)
-    }
-
-    /// Whether this handle's registration (if any) is a tool's.
-    fn registered_as_tool(&self) -> bool {
-        // Relaxed: read by the registering process, after its own store.
-        self.reg.load(Relaxed) as u32 & REG_TOOL != 0
+        // Acquire, both: as in `process_slot`.
+        slot_of(self.reg.load(Acquire), pid).or_else(|| slot_of(self.claimed.load(Acquire), pid))
     }
 
     /// Whether this process has a running anchor of this handle's registration (a
@@ -214,14 +214,19 @@ impl Engine {
         self.writable("registering a worker")?;
         self.seg.check_pid_ns("registering a worker")?;
         let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = self.registered(pid) {
-            if !tool && self.registered_as_tool() {
+        // Relaxed, these two: under the lock, which the stores below are made under.
+        if let Some(slot) = slot_of(self.reg.load(Relaxed), pid) {
+            return Ok(slot);
+        }
+        if let Some(slot) = slot_of(self.claimed.load(Relaxed), pid) {
+            if !tool {
                 // It claimed names so far; now it works: counted from here on.
-                // Relaxed: this process's own start time, stored with `reg`.
+                // Relaxed: this process's own start time, stored with `claimed`.
                 let start = self.start.load(Relaxed);
                 liveness::become_worker(&self.seg, slot, pid as u32, start)?;
                 // Release: as below.
                 self.reg.store(pid << 32 | (slot as u64 + 1), Release);
+                self.claimed.store(0, Relaxed);
                 crate::capacity::recompute(&self.seg, self.config());
             }
             return Ok(slot);
@@ -249,10 +254,14 @@ impl Engine {
         *a = attached.map(|x| (pid, x));
         drop(a);
         self.start.store(start, Relaxed);
-        // Release: see the Acquire load in `registered`.
-        let kind = if tool { REG_TOOL } else { 0 };
-        self.reg
-            .store(pid << 32 | (kind | (slot as u32 + 1)) as u64, Release);
+        // Release: see the Acquire load in `process_slot`. A worker's handle that
+        // registered as a tool keeps it in `claimed`, which the acquire does not test.
+        let word = if tool && !self.tool {
+            &self.claimed
+        } else {
+            &self.reg
+        };
+        word.store(pid << 32 | (slot as u64 + 1), Release);
         if attached_ok {
             // Release: pairs with the Acquire load in `peers::run`, which then sees our
             // slot LIVE with our anchor's tid, and watches it.
@@ -669,15 +678,16 @@ impl Drop for Engine {
         // Relaxed: written by this process's registration, which `drop` follows.
         let start = self.start.load(Relaxed);
         // A truncated segment is left alone: touching it would raise SIGBUS.
+        // Relaxed: this process's own registration, which `drop` follows.
+        let (worker, claimer) = (
+            slot_of(self.reg.load(Relaxed), pid),
+            slot_of(self.claimed.load(Relaxed), pid),
+        );
         if self.seg.check_size().is_ok()
-            && let Some(slot) = self.registered(pid)
-            && let Some(gone) = recovery::retire_slot(
-                &self.seg,
-                slot,
-                pid as u32,
-                start,
-                self.registered_as_tool(),
-            )
+            && let Some((slot, tool)) = worker
+                .map(|s| (s, self.tool))
+                .or(claimer.map(|s| (s, true)))
+            && let Some(gone) = recovery::retire_slot(&self.seg, slot, pid as u32, start, tool)
         {
             crate::peers::announce(&self.seg, &[gone]);
         }
