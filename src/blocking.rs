@@ -87,10 +87,7 @@ pub(crate) fn acquire(
     // The handle may come from a binding as a bare integer: checked before its record
     // is touched (the engine's acquire checks it again, on every try).
     if p >= seg.geometry().pools {
-        return Err(crate::error::Error::InvalidRequest(format!(
-            "pool handle {p} is not of this table ({} pools)",
-            seg.geometry().pools
-        )));
+        return Err(engine.bad_handles(p, tenant.index()));
     }
     let rec = seg.pool(p);
     let mut next_sweep = clock::after(start, sweep);
@@ -119,9 +116,11 @@ pub(crate) fn acquire(
         let now = Instant::now();
         // Refused by the tenant's rates, whose next token comes after the deadline: no
         // release changes that, so the wait ends now, with this refusal.
-        let rate_past_deadline = last.reason.is_rate()
-            && !sliced
-            && clock::after(now, Duration::from_millis(last.retry_after_ms)) > deadline;
+        let token = last
+            .reason
+            .is_rate()
+            .then(|| clock::after(now, Duration::from_millis(last.retry_after_ms)));
+        let rate_past_deadline = !sliced && token.is_some_and(|t| t > deadline);
         let ended = if cancel.is_some_and(Cancel::is_cancelled) {
             Some(Reason::Cancelled)
         } else if rate_past_deadline {
@@ -150,12 +149,11 @@ pub(crate) fn acquire(
             next_sweep = clock::after(now, sweep);
             continue;
         }
-        if last.reason.is_rate() {
+        if let Some(token) = token {
             // Refused by the tenant's rates: no release of the pool changes that, only
             // time does. Sleep until its token (before the deadline, or this is a
             // slice), then try again.
             announced = None; // no release is ours to wait for
-            let token = clock::after(now, Duration::from_millis(last.retry_after_ms));
             let until = deadline.min(token);
             match cancel {
                 Some(c) => waiting::sleep_on(&[c.watch()], until),

@@ -497,7 +497,7 @@ impl Engine {
     /// pool handle `p`, else the tenant handle `t`.
     #[cold]
     #[inline(never)]
-    fn bad_handles(&self, p: usize, t: usize) -> Error {
+    pub(crate) fn bad_handles(&self, p: usize, t: usize) -> Error {
         let geo = self.seg.geometry();
         Error::InvalidRequest(if p >= geo.pools && geo.pools == 0 {
             format!("pool handle {p} is not of this table: it has no fair-share pools")

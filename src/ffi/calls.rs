@@ -35,10 +35,9 @@ unsafe fn put<T>(p: *mut T, v: T) {
 /// to the engine, which checks it first), the tenant read from the directory.
 pub(super) fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, TenantId), i32> {
     if pool as usize >= table.config().pools.len() {
-        return Err(invalid(format!(
-            "pool handle {pool} is not of this table ({} pools)",
-            table.config().pools.len()
-        )));
+        return Err(fail(
+            table.engine().bad_handles(pool as usize, tenant as usize),
+        ));
     }
     let t = table.engine().tenant_by_index(tenant).map_err(fail)?;
     Ok((PoolId(pool), t))

@@ -27,6 +27,21 @@ def tenant_of(environ):
     return environ.get("HTTP_X_TENANT")
 
 
+def asgi_channel(first=None):
+    """A fake ASGI server's side of one connection: the list of the messages the app
+    sends, its ``send``, and a ``receive`` that hands it ``first`` (default: an HTTP
+    request)."""
+    sent = []
+
+    async def send(msg):
+        sent.append(msg)
+
+    async def receive():
+        return first or {"type": "http.request"}
+
+    return sent, send, receive
+
+
 def test_wsgi_holds_the_permit_until_close_and_answers_429(table):
     mw = FairshmMiddleware(wsgi_app, table, "requests", tenant_of)
     bodies = []
@@ -101,13 +116,7 @@ def test_asgi_holds_until_the_response_is_sent_and_answers_429(table):
 
     async def run():
         held = [table.try_acquire("requests", "acme") for _ in range(3)]
-        sent = []
-
-        async def send(msg):
-            sent.append(msg)
-
-        async def receive():
-            return {"type": "http.request"}
+        sent, send, receive = asgi_channel()
 
         scope = {"type": "http", "headers": [(b"x-tenant", b"acme")]}
         await mw(scope, receive, send)
@@ -252,10 +261,7 @@ def test_asgi_answers_400_to_a_tenant_name_the_table_cannot_take(table):
 
     async def run():
         for name in BAD_NAMES:
-            sent = []
-
-            async def send(msg):
-                sent.append(msg)
+            sent, send, _ = asgi_channel()
 
             await mw({"type": "http", "headers": [], "tenant": name}, None, send)
             assert sent[0]["status"] == 400, name
@@ -317,10 +323,7 @@ def test_asgi_answers_503_when_this_process_has_no_lease_slot_left(name):
     mw = FairshmASGIMiddleware(app, t, "requests", lambda scope: scope["tenant"])
 
     async def request(tenant):
-        sent = []
-
-        async def send(msg):
-            sent.append(msg)
+        sent, send, _ = asgi_channel()
 
         await mw({"type": "http", "headers": [], "tenant": tenant}, None, send)
         return sent
@@ -396,13 +399,7 @@ def test_asgi_answers_429_over_the_rate_before_the_app_runs(table):
     table.set_rates("acme", requests_per_s=1)
 
     async def run():
-        sent = []
-
-        async def send(msg):
-            sent.append(msg)
-
-        async def receive():
-            return {"type": "http.request"}
+        sent, send, receive = asgi_channel()
 
         scope = {"type": "http", "headers": [(b"x-tenant", b"acme")]}
         await mw(scope, receive, send)
@@ -468,13 +465,7 @@ def test_asgi_charges_the_work_a_request_did_once_its_permit_is_released(table):
     mw = FairshmASGIMiddleware(app, table, "requests", lambda scope: "acme", work=work)
 
     async def run():
-        sent = []
-
-        async def send(msg):
-            sent.append(msg)
-
-        async def receive():
-            return {"type": "http.request"}
+        sent, send, receive = asgi_channel()
 
         await mw({"type": "http", "headers": []}, receive, send)
         assert sent[0]["status"] == 200 and seen == [0]
@@ -507,13 +498,7 @@ def test_asgi_holds_a_permit_for_a_websockets_life_and_turns_one_away_when_refus
             closing = asyncio.Event()
 
             def socket(extensions):
-                sent = []
-
-                async def send(msg):
-                    sent.append(msg)
-
-                async def receive():
-                    return {"type": "websocket.connect"}
+                sent, send, receive = asgi_channel({"type": "websocket.connect"})
 
                 scope = {"type": "websocket", "headers": [], "extensions": extensions}
                 return sent, mw(scope, receive, send)
