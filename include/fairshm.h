@@ -195,6 +195,11 @@ typedef struct {
   // its usual (`fairshm_note_queue`).
   uint32_t queue_stretch_pct;
   uint32_t server_queue_us;
+  // For `rate_limited` and `work_debt` (as `rule`): the refusing bucket's rate per
+  // second, as set (`interval_us` is its interval, rounded); else 0.
+  uint32_t rate_per_s;
+  // 0.
+  uint32_t reserved;
 } fairshm_refusal;
 
 // The facts of a guaranteed pool's refusal (`FAIRSHM_REFUSED`).

@@ -129,6 +129,10 @@ pub struct Refused {
     /// mean wait in the server's queue over the last window, beyond its usual, µs.
     pub queue_stretch_pct: u32,
     pub server_queue_us: u32,
+    /// A refusal by the tenant's rates (`rate_limited`, `work_debt`): the refusing
+    /// bucket's rate per second, exactly as set (`interval_us` is its interval, which
+    /// rounds). 0 for every other reason.
+    pub rate_per_s: u32,
 }
 
 impl Refused {
@@ -165,6 +169,7 @@ impl Refused {
             interval_us: f.interval_us,
             queue_stretch_pct: stretch_pct(f.queue_stretch),
             server_queue_us: f.server_queue_us,
+            rate_per_s: 0,
         }
     }
 
@@ -188,6 +193,7 @@ impl Refused {
             interval_us: (l.interval_ns() / 1000).min(u32::MAX as u64) as u32,
             queue_stretch_pct: 100,
             server_queue_us: 0,
+            rate_per_s: l.rate,
         }
     }
 
@@ -247,6 +253,23 @@ impl Serialize for Refusal {
     }
 }
 
+/// The interval of a rate of `.0` per second, in the unit that shows it (ms down to
+/// 0.1 ms, then us, then ns).
+struct Every(f64);
+
+impl std::fmt::Display for Every {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = 1000.0 / self.0.max(1.0);
+        if ms >= 0.1 {
+            write!(f, "{ms:.1} ms")
+        } else if ms >= 0.001 {
+            write!(f, "{:.1} us", ms * 1000.0)
+        } else {
+            write!(f, "{:.1} ns", ms * 1_000_000.0)
+        }
+    }
+}
+
 /// The estimate behind the retry-after, in words.
 struct Turn<'a>(&'a Refused);
 
@@ -269,10 +292,18 @@ impl std::fmt::Display for Turn<'_> {
             )?,
         }
         let turn_ms = crate::retry::turn_ms(x.queued, x.interval_us as u64);
-        write!(
-            f,
-            "; {whose} make room about every {every:.1} ms, so its turn is expected in "
-        )?;
+        if x.interval_us < 50 {
+            // "every 0.0 ms" would say nothing: a burst of releases in a few us.
+            write!(
+                f,
+                "; {whose} make room more often than every 0.1 ms, so its turn is expected in "
+            )?;
+        } else {
+            write!(
+                f,
+                "; {whose} make room about every {every:.1} ms, so its turn is expected in "
+            )?;
+        }
         if x.queue_stretch_pct > 100 && x.retry_after_ms > turn_ms {
             // A stretched hint (see `server_queue`): the turn, then why later.
             return write!(
@@ -407,8 +438,11 @@ impl Refusal {
         }
         let x = &self.facts;
         let retry = x.retry_after_ms;
-        let every = x.interval_us as f64 / 1000.0;
-        let per_s = if x.interval_us > 0 {
+        // The rate as set; from the interval (which rounds) only for facts that lack it
+        // (a C caller's refusal filled by hand).
+        let per_s = if x.rate_per_s > 0 {
+            x.rate_per_s as f64
+        } else if x.interval_us > 0 {
             (1_000_000.0 / x.interval_us as f64).round()
         } else {
             0.0
@@ -419,10 +453,11 @@ impl Refusal {
                     f,
                     "tenant {tenant:?} asked for {} of pool {pool:?} over its request rate \
                      of {per_s} per second (a burst of one second's worth, then one every \
-                     {every:.1} ms): refused before any pool was touched. Its next token \
+                     {}): refused before any pool was touched. Its next token \
                      comes in {retry} ms: retry after {retry} ms, slow this tenant's \
                      clients down, or raise its rate (set_rates).",
                     plural(units, "unit"),
+                    Every(per_s),
                 );
             }
             Reason::WorkDebt => {

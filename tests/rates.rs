@@ -142,6 +142,61 @@ fn debt_refuses_until_refilled_to_the_millisecond() {
     assert_eq!(me.rates.work_debt_refusals, 2);
 }
 
+/// A refusal by a rate states the rate as set, however its interval rounds: 1,500 a
+/// second is one every 666,666 ns (666 us, which read back would say 1,502), and
+/// 30,000 work units a second one every 33 us; the facts carry it (`rate_per_s`).
+#[test]
+fn a_rate_refusal_states_the_rate_as_set() {
+    let seg = Seg::new("rates-exact");
+    let t = seg.create(&one_pool(4));
+    t.set_rates("acme", 1_500, 30_000).unwrap();
+    let t0 = 40_000;
+    for i in 0..1_500 {
+        assert!(granted(&t, "acme", t0), "burst request {i}");
+    }
+    let r = refusal(&t, "acme", t0);
+    assert_eq!(r.reason, Reason::RateLimited);
+    assert_eq!((r.facts.rate_per_s, r.facts.interval_us), (1_500, 666));
+    let text = r.explanation();
+    assert!(text.contains("request rate of 1500 per second"), "{text}");
+    assert!(text.contains("then one every 0.7 ms"), "{text}");
+    // Work: 60,000 units charged at once, a second past the burst.
+    t.set_rates("globex", 0, 30_000).unwrap();
+    t.charge_at("globex", 60_000, t0).unwrap();
+    let r = refusal(&t, "globex", t0);
+    assert_eq!(r.reason, Reason::WorkDebt);
+    assert_eq!((r.facts.rate_per_s, r.facts.interval_us), (30_000, 33));
+    let text = r.explanation();
+    assert!(text.contains("rate of 30000 units per second"), "{text}");
+    // Past 10,000 a second the interval is told in us.
+    t.set_rates("initech", 250_000, 0).unwrap();
+    for _ in 0..250_000 {
+        if !granted(&t, "initech", t0) {
+            break;
+        }
+    }
+    let r = refusal(&t, "initech", t0);
+    assert_eq!(r.facts.rate_per_s, 250_000);
+    let text = r.explanation();
+    assert!(
+        text.contains("rate of 250000 per second") && text.contains("then one every 4.0 us"),
+        "{text}"
+    );
+    // Other refusals carry no rate.
+    let mut held = Vec::new();
+    let r = loop {
+        match t
+            .try_acquire_at(&Request::new("requests", "hooli"), t0)
+            .unwrap()
+        {
+            Ok(lease) => held.push(lease),
+            Err(r) => break r,
+        }
+    };
+    assert_eq!(r.reason, Reason::OverShare);
+    assert_eq!(r.facts.rate_per_s, 0);
+}
+
 #[test]
 fn zero_is_unbounded() {
     let seg = Seg::new("rates-zero");

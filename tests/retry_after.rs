@@ -196,6 +196,7 @@ fn the_backlog_is_told_in_the_right_number() {
         interval_us: 2_500,
         queue_stretch_pct: 100,
         server_queue_us: 0,
+        rate_per_s: 0,
     };
     let text = |queued| {
         fairshm::Refusal::new("requests", "heavy", Refused { queued, ..base }).explanation()
@@ -215,6 +216,47 @@ fn the_backlog_is_told_in_the_right_number() {
         two.contains("2 refused requests of this tenant's are queued ahead"),
         "{two}"
     );
+}
+
+/// An interval under 0.1 ms (a burst of releases a few us apart) is said as such, not
+/// as "about every 0.0 ms"; 0.1 ms and over keeps its figure.
+#[test]
+fn a_sub_tenth_of_a_ms_interval_is_not_told_as_zero() {
+    let base = Refused {
+        reason: Reason::OverShare,
+        retry_after_ms: 1,
+        units: 1,
+        in_use: 9,
+        held: 9,
+        capacity: 10,
+        floor: 1,
+        weight: 1,
+        active_weight: 2,
+        short: 1,
+        queued: 0,
+        interval_us: 3,
+        queue_stretch_pct: 100,
+        server_queue_us: 0,
+        rate_per_s: 0,
+    };
+    let text = |interval_us| {
+        fairshm::Refusal::new(
+            "requests",
+            "heavy",
+            Refused {
+                interval_us,
+                ..base
+            },
+        )
+        .explanation()
+    };
+    for us in [0, 3, 49] {
+        let t = text(us);
+        assert!(t.contains("more often than every 0.1 ms"), "{us} us: {t}");
+        assert!(!t.contains("0.0 ms"), "{us} us: {t}");
+    }
+    let t = text(100);
+    assert!(t.contains("about every 0.1 ms"), "{t}");
 }
 
 /// Alone in the active set, a tenant past its share is told its whole backlog: no

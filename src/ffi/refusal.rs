@@ -12,7 +12,7 @@ use crate::table::Table;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairshm_refusal {
-    // 88 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
+    // 96 bytes, no padding; `tests/c_abi.rs` and the bindings rely on the offsets.
     /// 1 `pool_full`, 2 `over_share`, 3 `timed_out`, 4 `cancelled`, 5 `rate_limited`,
     /// 6 `work_debt`, 10 `too_many_residents` (`fairshm_code_name`).
     pub reason: u32,
@@ -51,9 +51,14 @@ pub struct fairshm_refusal {
     /// its usual (`fairshm_note_queue`).
     pub queue_stretch_pct: u32,
     pub server_queue_us: u32,
+    /// For `rate_limited` and `work_debt` (as `rule`): the refusing bucket's rate per
+    /// second, as set (`interval_us` is its interval, rounded); else 0.
+    pub rate_per_s: u32,
+    /// 0.
+    pub reserved: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<fairshm_refusal>() == 88);
+const _: () = assert!(std::mem::size_of::<fairshm_refusal>() == 96);
 
 impl fairshm_refusal {
     pub(super) fn new(r: &Refused, reason: Reason, waited_ms: u64, pool: u32, tenant: u32) -> Self {
@@ -76,6 +81,8 @@ impl fairshm_refusal {
             interval_us: r.interval_us as u64,
             queue_stretch_pct: r.queue_stretch_pct,
             server_queue_us: r.server_queue_us,
+            rate_per_s: r.rate_per_s,
+            reserved: 0,
         }
     }
 
@@ -96,6 +103,7 @@ impl fairshm_refusal {
             interval_us: self.interval_us.min(u32::MAX as u64) as u32,
             queue_stretch_pct: self.queue_stretch_pct,
             server_queue_us: self.server_queue_us,
+            rate_per_s: self.rate_per_s,
         }
     }
 }

@@ -202,8 +202,9 @@ int main(int argc, char **argv) {
   CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, NULL) == FAIRSHM_OK, "first token");
   CHECK(fairshm_release(t, lease) == FAIRSHM_OK, "release");
   CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, &r) == FAIRSHM_REFUSED && r.reason == 5 &&
-            r.in_use == 0 && r.retry_after_ms >= 900 && r.retry_after_ms <= 1000,
-        "rate_limited: reason %u retry %llu", r.reason, (unsigned long long)r.retry_after_ms);
+            r.in_use == 0 && r.retry_after_ms >= 900 && r.retry_after_ms <= 1000 && r.rate_per_s == 1,
+        "rate_limited: reason %u retry %llu rate %u", r.reason, (unsigned long long)r.retry_after_ms,
+        r.rate_per_s);
   CHECK(strcmp(fairshm_code_name(5), "rate_limited") == 0, "reason name");
   char rate_text[512];
   CHECK(fairshm_explain(t, &r, rate_text, sizeof rate_text) > 0 &&
@@ -213,8 +214,9 @@ int main(int argc, char **argv) {
   CHECK(fairshm_set_rates(t, slow, 0, 100) == FAIRSHM_OK, "work rate");
   CHECK(fairshm_charge(t, slow, 300, FAIRSHM_NOW, &debt) == FAIRSHM_OK && debt >= 1900 && debt <= 2000,
         "debt %llu", (unsigned long long)debt);
-  CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, &r) == FAIRSHM_REFUSED && r.reason == 6,
-        "work_debt: reason %u", r.reason);
+  CHECK(fairshm_try_acquire(t, pool, slow, 1, 0, &lease, &r) == FAIRSHM_REFUSED && r.reason == 6 &&
+            r.rate_per_s == 100,
+        "work_debt: reason %u rate %u", r.reason, r.rate_per_s);
   CHECK(fairshm_set_rates(t, 4000, 1, 1) == FAIRSHM_E_INVALID_REQUEST, "bad tenant handle");
 
   /* A blocking acquire cancelled from another thread. */

@@ -70,7 +70,8 @@ class Refused(Exception):
         # active_weight, short_units, waited_ms; and the estimate behind the retry-after:
         # queued (the tenant's refused requests with turns ahead), interval_us, and how
         # far the server's queue stretched the hint: queue_stretch_pct (100: not
-        # at all) and server_queue_us (see Table.note_queue).
+        # at all) and server_queue_us (see Table.note_queue); for rate_limited and
+        # work_debt, rate_per_s: the refusing rate, as set (else 0).
         facts = self.__dict__.get("_facts")
         if facts is not None and name in _FACT_NAMES:
             return getattr(facts, name)
@@ -148,7 +149,7 @@ def _unpickle_refused(cls, facts, pool, tenant, explanation):
 
 _FACT_NAMES = ("units", "in_use", "held", "capacity", "floor", "weight", "active_weight",
                "short_units", "waited_ms", "queued", "interval_us", "queue_stretch_pct",
-               "server_queue_us")
+               "server_queue_us", "rate_per_s")
 
 
 def _not_copied(obj, instead):

@@ -31,6 +31,8 @@ class Refusal(ctypes.Structure):
         ("interval_us", c_uint64),
         ("queue_stretch_pct", c_uint32),
         ("server_queue_us", c_uint32),
+        ("rate_per_s", c_uint32),
+        ("reserved", c_uint32),
     ]
 
 

@@ -187,6 +187,7 @@ def test_rates_refuse_before_the_pool_and_debt_is_charged(table):
     assert r.reason == "rate_limited" and r.code == 5
     assert r.in_use == 0 and 400 <= r.retry_after_ms <= 500
     assert "request rate of 2 per second" in r.explanation
+    assert r.rate_per_s == 2 and r.as_dict()["rate_per_s"] == 2
     assert r.as_dict()["reason"] == "rate_limited"
     node = [t for t in table.stats()["tenants"] if t["name"] == "acme"][0]
     assert node["rates"]["rate_limited"] == 1
@@ -196,6 +197,8 @@ def test_rates_refuse_before_the_pool_and_debt_is_charged(table):
     with pytest.raises(fairshm.Refused) as e:
         table.try_acquire("requests", "acme")
     assert e.value.reason == "work_debt" and e.value.code == 6
+    assert e.value.rate_per_s == 100
+    assert "rate of 100 units per second" in e.value.explanation
     # Explicit now: exact to the millisecond.
     table.set_rates("globex", work_units_per_s=1000)
     assert table.charge("globex", 3000, now_ms=10_000_000) == 2000

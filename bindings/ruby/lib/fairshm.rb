@@ -42,11 +42,11 @@ module Fairshm
 
     # The numbers the rule decided on, by field name (Native::REFUSAL_FIELDS).
     def facts
-      @facts ||= Native::REFUSAL_FIELDS.zip(@bytes.unpack(Native::REFUSAL_PACK)).to_h
+      @facts ||= Native::REFUSAL_FIELDS.zip(@bytes.unpack(Native::REFUSAL_PACK)).to_h.except(:reserved)
     end
 
     %i[units in_use held capacity floor weight short_units active_weight waited_ms queued
-       interval_us queue_stretch_pct server_queue_us].each do |f|
+       interval_us queue_stretch_pct server_queue_us rate_per_s].each do |f|
       define_method(f) { facts[f] }
     end
 

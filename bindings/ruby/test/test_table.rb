@@ -174,12 +174,15 @@ class TestTable < Minitest::Test
     assert_equal ["rate_limited", 0], [r.reason, r.in_use]
     assert_includes 400..500, r.retry_after_ms
     assert_includes r.explanation, "request rate of 2 per second"
+    assert_equal [2, 2], [r.rate_per_s, r.to_h[:rate_per_s]]
+    refute r.to_h.key?(:reserved)
     node = @table.stats["tenants"].find { |t| t["name"] == "acme" }
     assert_equal 1, node["rates"]["rate_limited"]
     @table.set_rates("acme", work_units_per_s: 100)
     assert_includes 1400..1500, @table.charge("acme", 250)
     r = assert_raises(Fairshm::Refused) { @table.try_acquire("requests", "acme") }
-    assert_equal "work_debt", r.reason
+    assert_equal ["work_debt", 100], [r.reason, r.rate_per_s]
+    assert_includes r.explanation, "rate of 100 units per second"
     @table.set_rates("globex", work_units_per_s: 1000)
     assert_equal 2000, @table.charge("globex", 3000, now_ms: 10_000_000)
   end

@@ -101,16 +101,16 @@ module Fairshm
 
     # fairshm_refusal: reason, rule, units, queued, retry_after_ms, in_use, held,
     # capacity, floor, weight, short_units, active_weight, waited_ms, pool, tenant,
-    # interval_us, queue_stretch_pct, server_queue_us.
-    REFUSAL_SIZE = 88
-    REFUSAL_PACK = "L4QL6QQL2QL2"
+    # interval_us, queue_stretch_pct, server_queue_us, rate_per_s, reserved.
+    REFUSAL_SIZE = 96
+    REFUSAL_PACK = "L4QL6QQL2QL4"
     # Byte offset of retry_after_ms in REFUSAL_PACK (after its four u32s); reason is at 0.
     REFUSAL_RETRY_AFTER_AT = 16
     # Byte offset of waited_ms (after retry_after_ms, six u32s and active_weight).
     REFUSAL_WAITED_AT = 56
     REFUSAL_FIELDS = %i[reason rule units queued retry_after_ms in_use held capacity floor weight
                         short_units active_weight waited_ms pool tenant interval_us
-                        queue_stretch_pct server_queue_us].freeze
+                        queue_stretch_pct server_queue_us rate_per_s reserved].freeze
 
     def self.last_error
       LAST_ERROR.call.to_s.force_encoding(Encoding::UTF_8)
