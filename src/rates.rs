@@ -168,8 +168,17 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
 /// rate is unbounded: then nothing is charged).
 pub fn charge<R: Region>(r: &R, t: usize, units: u64, now_ms: u64) -> u64 {
     let rec = r.rate(t);
-    // Relaxed: a statistic.
-    rec.work_charged.fetch_add(units, Relaxed);
+    // Relaxed: a statistic. Saturating: a C caller's `(uint64_t)-1` must not wrap the
+    // total round to a small number.
+    let mut total = rec.work_charged.load(Relaxed);
+    while let Err(x) = rec.work_charged.compare_exchange_weak(
+        total,
+        total.saturating_add(units),
+        Relaxed,
+        Relaxed,
+    ) {
+        total = x;
+    }
     // Relaxed: a policy input (module docs).
     let Some(every) = interval_ns(pair::hi(rec.limits.load(Relaxed))) else {
         return 0;
@@ -316,6 +325,20 @@ mod tests {
         assert_eq!(admit(&r, 0, 3_000), Ok(()));
         let s = state(&r, 0, 2_500);
         assert_eq!((s.work_debt_ms, s.work_debt_refusals, s.work_charged), (500, 2, 300));
+    }
+
+    #[test]
+    fn the_work_charged_saturates() {
+        let r = region();
+        set(&r, 0, 0, 1);
+        charge(&r, 0, u64::MAX - 1, 1_000);
+        charge(&r, 0, 5, 1_000);
+        assert_eq!(state(&r, 0, 1_000).work_charged, u64::MAX, "not wrapped to 3");
+        // Unbounded work is counted too, and saturates the same way.
+        set(&r, 1, 0, 0);
+        charge(&r, 1, u64::MAX, 1_000);
+        charge(&r, 1, 1, 1_000);
+        assert_eq!(state(&r, 1, 1_000).work_charged, u64::MAX);
     }
 
     #[test]
