@@ -8,11 +8,22 @@ import logging
 import math
 import time
 
-from . import InvalidTenant, LeaseTableFull, Refused, _check_request
+from . import (InvalidTenant, LeaseTableFull, ProcessTableFull, Refused, TenantTableFull,
+               _check_request)
 
 # What a middleware answers itself, instead of raising: a refusal (429), a tenant
-# name the table cannot take (400), no lease slot left in this process (503).
-ANSWERED = (Refused, InvalidTenant, LeaseTableFull)
+# name the table cannot take (400), and a full table of the segment's (503): no lease
+# slot left in this process, no process slot for it, no directory slot for a new
+# tenant's name.
+ANSWERED = (Refused, InvalidTenant, LeaseTableFull, ProcessTableFull, TenantTableFull)
+
+# Each full table's 503: its error's name, its Retry-After (None: waiting does not
+# help), and what the warning logged for the first one says.
+FULL = {
+    LeaseTableFull: ("lease_table_full", "1", "this process has no lease slot left"),
+    ProcessTableFull: ("process_table_full", "1", "the segment has no process slot for this process"),
+    TenantTableFull: ("tenant_table_full", None, "the segment's tenant directory is full"),
+}
 
 # A wait longer than this is not a queue but a wrong stamp (or clocks far apart).
 MAX_QUEUED_US = 60_000_000
@@ -56,18 +67,24 @@ def invalid_tenant_response(error):
     return headers, body
 
 
-def lease_table_full_response(error):
-    """The 503 for a request that this process has no lease slot left for
-    (``LeaseTableFull``: as many of its requests in flight as ``leases_per_process``,
-    which an async server or a many-threaded worker reaches first). The bound is this
-    server's, not the tenant's, and it lasts only until one of those requests ends: 503
-    with ``Retry-After: 1``, not a 500 with a traceback."""
-    body = json.dumps({"error": "lease_table_full", "explanation": str(error)}).encode()
-    headers = [
-        ("Content-Type", "application/json"),
-        ("Content-Length", str(len(body))),
-        ("Retry-After", "1"),
-    ]
+def _full(error):
+    """``FULL``'s entry for ``error``, an instance of one of its keys."""
+    return next(v for k, v in FULL.items() if isinstance(error, k))
+
+
+def table_full_response(error):
+    """The 503 for a request that a full table of the segment turns away, not a 500 with
+    a traceback: the bound is this server's, not the tenant's. ``LeaseTableFull``: as
+    many of this process's requests in flight as ``leases_per_process`` (which an async
+    server or a many-threaded worker reaches first), for as long as one of them takes
+    to end, hence ``Retry-After: 1``; ``ProcessTableFull``: no process slot for this
+    worker (another worker may serve a retry); ``TenantTableFull``: no directory slot
+    for a new tenant's name, for the segment's life, so no Retry-After."""
+    key, retry, _ = _full(error)
+    body = json.dumps({"error": key, "explanation": str(error)}).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    if retry is not None:
+        headers.append(("Retry-After", retry))
     return headers, body
 
 
@@ -118,7 +135,7 @@ class Permits:
         self.hold_ms = hold_ms
         self.queue_header = queue_header
         self.work = work
-        self._warned = False
+        self._warned = set()
 
     def finisher(self, lease, name, request):
         """What ends a request's permit, called once: it releases ``lease``, then
@@ -137,20 +154,20 @@ class Permits:
 
     def answer(self, error):
         """The status (code and reason phrase), headers and body that answer a request
-        whose acquire raised ``error``, one of ``ANSWERED``. The first 503 logs a
-        warning naming the config key to raise, since every such 503 is a request this
-        server turned away for want of lease slots."""
+        whose acquire raised ``error``, one of ``ANSWERED``. The first 503 of each full
+        table logs a warning naming the config key to raise, since every such 503 is a
+        request this server turned away for want of room in its segment."""
         if isinstance(error, Refused):
             return (429, "Too Many Requests", *refusal_response(error))
         if isinstance(error, InvalidTenant):
             return (400, "Bad Request", *invalid_tenant_response(error))
-        if not self._warned:
-            self._warned = True
+        key, _, why = _full(error)
+        if key not in self._warned:
+            self._warned.add(key)
             logging.getLogger("fairshm").warning(
-                "fairshm middleware answers 503 while this process has no lease slot left: %s",
-                error,
+                "fairshm middleware answers 503 while %s: %s", why, error
             )
-        return (503, "Service Unavailable", *lease_table_full_response(error))
+        return (503, "Service Unavailable", *table_full_response(error))
 
     def waited(self, stamp):
         """The request's wait in the server's queue, µs, from its ``X-Request-Start``

@@ -11,7 +11,8 @@ take gets 400. An async server serves many requests at once in one process, and 
 holds one of the process's ``leases_per_process`` lease slots (default 64): raise it to
 the server's concurrency limit (uvicorn's ``--limit-concurrency``); a request that
 finds none left gets 503 with ``Retry-After: 1`` (the first such logs a warning on the
-``fairshm`` logger). Lifespan scopes pass through untouched, and websockets unless
+``fairshm`` logger), and a full process table or tenant directory is answered as in the
+WSGI middleware. Lifespan scopes pass through untouched, and websockets unless
 ``scopes`` names them (see the class).
 ``X-Request-Start`` and ``work`` are as in the WSGI middleware.
 """

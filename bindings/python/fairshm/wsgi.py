@@ -8,8 +8,10 @@
 unlimited. A refused request gets 429 with ``Retry-After``; one whose tenant name the
 table cannot take (empty, too long, a NUL byte) gets 400; one that finds this process
 with no lease slot left (``LeaseTableFull``: as many requests in flight as the config's
-``leases_per_process``) gets 503 with ``Retry-After: 1``, and the first such logs a
-warning on the ``fairshm`` logger. A ``pool`` the table does not
+``leases_per_process``) gets 503 with ``Retry-After: 1``, as does one whose process
+finds no process slot (``ProcessTableFull``); one of a new tenant that the tenant
+directory has no room for (``TenantTableFull``) gets 503 with no ``Retry-After``. The
+first of each kind logs a warning on the ``fairshm`` logger. A ``pool`` the table does not
 have raises ``UnknownPool`` here, when the middleware is built. Behind a front proxy that
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
 table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when

@@ -4,6 +4,7 @@ import json
 import pytest
 
 import fairshm
+from conftest import run_script
 from fairshm.asgi import FairshmASGIMiddleware
 from fairshm.wsgi import FairshmMiddleware
 
@@ -344,6 +345,82 @@ def test_asgi_answers_503_when_this_process_has_no_lease_slot_left(name):
     try:
         asyncio.run(asyncio.wait_for(run(), 30))
         assert in_use(t) == 0
+    finally:
+        t.close()
+
+
+# The segment's other full tables are the server's bound too: 503 with a JSON body
+# naming the key, not a 500 with a traceback for every request they turn away.
+def test_a_new_tenant_that_the_directory_has_no_room_for_gets_503(name, caplog):
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 8}],
+                                    "max_tenants": 2})
+    try:
+        mw = FairshmMiddleware(wsgi_app, t, "requests", tenant_of)
+        def serve(who):
+            sr = StartResponse()
+            body = mw({"HTTP_X_TENANT": who}, sr)
+            data = b"".join(body)
+            if hasattr(body, "close"):
+                body.close()  # what a server does: the permit is released then
+            return sr, data
+
+        for who in ("acme", "globex"):
+            assert serve(who)[0].status == "200 OK"
+        with caplog.at_level("WARNING", logger="fairshm"):
+            for _ in range(2):
+                sr, body = serve("initech")
+                assert sr.status == "503 Service Unavailable"
+                # It lasts for the segment's life: no Retry-After to promise.
+                assert "Retry-After" not in sr.headers
+                assert int(sr.headers["Content-Length"]) == len(body)
+                doc = json.loads(body)
+                assert doc["error"] == "tenant_table_full"
+                assert "max_tenants" in doc["explanation"]
+        warned = [r for r in caplog.records if r.name == "fairshm"]
+        assert len(warned) == 1 and "max_tenants" in warned[0].getMessage()
+        # The tenants it has are served as before.
+        assert serve("acme")[0].status == "200 OK" and in_use(t) == 0
+
+        async def app(scope, receive, send):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        amw = FairshmASGIMiddleware(app, t, "requests", lambda scope: scope["tenant"])
+        sent, send, receive = asgi_channel()
+        asyncio.run(amw({"type": "http", "headers": [], "tenant": "initech"}, receive, send))
+        assert sent[0]["status"] == 503
+        assert b"retry-after" not in dict(sent[0]["headers"])
+        assert json.loads(sent[1]["body"])["error"] == "tenant_table_full"
+    finally:
+        t.close()
+
+
+def test_a_worker_that_the_process_table_has_no_room_for_answers_503(name):
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 8}],
+                                    "max_processes": 1})
+    try:
+        t.register()  # the one process slot: this process's
+        script = (
+            "import json, sys, fairshm\n"
+            "from fairshm.wsgi import FairshmMiddleware\n"
+            "t = fairshm.Table.open(sys.argv[1])\n"
+            "got = {}\n"
+            "def start(status, headers, exc_info=None):\n"
+            "    got.update(status=status, headers=dict(headers))\n"
+            "app = lambda environ, sr: (sr('200 OK', []), [b'ok'])[1]\n"
+            "mw = FairshmMiddleware(app, t, 'requests', lambda e: 'acme')\n"
+            "body = b''.join(mw({}, start))\n"
+            "print(json.dumps([got['status'], got['headers'].get('Retry-After'),\n"
+            "                  json.loads(body)]))\n"
+            "t.close()\n"
+        )
+        rc, out, err = run_script(script, name)
+        assert rc == 0, err
+        status, retry, doc = json.loads(out)
+        assert status == "503 Service Unavailable" and retry == "1"
+        assert doc["error"] == "process_table_full"
+        assert "max_processes" in doc["explanation"]
+        assert "fairshm middleware answers 503" in err  # the warning, logged once
     finally:
         t.close()
 

@@ -327,4 +327,66 @@ class TestRack < Minitest::Test
     held.each(&finish)
     assert_equal 0, in_use
   end
+
+  def recreate(config)
+    @table.close
+    Fairshm::Table.unlink(@name)
+    @table = Fairshm::Table.create(@name, config)
+  end
+
+  # The segment's other full tables are the server's bound too: 503 with a JSON body
+  # naming the key, not a 500 for every request they turn away.
+  def test_a_new_tenant_that_the_directory_has_no_room_for_gets_503
+    require "rack"
+    require "rack/lint"
+    require "rack/mock"
+    recreate({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "max_tenants" => 2 })
+    lint = Rack::Lint.new(app)
+    serve = lambda do |who|
+      status, headers, body = lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => who))
+      text = +""
+      body.each { |c| text << c }
+      body.close
+      [status, headers, text]
+    end
+    %w[acme globex].each { |who| assert_equal 200, serve.call(who)[0] }
+    answers = nil
+    _, err = capture_io { answers = Array.new(2) { serve.call("initech") } }
+    answers.each do |status, headers, text|
+      assert_equal 503, status
+      refute headers.key?("retry-after"), "it lasts for the segment's life"
+      assert_equal text.bytesize, Integer(headers["content-length"])
+      doc = JSON.parse(text)
+      assert_equal "tenant_table_full", doc["error"]
+      assert_includes doc["explanation"], "max_tenants"
+    end
+    assert_equal 1, err.scan("tenant directory is full").size, err
+    assert_equal 200, serve.call("acme")[0]
+    assert_equal 0, in_use
+  end
+
+  def test_a_worker_that_the_process_table_has_no_room_for_answers_503
+    recreate({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "max_processes" => 1 })
+    @table.register # the one process slot: this process's
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      $stderr.reopen(writer)
+      t = Fairshm::Table.open(@name)
+      mw = Fairshm::RackMiddleware.new(->(_env) { [200, {}, ["ok"]] }, table: t, pool: "requests",
+                                                                        tenant: ->(_env) { "acme" })
+      status, headers, body = mw.call({})
+      writer.puts JSON.generate([status, headers["retry-after"], JSON.parse(body.join)])
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    assert wait_child(pid).success?
+    lines = reader.read.lines
+    reader.close
+    status, retry_after, doc = JSON.parse(lines.last)
+    assert_equal [503, "1", "process_table_full"], [status, retry_after, doc["error"]]
+    assert_includes doc["explanation"], "max_processes"
+    assert(lines.any? { |l| l.include?("fairshm middleware answers 503") }, lines.inspect)
+  end
 end

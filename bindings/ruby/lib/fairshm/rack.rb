@@ -9,8 +9,11 @@ module Fairshm
   # application raises. A refused request gets 429 with Retry-After (whole seconds,
   # rounded up), Retry-After-Ms from the same number, and a short JSON body; one whose
   # tenant name the table cannot take gets 400; one that finds this process with no
-  # lease slot left (LeaseTableFull) gets 503 with Retry-After: 1. A +pool+ the table
-  # does not have raises UnknownPool when the middleware is built.
+  # lease slot left (LeaseTableFull) gets 503 with Retry-After: 1, as does one whose
+  # process finds no process slot (ProcessTableFull), and one of a new tenant that the
+  # tenant directory has no room for (TenantTableFull) gets 503 with no Retry-After (it
+  # lasts for the segment's life). A +pool+ the table does not have raises UnknownPool
+  # when the middleware is built.
   #
   #   use Fairshm::RackMiddleware, table: TABLE, pool: "requests",
   #       tenant: ->(env) { env["HTTP_X_TENANT"] }
@@ -48,6 +51,7 @@ module Fairshm
       @units = units
       @hold_ms = hold_ms
       @queue_header = queue_header
+      @warned = {} # the full tables warned of
     end
 
     def call(env)
@@ -63,8 +67,8 @@ module Fairshm
         lease = @table.attempt(@pool, name, units: @units, hold_ms: @hold_ms, queued_us: q)
       rescue InvalidTenant => e
         return RackMiddleware.invalid_tenant(e)
-      rescue LeaseTableFull => e
-        return lease_table_full(e)
+      rescue LeaseTableFull, ProcessTableFull, TenantTableFull => e
+        return table_full(e)
       end
       # Returned, not raised: no backtrace is captured for a 429.
       return RackMiddleware.refused(lease) if lease.is_a?(Refused)
@@ -122,20 +126,32 @@ module Fairshm
       [400, { "content-type" => "application/json", "content-length" => body.bytesize.to_s }, [body]]
     end
 
-    # The 503 for a request that this process has no lease slot left for
-    # (LeaseTableFull: as many of its requests in flight as the config's
-    # leases_per_process, which a worker of many threads reaches first). The bound is
-    # this server's, not the tenant's, and lasts only until one of those requests ends:
-    # 503 with Retry-After: 1, not a 500. The first one warns (Kernel#warn), naming the
-    # config key to raise.
-    def lease_table_full(error)
-      unless @warned
-        @warned = true
-        warn "fairshm middleware answers 503 while this process has no lease slot left: #{error.message}"
+    # Each full table's 503: its error's name, its Retry-After (nil: waiting does not
+    # help), and what the warning for the first one says.
+    FULL = {
+      LeaseTableFull => ["lease_table_full", "1", "this process has no lease slot left"],
+      ProcessTableFull => ["process_table_full", "1", "the segment has no process slot for this process"],
+      TenantTableFull => ["tenant_table_full", nil, "the segment's tenant directory is full"]
+    }.freeze
+
+    # The 503 for a request that a full table of the segment turns away, not a 500: the
+    # bound is this server's, not the tenant's. LeaseTableFull: as many of this
+    # process's requests in flight as the config's leases_per_process (which a worker of
+    # many threads reaches first), for as long as one of them takes to end, hence
+    # Retry-After: 1; ProcessTableFull: no process slot for this worker (another worker
+    # may serve a retry); TenantTableFull: no directory slot for a new tenant's name,
+    # for the segment's life, so no Retry-After. The first of each kind warns
+    # (Kernel#warn), naming the config key to raise.
+    def table_full(error)
+      key, retry_after, why = FULL.find { |kind, _| error.is_a?(kind) }.last
+      unless @warned[key]
+        @warned[key] = true
+        warn "fairshm middleware answers 503 while #{why}: #{error.message}"
       end
-      body = JSON.generate(error: "lease_table_full", explanation: error.message)
-      [503, { "content-type" => "application/json", "content-length" => body.bytesize.to_s,
-              "retry-after" => "1" }, [body]]
+      body = JSON.generate(error: key, explanation: error.message)
+      headers = { "content-type" => "application/json", "content-length" => body.bytesize.to_s }
+      headers["retry-after"] = retry_after if retry_after
+      [503, headers, [body]]
     end
 
     def self.refused(refused)
