@@ -125,6 +125,13 @@
 // call, without this flag, once the refusal's retry-after reaches past it).
 #define FAIRSHM_WAIT_SLICE 1
 
+// `fairshm_acquire`'s `flags`: this call continues a wait whose earlier call (a slice)
+// already asked, so the request's refusal was counted then: a refusal of this call's
+// tries is not counted, logged nor given a turn again (each still marks the tenant
+// active). With `FAIRSHM_WAIT_SLICE` on every slice after the first, and without it
+// on a last call after slices.
+#define FAIRSHM_WAIT_CONTINUED 2
+
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 #define FAIRSHM_GUARANTEED_BLOCKING 8
 
@@ -362,7 +369,7 @@ int32_t fairshm_note_queue(const fairshm_table *t, uint32_t pool, uint64_t queue
 // ends early when `cancel` (may be null) is fired. A wait that ends unserved is
 // `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`, or (at once) `rate_limited`
 // or `work_debt` when the tenant's next token comes after the deadline.
-// `flags`: 0, or `FAIRSHM_WAIT_SLICE`.
+// `flags`: 0, or `FAIRSHM_WAIT_SLICE` and `FAIRSHM_WAIT_CONTINUED`, or'd.
 //
 // # Safety
 // As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.

@@ -59,6 +59,13 @@ impl Drop for Announced<'_> {
 /// is not counted in the tenant's refusals (the binding's last slice, not sliced, counts
 /// it), and a rate refusal waits to the slice's end like any other, as the whole wait
 /// may still outlast the token (the binding, which knows, makes its last call early).
+///
+/// A waiting acquire is one request, refused when it first asked: only its first try
+/// counts a refusal, takes a turn of its tenant's and is logged; its later tries (and,
+/// with `continued`, every try of a slice that continues a wait whose earlier slice
+/// asked) are quiet (see `admission::Attempt::quiet`), though each marks its tenant
+/// active as any ask does. A grant counts as any grant, and an end unserved once more
+/// (`timed_out`, `cancelled`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
     engine: &Engine,
@@ -70,6 +77,7 @@ pub(crate) fn acquire(
     sweep: Duration,
     cancel: Option<&Cancel>,
     sliced: bool,
+    continued: bool,
 ) -> Result<std::result::Result<LeaseId, (Ended, Duration)>> {
     let start = Instant::now();
     let seg = engine.seg();
@@ -98,6 +106,7 @@ pub(crate) fn acquire(
     // read `wake`, then try (whose first load of the pool word is SeqCst): a release
     // we do not see will see us and bump `wake`.
     let mut announced = Some(Announced::new(rec));
+    let mut asked = continued;
     loop {
         let _ = announced.get_or_insert_with(|| Announced::new(rec));
         // SeqCst: the handshake in `waiting`. Woken, we read it with an RMW (adding
@@ -109,7 +118,14 @@ pub(crate) fn acquire(
         } else {
             rec.wake.load(SeqCst)
         };
-        let last = match engine.acquire(pool, tenant, units, hold_ms, clock::now_ms())? {
+        let now_ms = clock::now_ms();
+        let tried = if asked {
+            engine.acquire_again(pool, tenant, units, hold_ms, now_ms)?
+        } else {
+            engine.acquire(pool, tenant, units, hold_ms, now_ms)?
+        };
+        asked = true;
+        let last = match tried {
             Outcome::Granted(id) => return Ok(Ok(id)),
             Outcome::Refused(r) => r,
         };

@@ -270,6 +270,7 @@ impl Table {
             sweep,
             cancel,
             false,
+            false,
         )?;
         match outcome {
             Ok(id) => Ok(Ok(Lease {

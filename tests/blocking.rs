@@ -117,6 +117,82 @@ fn a_timeout_is_a_timed_out_refusal_that_says_what_it_waited_for() {
     );
 }
 
+/// A waiting acquire is one request: however often it tries again (here its sweep,
+/// every 2 ms, for 150 ms), it counts one refusal by the rule, one hint and no early
+/// return, logs one decision, takes one turn, and its end one `timed_out`; one served
+/// after a wait counts its first refusal and its grant.
+#[test]
+fn a_waiting_acquire_counts_and_logs_once_however_often_it_tries() {
+    let seg = Seg::new("wait-once");
+    let t = seg.create(&one_pool(1));
+    t.set_sweep_interval(Duration::from_millis(2));
+    let held = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let r = t
+        .acquire(&Request::new("requests", "b"), Duration::from_millis(150))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::TimedOut);
+    let b = |t: &Table| {
+        t.snapshot()
+            .pool("requests")
+            .unwrap()
+            .tenants
+            .iter()
+            .find(|x| x.name == "b")
+            .unwrap()
+            .clone()
+    };
+    let first = b(&t);
+    let count = |k: &str, x: &fairshm::stats::TenantSnap| {
+        x.refusals
+            .iter()
+            .find(|(n, _)| n == k)
+            .map_or(0, |(_, c)| *c)
+    };
+    assert_eq!(
+        (count("pool_full", &first), count("timed_out", &first)),
+        (1, 1),
+        "{:?}",
+        first.refusals
+    );
+    assert_eq!((first.hints, first.early_returns), (1, 0));
+    let bi = t.engine().tenant("b").unwrap().index() as u32;
+    let logged = |t: &Table| {
+        fairshm::decisions::read_all(t.region())
+            .0
+            .iter()
+            .filter(|l| l.entry.tenant == bi)
+            .map(|l| fairshm::decisions::outcome_name(l.entry.outcome))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(logged(&t), ["pool_full"]);
+    // Served after a wait: its first refusal and its grant.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            held.release().unwrap();
+        });
+        let got = t
+            .acquire(&Request::new("requests", "b"), Duration::from_secs(10))
+            .unwrap()
+            .expect("served once a released");
+        got.release().unwrap();
+    });
+    let then = b(&t);
+    assert_eq!(
+        (count("pool_full", &then), count("timed_out", &then)),
+        (2, 1),
+        "{:?}",
+        then.refusals
+    );
+    assert_eq!(then.grants, 1);
+    assert_eq!((then.hints, then.early_returns), (2, 0));
+    assert_eq!(logged(&t), ["pool_full", "pool_full", "granted"]);
+}
+
 /// The robust-futex path alone: the backup sweep is set to an hour, so a waiter served
 /// at all was woken by the kernel's OWNER_DIED wake.
 #[test]

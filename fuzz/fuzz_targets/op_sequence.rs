@@ -98,6 +98,9 @@ struct World {
     tenant_idx: [Option<usize>; TENANTS],
     now: u64,
     pid: u32,
+    /// The refusals each tenant's record should count per pool: a quiet try's (a
+    /// waiter's later try) are not.
+    refused: [[u64; TENANTS]; POOLS],
 }
 
 impl World {
@@ -117,6 +120,7 @@ impl World {
             tenant_idx: [None; TENANTS],
             now: 1,
             pid: 1000,
+            refused: [[0; TENANTS]; POOLS],
         }
     }
 
@@ -130,7 +134,7 @@ impl World {
         s
     }
 
-    fn acquire(&mut self, proc: usize, t: usize, p: usize, units: u32) {
+    fn acquire(&mut self, proc: usize, t: usize, p: usize, units: u32, quiet: bool) {
         let slot = self.slot(proc);
         if self.leases[proc].len() == LEASES {
             return; // the real table would say LeaseTableFull; not what we test here
@@ -162,6 +166,7 @@ impl World {
                 .load(std::sync::atomic::Ordering::Relaxed),
             evict: false,
             queued_us: fairshm::server_queue::UNKNOWN,
+            quiet,
         };
         let real = admission::try_acquire(&self.r, slot, 0, &a, None).expect("no error");
         let model = self.model.acquire(p, t, units, self.now);
@@ -193,6 +198,16 @@ impl World {
                     "active weight at {}",
                     self.now
                 );
+                // A quiet try decides the same and is not counted.
+                self.refused[p][t] += u64::from(!quiet);
+                let counted: u64 = self
+                    .r
+                    .tenant_pool(p, ti)
+                    .refusals
+                    .iter()
+                    .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+                    .sum();
+                assert_eq!(counted, self.refused[p][t], "refusals counted (quiet {quiet})");
             }
             (real, model) => panic!(
                 "t{t} asks {units} of pool {p} at {}: real {real:?}, model {model:?} \
@@ -273,6 +288,7 @@ fuzz_target!(|data: &[u8]| {
                 (a >> 2) % TENANTS,
                 (b as usize >> 4) % POOLS,
                 1 + b as u32 % 3,
+                op >= 128, // a waiter's later try
             ),
             2 => w.release(a % PROCS, b as usize),
             3 => w.now += 8 * b as u64,

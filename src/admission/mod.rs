@@ -62,6 +62,13 @@ pub struct Attempt {
     /// backlog has its hint stretched by it as by a window of its own (see
     /// `server_queue::for_request`).
     pub queued_us: u32,
+    /// A later try of one waiting acquire (see `blocking`): decided by the rule and
+    /// marking the tenant active as every ask does, but the request was refused and
+    /// counted once already, so a refusal of this try is not counted again, takes no
+    /// turn of the tenant's, counts no hint (nor an early return: the waiter was woken,
+    /// it ignored no hint) and is not logged. Its facts carry the hint the tenant's
+    /// next turn would give.
+    pub quiet: bool,
 }
 
 /// The facts a refusal is explained by.
@@ -250,16 +257,27 @@ pub fn try_acquire<R: Region>(
                 if let Verdict::Refuse { reason, .. } = &mut verdict {
                     *reason = code;
                 }
-                // Relaxed: a statistic.
-                tp.too_many_residents.fetch_add(1, Relaxed);
-            } else if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1)) {
+                if !a.quiet {
+                    // Relaxed: a statistic.
+                    tp.too_many_residents.fetch_add(1, Relaxed);
+                }
+            } else if let Some(c) = tp.refusals.get((code as usize).wrapping_sub(1))
+                && !a.quiet
+            {
                 c.fetch_add(1, Relaxed);
             }
             let hold = retry::hold_us(tp.hold_ewma_us.load(Relaxed) as u64, a.hold_ms);
             // Relaxed load/store: an estimate on the tenant's retry-after line, which
-            // only refusals touch; a lost update skips one sample.
-            let gap = retry::next_gap(tp.refusal_gap.load(Relaxed), a.now);
-            tp.refusal_gap.store(gap, Relaxed);
+            // only refusals touch; a lost update skips one sample. (A quiet try is no
+            // new refusal: the gap between refusals stays as it was.)
+            let gap = tp.refusal_gap.load(Relaxed);
+            let gap = if a.quiet {
+                gap
+            } else {
+                let gap = retry::next_gap(gap, a.now);
+                tp.refusal_gap.store(gap, Relaxed);
+                gap
+            };
             // Over its share, only its own releases make room for it, and its own new
             // requests contend for them (see `retry`); under it, any release does.
             let interval = if code == fair_share::OVER_SHARE {
@@ -272,9 +290,16 @@ pub fn try_acquire<R: Region>(
                 // pool holding past its capacity (a `per_worker` pool that shrank).
                 retry::interval_us(hold, a.units.max(short), in_use)
             };
-            let turn = take_turn(tp, a.now, interval);
-            // The server's queue may hold retries for a while now (see `server_queue`).
-            server_queue::refused(r.pool(a.pool), a.now);
+            let turn = if a.quiet {
+                // Relaxed: an estimate (see `take_turn`); read, not taken.
+                retry::next_turn(tp.turn_at_us.load(Relaxed), a.now, interval)
+            } else {
+                // The server's queue may hold retries for a while now (see
+                // `server_queue`): a refused request's, not a waiter's, which retries
+                // in the library.
+                server_queue::refused(r.pool(a.pool), a.now);
+                take_turn(tp, a.now, interval)
+            };
             let mut hint = turn.hint_ms;
             // Over its share, a queue in the server stretches the hint (see
             // `server_queue`): a retry back sooner would wait there ahead of others.
@@ -303,14 +328,17 @@ pub fn try_acquire<R: Region>(
             {
                 hint = hint.min(set_changes_at - a.now);
             }
-            count_hint(tp, a.now, hint);
-            // Relaxed load/store: an estimate, as the gap's (a lost update skips one).
-            let avg = retry::next_hint_avg(tp.hint_avg_us.load(Relaxed), hint);
-            tp.hint_avg_us.store(avg, Relaxed);
-            (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
-            logged.hint_ms = hint.min(u32::MAX as u64) as u32;
-            if a.log {
-                decisions::record(r, slot, &logged);
+            if !a.quiet {
+                count_hint(tp, a.now, hint);
+                // Relaxed load/store: an estimate, as the gap's (a lost update skips
+                // one).
+                let avg = retry::next_hint_avg(tp.hint_avg_us.load(Relaxed), hint);
+                tp.hint_avg_us.store(avg, Relaxed);
+                (logged.in_use, logged.held, logged.outcome) = (in_use, held, code);
+                logged.hint_ms = hint.min(u32::MAX as u64) as u32;
+                if a.log {
+                    decisions::record(r, slot, &logged);
+                }
             }
             let facts = RefusalFacts {
                 verdict,
@@ -424,6 +452,7 @@ mod tests {
             limits: pair::make(2, 1),
             evict: false,
             queued_us: server_queue::UNKNOWN,
+            quiet: false,
         }
     }
 

@@ -291,7 +291,21 @@ impl Engine {
         hold_ms: u64,
         now: u64,
     ) -> Result<Outcome> {
-        self.acquire_at(pool, tenant, units, hold_ms, now, None)
+        self.acquire_at(pool, tenant, units, hold_ms, now, None, false)
+    }
+
+    /// A later try of one waiting acquire (see `blocking`): decided as
+    /// [`Engine::acquire`] decides, and marking the tenant active, but a refusal is not
+    /// counted, logged or given a turn again (see `admission::Attempt::quiet`).
+    pub(crate) fn acquire_again(
+        &self,
+        pool: PoolId,
+        tenant: TenantId,
+        units: u32,
+        hold_ms: u64,
+        now: u64,
+    ) -> Result<Outcome> {
+        self.acquire_at(pool, tenant, units, hold_ms, now, None, true)
     }
 
     /// [`Engine::acquire`] of a request that waited `queued_us` in the server's own
@@ -307,13 +321,14 @@ impl Engine {
         now: u64,
         queued_us: Option<u64>,
     ) -> Result<Outcome> {
-        self.acquire_at(pool, tenant, units, hold_ms, now, queued_us)
+        self.acquire_at(pool, tenant, units, hold_ms, now, queued_us, false)
     }
 
     /// The body of [`Engine::acquire`] and [`Engine::acquire_queued`], inlined into
     /// each: the plain acquire, the uncontended pair's half, then neither passes nor
     /// tests a queue wait it does not have.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn acquire_at(
         &self,
         pool: PoolId,
@@ -322,6 +337,7 @@ impl Engine {
         hold_ms: u64,
         now: u64,
         queued_us: Option<u64>,
+        quiet: bool,
     ) -> Result<Outcome> {
         let p = pool.index();
         let geo = self.seg.geometry();
@@ -379,6 +395,7 @@ impl Engine {
                 }
                 None => crate::server_queue::UNKNOWN,
             },
+            quiet,
         };
         // Relaxed: a hint only, where the last release left a free slot (threads that
         // race may start at the same lease; any start finds a free one if there is one).

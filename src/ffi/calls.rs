@@ -20,6 +20,13 @@ use crate::table::Table;
 /// call, without this flag, once the refusal's retry-after reaches past it).
 pub const FAIRSHM_WAIT_SLICE: u32 = 1;
 
+/// `fairshm_acquire`'s `flags`: this call continues a wait whose earlier call (a slice)
+/// already asked, so the request's refusal was counted then: a refusal of this call's
+/// tries is not counted, logged nor given a turn again (each still marks the tenant
+/// active). With `FAIRSHM_WAIT_SLICE` on every slice after the first, and without it
+/// on a last call after slices.
+pub const FAIRSHM_WAIT_CONTINUED: u32 = 2;
+
 /// Writes `v` to `*p` unless `p` is null.
 ///
 /// # Safety
@@ -329,7 +336,7 @@ pub unsafe extern "C" fn fairshm_note_queue(
 /// ends early when `cancel` (may be null) is fired. A wait that ends unserved is
 /// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`, or (at once) `rate_limited`
 /// or `work_debt` when the tenant's next token comes after the deadline.
-/// `flags`: 0, or `FAIRSHM_WAIT_SLICE`.
+/// `flags`: 0, or `FAIRSHM_WAIT_SLICE` and `FAIRSHM_WAIT_CONTINUED`, or'd.
 ///
 /// # Safety
 /// As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.
@@ -347,7 +354,7 @@ pub unsafe extern "C" fn fairshm_acquire(
     refusal: *mut fairshm_refusal,
 ) -> i32 {
     guard(|| {
-        if flags & !FAIRSHM_WAIT_SLICE != 0 {
+        if flags & !(FAIRSHM_WAIT_SLICE | FAIRSHM_WAIT_CONTINUED) != 0 {
             return invalid(format!("flags {flags:#x} has bits no FAIRSHM_ flag names"));
         }
         // SAFETY: per this function's contract.
@@ -367,6 +374,7 @@ pub unsafe extern "C" fn fairshm_acquire(
             table.sweep_interval(),
             cancel,
             flags & FAIRSHM_WAIT_SLICE != 0,
+            flags & FAIRSHM_WAIT_CONTINUED != 0,
         );
         match waited {
             Ok(Ok(id)) => {

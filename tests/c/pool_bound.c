@@ -162,6 +162,13 @@ int main(int argc, char **argv) {
   CHECK(fairshm_acquire(t, 7, tenant, 1, 0, 10, 0, NULL, &lease, NULL) ==
             FAIRSHM_E_INVALID_REQUEST,
         "a blocking acquire with a pool handle of no pool");
+  CHECK(fairshm_acquire(t, pool, tenant, 1, 0, 10, 4, NULL, &lease, NULL) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a flag no FAIRSHM_WAIT_ name has");
+  CHECK(fairshm_acquire(t, pool, tenant, 1, 0, 10, FAIRSHM_WAIT_SLICE | FAIRSHM_WAIT_CONTINUED,
+                        NULL, &lease, NULL) == FAIRSHM_OK &&
+            fairshm_release(t, lease) == FAIRSHM_OK,
+        "a continued slice with room");
   CHECK(fairshm_try_acquire(t, pool, tenant, 1, 0, NULL, NULL) == FAIRSHM_E_INVALID_REQUEST,
         "a null lease pointer");
   CHECK(fairshm_try_acquire(NULL, pool, tenant, 1, 0, &lease, NULL) ==

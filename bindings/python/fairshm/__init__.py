@@ -463,11 +463,15 @@ class Table:
             deadline = cap if deadline is None else min(deadline, cap)
         start = time.monotonic()
         hopeless = False
+        # Every call after the first continues the wait: the request's refusal was
+        # counted by the first (one request, however many slices).
+        continued = 0
         while True:
             left = WAIT_SLICE_MS if deadline is None else _left_ms(deadline)
             last = hopeless or (deadline is not None and left <= WAIT_SLICE_MS)
             rc = _acquire(self._h, p, t, units, hold_ms, min(left, WAIT_SLICE_MS),
-                          0 if last else _lib.WAIT_SLICE, c, lref, rref)
+                          (0 if last else _lib.WAIT_SLICE) | continued, c, lref, rref)
+            continued = _lib.WAIT_CONTINUED
             if rc == 0:
                 return Lease(self, lease.value, pool, tenant, units)
             if rc == 1:

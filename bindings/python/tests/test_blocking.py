@@ -27,10 +27,15 @@ def test_acquire_times_out_with_a_timed_out_refusal(table):
     # The whole wait, not the last slice's (the library waits in slices of 100 ms).
     assert 300 <= e.value.waited_ms <= waited * 1000 + 1, e.value.waited_ms
     assert "timed out after %d ms" % e.value.waited_ms in e.value.explanation
-    # Only the end of the whole wait is counted, not each slice's.
+    # Only the end of the whole wait is counted, not each slice's; and the request's
+    # refusal by the rule once, not once a slice (a slice after the first continues
+    # the wait): it is one request.
     pool = table.stats()["pools"][0]
     timed_out = sum(dict(t["refusals"]).get("timed_out", 0) for t in pool["tenants"])
     assert timed_out == 1, pool["tenants"]
+    (acme,) = pool["tenants"]
+    assert sum(n for k, n in acme["refusals"] if k != "timed_out") == 1, acme["refusals"]
+    assert (acme["hints"], acme["early_returns"]) == (1, 0), acme
     for lease in held:
         lease.release()
 

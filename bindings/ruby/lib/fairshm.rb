@@ -447,11 +447,15 @@ module Fairshm
       end
       start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       hopeless = false
+      # Every call after the first continues the wait: the request's refusal was
+      # counted by the first (one request, however many slices).
+      continued = 0
       loop do
         left = deadline ? Fairshm.left_ms(deadline) : WAIT_SLICE_MS
         last = hopeless || (deadline && left <= WAIT_SLICE_MS)
         rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
-                                  last ? 0 : Native::WAIT_SLICE, c, lease, refusal)
+                                  (last ? 0 : Native::WAIT_SLICE) | continued, c, lease, refusal)
+        continued = Native::WAIT_CONTINUED
         if rc.zero?
           got = Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units)
           return block ? Fairshm.holding(got, &block) : got

@@ -19,6 +19,10 @@ class TestBlocking < Minitest::Test
     assert_includes r.explanation, "timed out after #{r.waited_ms} ms"
     tenants = @table.stats["pools"][0]["tenants"]
     assert_equal 1, tenants.sum { |t| t["refusals"].to_h.fetch("timed_out", 0) }
+    # The request's refusal by the rule once, not once a slice: it is one request.
+    acme = tenants.find { |t| t["name"] == "acme" }
+    assert_equal 1, acme["refusals"].to_h.reject { |k, _| k == "timed_out" }.values.sum, acme["refusals"].inspect
+    assert_equal [1, 0], acme.values_at("hints", "early_returns")
     held.each(&:release)
   end
 
