@@ -41,6 +41,18 @@ fn fork_holder(name: &str, first: fn(&Table)) -> nix::unistd::Pid {
     holder
 }
 
+/// Tenant "b"'s figures in pool `requests`, now.
+fn tenant_b(t: &Table) -> fairshm::stats::TenantSnap {
+    t.snapshot()
+        .pool("requests")
+        .unwrap()
+        .tenants
+        .iter()
+        .find(|x| x.name == "b")
+        .unwrap()
+        .clone()
+}
+
 #[test]
 fn a_release_wakes_a_waiter_in_another_process_without_losing_the_wake() {
     let seg = Seg::new("wake");
@@ -101,15 +113,7 @@ fn a_timeout_is_a_timed_out_refusal_that_says_what_it_waited_for() {
         "{}",
         r.explanation()
     );
-    let snap = t.snapshot();
-    let b = snap
-        .pool("requests")
-        .unwrap()
-        .tenants
-        .iter()
-        .find(|x| x.name == "b")
-        .unwrap()
-        .clone();
+    let b = tenant_b(&t);
     assert!(
         b.refusals.iter().any(|(k, n)| k == "timed_out" && *n == 1),
         "{:?}",
@@ -135,17 +139,7 @@ fn a_waiting_acquire_counts_and_logs_once_however_often_it_tries() {
         .unwrap()
         .unwrap_err();
     assert_eq!(r.reason, Reason::TimedOut);
-    let b = |t: &Table| {
-        t.snapshot()
-            .pool("requests")
-            .unwrap()
-            .tenants
-            .iter()
-            .find(|x| x.name == "b")
-            .unwrap()
-            .clone()
-    };
-    let first = b(&t);
+    let first = tenant_b(&t);
     let count = |k: &str, x: &fairshm::stats::TenantSnap| {
         x.refusals
             .iter()
@@ -181,7 +175,7 @@ fn a_waiting_acquire_counts_and_logs_once_however_often_it_tries() {
             .expect("served once a released");
         got.release().unwrap();
     });
-    let then = b(&t);
+    let then = tenant_b(&t);
     assert_eq!(
         (count("pool_full", &then), count("timed_out", &then)),
         (2, 1),

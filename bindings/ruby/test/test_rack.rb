@@ -288,23 +288,12 @@ class TestRack < Minitest::Test
     require "rack"
     require "rack/lint"
     require "rack/mock"
-    @table.close
-    Fairshm::Table.unlink(@name)
-    @table = Fairshm::Table.create(@name, { "pools" => [{ "name" => "requests", "capacity" => 8 }],
-                                            "leases_per_process" => 2 })
+    recreate({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "leases_per_process" => 2 })
     lint = Rack::Lint.new(app)
     env = -> { Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "globex") }
     held = Array.new(2) { lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))[2] }
     answers = nil
-    _, err = capture_io do
-      answers = Array.new(2) do
-        status, headers, body = lint.call(env.call)
-        text = +""
-        body.each { |c| text << c }
-        body.close
-        [status, headers, text]
-      end
-    end
+    _, err = capture_io { answers = Array.new(2) { serve(lint, "globex") } }
     answers.each do |status, headers, text|
       assert_equal 503, status
       assert_equal "1", headers["retry-after"]
@@ -328,6 +317,16 @@ class TestRack < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # A request of tenant +who+ through +app+, its body read and closed as a server does:
+  # its status, headers and body text.
+  def serve(app, who)
+    status, headers, body = app.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => who))
+    text = +""
+    body.each { |c| text << c }
+    body.close
+    [status, headers, text]
+  end
+
   def recreate(config)
     @table.close
     Fairshm::Table.unlink(@name)
@@ -342,16 +341,9 @@ class TestRack < Minitest::Test
     require "rack/mock"
     recreate({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "max_tenants" => 2 })
     lint = Rack::Lint.new(app)
-    serve = lambda do |who|
-      status, headers, body = lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => who))
-      text = +""
-      body.each { |c| text << c }
-      body.close
-      [status, headers, text]
-    end
-    %w[acme globex].each { |who| assert_equal 200, serve.call(who)[0] }
+    %w[acme globex].each { |who| assert_equal 200, serve(lint, who)[0] }
     answers = nil
-    _, err = capture_io { answers = Array.new(2) { serve.call("initech") } }
+    _, err = capture_io { answers = Array.new(2) { serve(lint, "initech") } }
     answers.each do |status, headers, text|
       assert_equal 503, status
       refute headers.key?("retry-after"), "it lasts for the segment's life"
@@ -361,7 +353,7 @@ class TestRack < Minitest::Test
       assert_includes doc["explanation"], "max_tenants"
     end
     assert_equal 1, err.scan("tenant directory is full").size, err
-    assert_equal 200, serve.call("acme")[0]
+    assert_equal 200, serve(lint, "acme")[0]
     assert_equal 0, in_use
   end
 
