@@ -118,11 +118,15 @@ class Refused(Exception):
 
     def _numbers_only(self):
         f = self._facts
-        return ("tenant %r asked for %d unit(s) of pool %r: %s (in use %d of %d, the "
-                "tenant holds %d); retry after %d ms. The table was closed before this "
-                "refusal was explained, so only its numbers are known."
-                % (self.tenant, f.units, self.pool, self.reason, f.in_use, f.capacity,
-                   f.held, self.retry_after_ms))
+        if f.rate_per_s:  # refused by the tenant's rates: no pool was read
+            facts = "its %s rate: %d per second" % (
+                "work" if f.rule == 6 else "request", f.rate_per_s)
+        else:
+            facts = "in use %d of %d, the tenant holds %d" % (f.in_use, f.capacity, f.held)
+        return ("tenant %r asked for %d unit(s) of pool %r: %s (%s); retry after %d ms. "
+                "The table was closed before this refusal was explained, so only its "
+                "numbers are known."
+                % (self.tenant, f.units, self.pool, self.reason, facts, self.retry_after_ms))
 
     def as_dict(self):
         d = {name: getattr(self._facts, name) for name in _FACT_NAMES}

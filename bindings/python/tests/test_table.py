@@ -268,6 +268,20 @@ def test_a_refusal_outliving_its_table_still_explains_itself(name):
     text = str(late.value)
     assert text.startswith("pool_full: ")
     assert "globex" in text and "requests" in text and "closed" in text
+    assert "in use 1 of 1" in text
+
+
+def test_a_rate_refusal_outliving_its_table_states_its_rate(name):
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 4}]})
+    t.set_rates("acme", requests_per_s=3)
+    for _ in range(3):
+        t.try_acquire("requests", "acme").release()
+    with pytest.raises(fairshm.Refused) as e:
+        t.try_acquire("requests", "acme")
+    t.close()
+    text = str(e.value)
+    assert text.startswith("rate_limited: ") and "closed" in text
+    assert "its request rate: 3 per second" in text and "in use" not in text
 
 
 def test_a_refusal_explained_just_after_another_thread_closed_the_table(name):

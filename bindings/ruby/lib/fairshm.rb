@@ -98,10 +98,15 @@ module Fairshm
     private
 
     def numbers_only
+      shown = if rate_per_s.positive? # refused by the tenant's rates: no pool was read
+                "its #{facts[:rule] == 6 ? 'work' : 'request'} rate: #{rate_per_s} per second"
+              else
+                "in use #{in_use} of #{capacity}, the tenant holds #{held}"
+              end
       "tenant #{@tenant.inspect} asked for #{units} unit(s) of pool " \
-        "#{@pool.inspect}: #{@reason} (in use #{in_use} of #{capacity}, the tenant " \
-        "holds #{held}); retry after #{@retry_after_ms} ms. The table was closed " \
-        "before this refusal was explained, so only its numbers are known."
+        "#{@pool.inspect}: #{@reason} (#{shown}); retry after #{@retry_after_ms} ms. " \
+        "The table was closed before this refusal was explained, so only its numbers " \
+        "are known."
     end
 
     def explain

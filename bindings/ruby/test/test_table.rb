@@ -276,6 +276,21 @@ class TestTable < Minitest::Test
     msg = late.message
     assert msg.start_with?("pool_full: "), msg
     %w[globex requests closed].each { |w| assert_includes msg, w }
+    assert_includes msg, "in use 1 of 1"
+  ensure
+    Fairshm::Table.unlink(name)
+  end
+
+  def test_a_rate_refusal_outliving_its_table_states_its_rate
+    name = FairshmTest.next_name
+    t = Fairshm::Table.create(name, { "pools" => [{ "name" => "requests", "capacity" => 4 }] })
+    t.set_rates("acme", work_units_per_s: 100)
+    t.charge("acme", 300)
+    r = assert_raises(Fairshm::Refused) { t.try_acquire("requests", "acme") }
+    t.close
+    assert r.message.start_with?("work_debt: "), r.message
+    assert_includes r.message, "its work rate: 100 per second"
+    refute_includes r.message, "in use"
   ensure
     Fairshm::Table.unlink(name)
   end
