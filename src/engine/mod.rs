@@ -324,9 +324,10 @@ impl Engine {
         self.acquire_at(pool, tenant, units, hold_ms, now, queued_us, false)
     }
 
-    /// The body of [`Engine::acquire`] and [`Engine::acquire_queued`], inlined into
-    /// each: the plain acquire, the uncontended pair's half, then neither passes nor
-    /// tests a queue wait it does not have.
+    /// The body of [`Engine::acquire`], [`Engine::acquire_queued`] and a waiting
+    /// acquire's later tries (`acquire_again`, `quiet`), inlined into each: the plain
+    /// acquire, the uncontended pair's half, then neither passes nor tests a queue wait
+    /// it does not have, and its `quiet` is a constant `false`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn acquire_at(
