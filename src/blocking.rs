@@ -118,12 +118,8 @@ pub(crate) fn acquire(
         } else {
             rec.wake.load(SeqCst)
         };
-        let now_ms = clock::now_ms();
-        let tried = if asked {
-            engine.acquire_again(pool, tenant, units, hold_ms, now_ms)?
-        } else {
-            engine.acquire(pool, tenant, units, hold_ms, now_ms)?
-        };
+        let tried =
+            engine.acquire_at(pool, tenant, units, hold_ms, clock::now_ms(), None, asked)?;
         asked = true;
         let last = match tried {
             Outcome::Granted(id) => return Ok(Ok(id)),

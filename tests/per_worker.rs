@@ -57,6 +57,24 @@ fn workers(name: &str, n: usize) -> common::Children {
     out
 }
 
+/// A segment with the `per_worker` pool `flights` at quota 1.0 and two registered
+/// workers (two tickets): what the tests of who counts as a worker start from.
+fn flights_of_two_workers(tag: &str) -> (Seg, Table, common::Children) {
+    let seg = Seg::new(tag);
+    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
+    let t = seg.create(&cfg);
+    let two = workers(&seg.name, 2);
+    assert_eq!(capacity(&t, "flights"), 2);
+    (seg, t, two)
+}
+
+/// This process's registrations, as `t`'s snapshot lists them.
+fn mine(t: &Table) -> Vec<fairshm::stats::ProcSnap> {
+    let me = std::process::id();
+    let snap = t.snapshot();
+    snap.processes.into_iter().filter(|p| p.pid == me).collect()
+}
+
 /// SIGKILLs and reaps the first `n` of `pids`.
 fn kill(pids: &mut common::Children, n: usize) {
     common::Children(pids.drain(..n).collect()).kill_all();
@@ -146,18 +164,13 @@ fn a_worker_with_two_handles_is_one_worker() {
 #[test]
 fn a_tool_that_claims_a_tenant_is_no_worker() {
     let _g = serial();
-    let seg = Seg::new("pwtool");
-    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
-    let t = seg.create(&cfg);
-    let _two = workers(&seg.name, 2);
-    assert_eq!(capacity(&t, "flights"), 2);
+    let (seg, t, _two) = flights_of_two_workers("pwtool");
     let tool = Table::open_tool(&seg.name).unwrap();
     tool.set_rates("newcomer", 5, 0).unwrap(); // claims the name: registers
-    let me = std::process::id();
-    let snap = t.snapshot();
-    let mine: Vec<_> = snap.processes.iter().filter(|p| p.pid == me).collect();
-    assert_eq!(mine.len(), 1, "the tool registered: {:?}", snap.processes);
-    assert!(mine[0].tool && mine[0].status == "live", "{:?}", mine[0]);
+    match mine(&t).as_slice() {
+        [p] => assert!(p.tool && p.status == "live", "{p:?}"),
+        other => panic!("the tool registered once: {other:?}"),
+    }
     assert_eq!(capacity(&t, "flights"), 2, "a tool is no worker");
     assert_eq!(t.rates("newcomer").unwrap(), (5, 0));
     // The same process's worker handle counts it, once.
@@ -179,18 +192,10 @@ fn a_tool_that_claims_a_tenant_is_no_worker() {
 #[test]
 fn a_process_that_only_sets_rates_is_no_worker_until_it_acquires() {
     let _g = serial();
-    let seg = Seg::new("pwrates");
-    let cfg = Config::with_pools(vec![PoolConfig::per_worker("flights", 1.0, 0)]);
-    let t = seg.create(&cfg);
-    let _two = workers(&seg.name, 2);
-    assert_eq!(capacity(&t, "flights"), 2);
+    let (seg, t, _two) = flights_of_two_workers("pwrates");
     t.set_rates("acme", 100, 0).unwrap(); // claims the name: registers
     t.charge("globex", 0).unwrap(); // claims another
     let me = std::process::id();
-    let mine = |t: &Table| -> Vec<fairshm::stats::ProcSnap> {
-        let snap = t.snapshot();
-        snap.processes.into_iter().filter(|p| p.pid == me).collect()
-    };
     let slot = match mine(&t).as_slice() {
         [p] if p.tool && p.status == "live" => p.slot,
         other => panic!("registered once, as a tool: {other:?}"),

@@ -294,20 +294,6 @@ impl Engine {
         self.acquire_at(pool, tenant, units, hold_ms, now, None, false)
     }
 
-    /// A later try of one waiting acquire (see `blocking`): decided as
-    /// [`Engine::acquire`] decides, and marking the tenant active, but a refusal is not
-    /// counted, logged or given a turn again (see `admission::Attempt::quiet`).
-    pub(crate) fn acquire_again(
-        &self,
-        pool: PoolId,
-        tenant: TenantId,
-        units: u32,
-        hold_ms: u64,
-        now: u64,
-    ) -> Result<Outcome> {
-        self.acquire_at(pool, tenant, units, hold_ms, now, None, true)
-    }
-
     /// [`Engine::acquire`] of a request that waited `queued_us` in the server's own
     /// queue before it asked (from the front proxy's `X-Request-Start`; `None`: not
     /// known). The wait is noted as by [`Engine::note_queue`], and an over-share
@@ -324,13 +310,15 @@ impl Engine {
         self.acquire_at(pool, tenant, units, hold_ms, now, queued_us, false)
     }
 
-    /// The body of [`Engine::acquire`], [`Engine::acquire_queued`] and a waiting
-    /// acquire's later tries (`acquire_again`, `quiet`), inlined into each: the plain
-    /// acquire, the uncontended pair's half, then neither passes nor tests a queue wait
-    /// it does not have, and its `quiet` is a constant `false`.
+    /// The body of [`Engine::acquire`] and [`Engine::acquire_queued`], inlined into
+    /// each: the plain acquire, the uncontended pair's half, then neither passes nor
+    /// tests a queue wait it does not have, and its `quiet` is a constant `false`. The
+    /// waiting acquire (`blocking`) calls it too: `quiet` for its later tries, which
+    /// are decided and mark the tenant active as any, but whose refusals are not
+    /// counted, logged or given a turn again (see `admission::Attempt::quiet`).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn acquire_at(
+    pub(crate) fn acquire_at(
         &self,
         pool: PoolId,
         tenant: TenantId,

@@ -120,7 +120,7 @@ class Refused(Exception):
         f = self._facts
         if f.rate_per_s:  # refused by the tenant's rates: no pool was read
             facts = "its %s rate: %d per second" % (
-                "work" if f.rule == 6 else "request", f.rate_per_s)
+                "work" if _REASONS.get(f.rule) == "work_debt" else "request", f.rate_per_s)
         else:
             facts = "in use %d of %d, the tenant holds %d" % (f.in_use, f.capacity, f.held)
         return ("tenant %r asked for %d unit(s) of pool %r: %s (%s); retry after %d ms. "

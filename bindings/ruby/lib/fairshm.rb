@@ -99,7 +99,7 @@ module Fairshm
 
     def numbers_only
       shown = if rate_per_s.positive? # refused by the tenant's rates: no pool was read
-                "its #{facts[:rule] == 6 ? 'work' : 'request'} rate: #{rate_per_s} per second"
+                "its #{REASONS[facts[:rule]] == 'work_debt' ? 'work' : 'request'} rate: #{rate_per_s} per second"
               else
                 "in use #{in_use} of #{capacity}, the tenant holds #{held}"
               end
