@@ -285,13 +285,7 @@ class TestRack < Minitest::Test
   end
 
   def test_answers_503_when_this_process_has_no_lease_slot_left
-    require "rack"
-    require "rack/lint"
-    require "rack/mock"
-    recreate({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "leases_per_process" => 2 })
-    # Frozen, as Rack::Builder#freeze_app leaves every middleware: its first 503 once
-    # raised FrozenError (it noted its warning in an instance variable).
-    lint = Rack::Lint.new(app.freeze)
+    lint = frozen_lint({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "leases_per_process" => 2 })
     env = -> { Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "globex") }
     held = Array.new(2) { lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))[2] }
     answers = nil
@@ -329,6 +323,17 @@ class TestRack < Minitest::Test
     [status, headers, text]
   end
 
+  # The middleware over a table made anew with +config+, frozen as
+  # Rack::Builder#freeze_app leaves every middleware (its first 503 once raised
+  # FrozenError: it noted its warning in an instance variable), under Rack::Lint.
+  def frozen_lint(config)
+    require "rack"
+    require "rack/lint"
+    require "rack/mock"
+    recreate(config)
+    Rack::Lint.new(app.freeze)
+  end
+
   def recreate(config)
     @table.close
     Fairshm::Table.unlink(@name)
@@ -338,11 +343,7 @@ class TestRack < Minitest::Test
   # The segment's other full tables are the server's bound too: 503 with a JSON body
   # naming the key, not a 500 for every request they turn away.
   def test_a_new_tenant_that_the_directory_has_no_room_for_gets_503
-    require "rack"
-    require "rack/lint"
-    require "rack/mock"
-    recreate({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "max_tenants" => 2 })
-    lint = Rack::Lint.new(app.freeze)
+    lint = frozen_lint({ "pools" => [{ "name" => "requests", "capacity" => 8 }], "max_tenants" => 2 })
     %w[acme globex].each { |who| assert_equal 200, serve(lint, who)[0] }
     answers = nil
     _, err = capture_io { answers = Array.new(2) { serve(lint, "initech") } }
