@@ -622,3 +622,67 @@ fn inspect_and_metrics_say_how_full_each_table_is() {
     );
     assert_eq!(kids.kill_all().len(), 2);
 }
+
+#[test]
+fn control_characters_in_a_name_are_shown_escaped_not_printed() {
+    // Tenant names come from requests: one with a newline and an escape sequence must
+    // neither forge a line of a table nor reach the operator's terminal.
+    let seg = Seg::new("tool-escape");
+    let t = seg.create(&config());
+    let (forged, slashed) = ("e\nFORGED\u{1b}[2J", "c\\d");
+    let a = t
+        .try_acquire(&Request::new("requests", forged))
+        .unwrap()
+        .unwrap();
+    let b = t
+        .try_acquire(&Request::new("requests", slashed))
+        .unwrap()
+        .unwrap();
+    let c = t
+        .try_acquire(&Request::new("requests", "acme").units(2))
+        .unwrap();
+    assert!(c.is_ok());
+    assert!(
+        t.try_acquire(&Request::new("requests", "ünï"))
+            .unwrap()
+            .is_err()
+    );
+    for cmd in [
+        vec!["inspect", &seg.name],
+        vec!["top", &seg.name, "--once"],
+        vec!["log", &seg.name],
+    ] {
+        let o = shmtool(&cmd);
+        assert_eq!(code(&o), 0, "{cmd:?}");
+        let text = stdout(&o);
+        assert!(
+            !text.contains('\u{1b}'),
+            "{cmd:?} printed an escape sequence: {text}"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("FORGED")),
+            "{cmd:?} let a name forge a line: {text}"
+        );
+        assert!(text.contains(r"e\nFORGED\u{1b}[2J"), "{cmd:?}: {text}");
+        assert!(
+            text.contains(r"c\\d") && text.contains("ünï"),
+            "{cmd:?}: {text}"
+        );
+    }
+    let o = shmtool(&["rates", &seg.name, forged]);
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).starts_with(r"e\nFORGED\u{1b}[2J: requests unbounded"));
+    // JSON keeps the name as it is (its own escaping).
+    let v = json(&shmtool(&["inspect", &seg.name, "--json"]));
+    let names: Vec<&str> = v["pools"][0]["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&forged) && names.contains(&slashed),
+        "{names:?}"
+    );
+    drop((a, b, c));
+}

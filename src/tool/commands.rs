@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::list::{Clean, Listed, clean, list};
 use super::render::{clock, log_table};
 use super::report::{Decision, decisions};
+use super::shown;
 use crate::decisions::Mismatch;
 use crate::error::{Error, Result};
 use crate::recovery::Reaped;
@@ -25,7 +26,7 @@ pub fn list_text(listed: &[Listed]) -> String {
             (Some(h), None) => writeln!(
                 out,
                 "{}  {} bytes  v{}  created {} UTC by pid {}  processes: {} live, {} dying, {} dead",
-                l.name,
+                shown(&l.name),
                 l.size,
                 h.layout_version,
                 clock(h.created_unix_ms),
@@ -37,7 +38,7 @@ pub fn list_text(listed: &[Listed]) -> String {
             (_, why) => writeln!(
                 out,
                 "{}  {} bytes  unreadable: {}",
-                l.name,
+                shown(&l.name),
                 l.size,
                 why.as_deref().unwrap_or("?")
             ),
@@ -77,9 +78,9 @@ pub fn clean_stale(prefix: Option<&str>) -> Result<String> {
             continue;
         }
         let _ = match clean(&l.name, false) {
-            Ok(Clean::Removed) => writeln!(out, "removed {}", l.name),
-            Ok(Clean::InUse { pids }) => writeln!(out, "kept {}: used by {pids:?}", l.name),
-            Err(e) => writeln!(out, "kept {}: {e}", l.name),
+            Ok(Clean::Removed) => writeln!(out, "removed {}", shown(&l.name)),
+            Ok(Clean::InUse { pids }) => writeln!(out, "kept {}: used by {pids:?}", shown(&l.name)),
+            Err(e) => writeln!(out, "kept {}: {e}", shown(&l.name)),
         };
     }
     Ok(out)
@@ -96,7 +97,8 @@ pub fn rates_text(tenant: &str, requests: u32, work: u32, unrated: &[&str]) -> S
         }
     };
     let mut out = format!(
-        "{tenant}: requests {}, work units {}\n",
+        "{}: requests {}, work units {}\n",
+        shown(tenant),
         show(requests),
         show(work)
     );
@@ -104,7 +106,11 @@ pub fn rates_text(tenant: &str, requests: u32, work: u32, unrated: &[&str]) -> S
         let _ = writeln!(
             out,
             "  (not applied to {}: rates = false; a request is rated where it is admitted)",
-            unrated.join(", ")
+            unrated
+                .iter()
+                .map(|p| shown(p))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     out

@@ -34,6 +34,38 @@ pub use top::top;
 
 use crate::Error;
 
+/// A name as the human-readable outputs print it: a backslash, a control character
+/// (a newline, a tab, an escape sequence) or another character that prints nothing
+/// visible is written as its escape (`\\`, `\n`, `\u{1b}`), as Rust's `escape_debug`
+/// does, and everything else as it is. Tenant names come from requests and segment
+/// names from `/dev/shm`, so either may hold such characters: printed raw, a newline
+/// forges a line of a table and an escape sequence drives the operator's terminal.
+/// (`--json` and `metrics` escape by their own formats' rules.)
+pub fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.escape_debug().any(|c| c == '\\') {
+        return name.into();
+    }
+    // `str::escape_debug` (a combining mark is escaped only at the start, where it has
+    // nothing to combine with) with its quotes unescaped: every backslash it writes
+    // starts an escape, so the character after one is that escape's.
+    let mut out = String::with_capacity(name.len() + 8);
+    let mut it = name.escape_debug();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some(q @ ('"' | '\'')) => out.push(q),
+            next => out.extend(std::iter::once(c).chain(next)),
+        }
+    }
+    if out == name {
+        return name.into(); // only quotes, which print as they are
+    }
+    out.into()
+}
+
 /// `shmtool`'s exit codes, which scripts may rely on. Never renumbered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -99,3 +131,32 @@ Exit codes:
   5  refused: `clean` of a segment that live processes use, without --force
   6  permission denied, or a segment of another pid namespace (`reap`, `clean`)
   7  any other failure";
+
+#[cfg(test)]
+mod shown_tests {
+    use super::shown;
+    use std::borrow::Cow;
+
+    #[test]
+    fn a_printable_name_is_shown_as_it_is() {
+        for n in ["acme", "ünï", "a\"b'c", "e\u{301}", "g h", "日本"] {
+            assert!(matches!(shown(n), Cow::Borrowed(s) if s == n), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn control_and_invisible_characters_and_backslashes_are_escaped() {
+        for (n, want) in [
+            ("e\nf", r"e\nf"),
+            ("tab\there", r"tab\there"),
+            ("\u{1b}[31mred", r"\u{1b}[31mred"),
+            ("c\\d", r"c\\d"),
+            ("a\"\\'b\r", r#"a"\\'b\r"#),
+            ("\u{202e}evil", r"\u{202e}evil"),
+            ("\u{301}e", r"\u{301}e"),
+            ("x\u{7f}", r"x\u{7f}"),
+        ] {
+            assert_eq!(shown(n), want, "{n:?}");
+        }
+    }
+}

@@ -1,13 +1,20 @@
 //! Human-readable tables of a [`Report`] and of the decision log.
 
+use std::borrow::Cow;
 use std::fmt::Write;
 
 use super::report::{LogView, Report};
+use super::shown;
 
-/// Left-aligned columns, two spaces apart, under a header row.
+/// Left-aligned columns, two spaces apart, under a header row; every cell as
+/// [`shown`] prints it.
 fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<Cow<str>>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c)).collect())
+        .collect();
     let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
-    for r in rows {
+    for r in &rows {
         for (w, c) in width.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
@@ -26,8 +33,8 @@ fn table(head: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(&mut out, &mut head.iter().copied());
-    for r in rows {
-        line(&mut out, &mut r.iter().map(String::as_str));
+    for r in &rows {
+        line(&mut out, &mut r.iter().map(|c| c.as_ref()));
     }
     out
 }
@@ -76,7 +83,10 @@ pub fn report_tables(r: &Report) -> String {
     let _ = writeln!(
         out,
         "segment {}  {} bytes  layout v{}  created by pid {}",
-        r.segment.name, r.segment.size, r.segment.layout_version, r.segment.creator_pid
+        shown(&r.segment.name),
+        r.segment.size,
+        r.segment.layout_version,
+        r.segment.creator_pid
     );
     out.push_str(&tables_line(&r.tables));
     out.push_str("\nPOOLS\n");
@@ -108,7 +118,7 @@ pub fn report_tables(r: &Report) -> String {
                 out,
                 "{} is sized per worker: min({workers}, max(ceil({} x {workers}), {})) = {} \
                  tickets for the {workers} live workers",
-                p.name,
+                shown(&p.name),
                 w.quota,
                 w.min_tickets,
                 w.tickets,
@@ -120,16 +130,19 @@ pub fn report_tables(r: &Report) -> String {
                     "{} has {} in use, past its {} tickets: it shrank as workers went \
                      (holders keep what they hold), and grants again once less than {} \
                      is in use",
-                    p.name, p.in_use, p.capacity, p.capacity
+                    shown(&p.name),
+                    p.in_use,
+                    p.capacity,
+                    p.capacity
                 );
             }
         }
     }
-    let unrated: Vec<&str> = r
+    let unrated: Vec<Cow<str>> = r
         .pools
         .iter()
         .filter(|p| !p.rates)
-        .map(|p| p.name.as_str())
+        .map(|p| shown(&p.name))
         .collect();
     if !unrated.is_empty() {
         let _ = writeln!(
@@ -144,7 +157,7 @@ pub fn report_tables(r: &Report) -> String {
             out,
             "residents of {}: {} idle, {} in a call, {} revoked awaiting release, {} \
              evictions; a spawn waits {} for an evictable one",
-            p.name,
+            shown(&p.name),
             x.idle,
             x.in_call,
             x.revoked,
@@ -153,7 +166,7 @@ pub fn report_tables(r: &Report) -> String {
         );
     }
     for p in &r.pools {
-        let _ = writeln!(out, "\nTENANTS of {}", p.name);
+        let _ = writeln!(out, "\nTENANTS of {}", shown(&p.name));
         let rows: Vec<Vec<String>> = p
             .tenants
             .iter()
@@ -289,7 +302,7 @@ pub fn report_tables(r: &Report) -> String {
     for g in &r.guaranteed {
         out.push_str(&format!(
             "\nGUARANTEED {} ({}, ceiling {}, {} in use, {} on loan, horizon {}, idle after {}, at {})\n",
-            g.name,
+            shown(&g.name),
             g.unit.as_str(),
             g.ceiling,
             g.in_use,
@@ -341,7 +354,11 @@ pub fn report_tables(r: &Report) -> String {
         if !g.overrun_leases.is_empty() {
             out.push_str(&format!(
                 "overrun leases: {}\n",
-                g.overrun_leases.join(", ")
+                g.overrun_leases
+                    .iter()
+                    .map(|l| shown(l))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
     }
@@ -397,7 +414,7 @@ pub fn top_view(r: &Report) -> String {
     let mut out = format!(
         "fairshm {}  processes: {} alive, {} not  leases: {}  tenants: {} of {}  \
          (q or Ctrl-C quits)\n\n",
-        r.segment.name,
+        shown(&r.segment.name),
         r.processes_counted(&["alive"]),
         r.processes_counted(&["dying", "dead"]),
         r.leases.len(),
