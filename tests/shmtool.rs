@@ -686,3 +686,57 @@ fn control_characters_in_a_name_are_shown_escaped_not_printed() {
     );
     drop((a, b, c));
 }
+
+/// Runs shmtool with its stdout a pipe whose reader has gone (as `shmtool ... | head`
+/// leaves it once `head` has its lines): its exit code, and what it said on stderr.
+fn into_closed_pipe(args: &[&str]) -> (i32, String) {
+    let (rd, wr) = nix::unistd::pipe().unwrap();
+    drop(rd);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shmtool"))
+        .args(args)
+        .stdout(std::process::Stdio::from(wr))
+        .output()
+        .expect("run shmtool");
+    (
+        code(&out),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_reader_that_goes_away_is_no_failure_and_hides_no_finding() {
+    let seg = Seg::new("tool-pipe");
+    let t = seg.create(&config());
+    let mut kids = Children(vec![holder(&seg.name, "acme", 2)]);
+    wait_until(
+        Some(kids.0[0]),
+        "the holder's grant",
+        Duration::from_millis(2),
+        || t.snapshot().held("requests", "acme") == 2,
+    );
+    // Every reading command, its output unread: no panic, no error, exit 0.
+    for args in [
+        vec!["inspect", &seg.name],
+        vec!["inspect", &seg.name, "--json"],
+        vec!["list"],
+        vec!["list", "--json"],
+        vec!["top", &seg.name, "--once"],
+        vec!["metrics", &seg.name],
+        vec!["log", &seg.name],
+        vec!["log", &seg.name, "--json"],
+        vec!["replay", &seg.name],
+        vec!["replay", &seg.name, "--json"],
+        vec!["check", &seg.name],
+    ] {
+        assert_eq!(into_closed_pipe(&args), (0, String::new()), "{args:?}");
+    }
+    // A finding's exit code stands when its report is not read.
+    assert_eq!(kids.kill_all(), vec![128 + 9]);
+    assert_eq!(
+        code(&shmtool(&["check", &seg.name])),
+        1,
+        "a dead holder's lease"
+    );
+    assert_eq!(into_closed_pipe(&["check", &seg.name]), (1, String::new()));
+    drop(t);
+}

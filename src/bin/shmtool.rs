@@ -2,7 +2,7 @@
 //! and read and replay their decision logs. Parses, calls `fairshm::tool`, prints,
 //! exits with one of the codes that `--help` lists.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -110,35 +110,60 @@ enum Cmd {
     },
 }
 
-/// A failure with the exit code it maps to.
-struct Fail(Exit, String);
+/// A failure with the exit code it maps to, or `Gone`: stdout's reader went away
+/// (`shmtool log | head`), which is not a failure.
+enum Fail {
+    Code(Exit, String),
+    Gone,
+}
 
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
-        Fail(Exit::of(&e), e.to_string())
+        match e {
+            Error::Io { source, .. } if source.kind() == ErrorKind::BrokenPipe => Fail::Gone,
+            e => Fail::Code(Exit::of(&e), e.to_string()),
+        }
     }
 }
 impl From<std::io::Error> for Fail {
     fn from(e: std::io::Error) -> Fail {
-        Fail(Exit::Failed, e.to_string())
+        match e.kind() {
+            ErrorKind::BrokenPipe => Fail::Gone,
+            _ => Fail::Code(Exit::Failed, e.to_string()),
+        }
     }
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Result<(), Fail> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| Fail(Exit::Failed, e.to_string()))?;
-    println!("{s}");
-    Ok(())
+/// Writes a command's findings: a reader that went away before the end leaves the
+/// command's exit code as its findings make it (`shmtool check NAME | head -1` still
+/// exits 1 when an invariant is violated).
+fn findings(out: &mut impl Write, text: &str) -> Result<(), Fail> {
+    match out.write_all(text.as_bytes()) {
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// `v` as pretty JSON, with its line break.
+fn pretty<T: serde::Serialize>(v: &T) -> Result<String, Fail> {
+    serde_json::to_string_pretty(v)
+        .map(|s| s + "\n")
+        .map_err(|e| Fail::Code(Exit::Failed, e.to_string()))
+}
+
+fn json<T: serde::Serialize>(out: &mut impl Write, v: &T) -> Result<(), Fail> {
+    Ok(out.write_all(pretty(v)?.as_bytes())?)
 }
 
 fn run(cmd: Cmd) -> Result<Exit, Fail> {
     let mut out = std::io::stdout().lock();
     match cmd {
-        Cmd::List { json: true } => json(&tool::list()?)?,
+        Cmd::List { json: true } => json(&mut out, &tool::list()?)?,
         Cmd::List { json: false } => write!(out, "{}", tool::list_text(&tool::list()?))?,
         Cmd::Inspect { name, json: j } => {
             let r = tool::report(&Table::open_observer(&name)?)?;
             if j {
-                json(&r)?
+                json(&mut out, &r)?
             } else {
                 write!(out, "{}", tool::report_tables(&r))?
             }
@@ -156,7 +181,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         Cmd::Reap { name, json: j } => {
             let freed = Table::open(&name)?.reap_dead()?;
             if j {
-                json(&freed)?
+                json(&mut out, &freed)?
             } else {
                 write!(out, "{}", tool::reaped_text(&freed))?
             }
@@ -168,7 +193,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         } => match tool::clean(&name, force)? {
             tool::Clean::Removed => writeln!(out, "removed {name}")?,
             tool::Clean::InUse { pids } => {
-                return Err(Fail(
+                return Err(Fail::Code(
                     Exit::InUse,
                     format!(
                         "{name} is used by live processes {pids:?}: not removed (--force removes it)"
@@ -187,17 +212,16 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             name,
             listen: Some(addr),
         } => tool::serve_metrics(&Table::open_observer(&name)?, &addr, |bound| {
-            println!("listening on http://{bound}/metrics");
-            let _ = std::io::stdout().flush();
+            // Said only to whoever reads it: the server serves without a reader.
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "listening on http://{bound}/metrics").and_then(|()| out.flush());
         })?,
         Cmd::Check { name } => {
             let bad = tool::check(&Table::open_observer(&name)?)?;
             if bad.is_empty() {
                 writeln!(out, "{name}: every invariant holds")?;
             } else {
-                for b in &bad {
-                    writeln!(out, "{b}")?;
-                }
+                findings(&mut out, &(bad.join("\n") + "\n"))?;
                 return Ok(Exit::Found);
             }
         }
@@ -235,11 +259,12 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         }
         Cmd::Replay { name, json: j } => {
             let (n, diff) = tool::replay(&Table::open_observer(&name)?)?;
-            if j {
-                json(&serde_json::json!({ "decisions": n, "differences": diff }))?;
+            let text = if j {
+                pretty(&serde_json::json!({ "decisions": n, "differences": diff }))?
             } else {
-                write!(out, "{}", tool::replay_text(n, &diff))?
-            }
+                tool::replay_text(n, &diff)
+            };
+            findings(&mut out, &text)?;
             if !diff.is_empty() {
                 return Ok(Exit::Found);
             }
@@ -275,8 +300,8 @@ fn main() -> ExitCode {
     match run(cli.cmd) {
         Ok(code) => ExitCode::from(code as u8),
         // A closed pipe (`shmtool log | head`) is not a failure.
-        Err(Fail(_, msg)) if msg.contains("Broken pipe") => ExitCode::SUCCESS,
-        Err(Fail(code, msg)) => {
+        Err(Fail::Gone) => ExitCode::SUCCESS,
+        Err(Fail::Code(code, msg)) => {
             eprintln!("shmtool: {msg}");
             ExitCode::from(code as u8)
         }
