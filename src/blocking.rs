@@ -12,7 +12,7 @@ use crate::layout::PoolRec;
 use crate::liveness;
 use crate::refusal::{Reason, Refused};
 use crate::region::Region;
-use crate::sync::Ordering::*;
+use crate::sync::{AtomicU32, Ordering::*};
 use crate::waiting::{self, Cancel, Class};
 
 /// First bound on a waiter's wait for a dying process to finish exiting; it doubles
@@ -28,21 +28,39 @@ pub struct Ended {
     pub last: Refused,
 }
 
-/// A waiter announced in `waiters` for as long as this lives.
-struct Announced<'a>(&'a PoolRec);
+/// A waiter announced in its pool's `waiters` for as long as this lives, and counted
+/// in its process slot's count for that pool (`WaitingRec`), so that if the process
+/// dies while waiting, its reaper takes it out of `waiters` (`recovery`): else every
+/// release of the pool would bump `wake` and call `FUTEX_WAKE` for nobody, for ever.
+///
+/// The slot's count is raised after the pool's and lowered before it, so at every
+/// instant it counts at most the announcements in `waiters` that are the slot's: a
+/// reaper never takes out one that is not (which could let a release miss a live
+/// waiter). A death between the two steps leaves one announcement in `waiters` that
+/// nobody takes out: spurious wakes, never a lost one.
+struct Announced<'a> {
+    pool: &'a PoolRec,
+    mine: &'a AtomicU32,
+}
 
 impl<'a> Announced<'a> {
-    fn new(pool: &'a PoolRec) -> Self {
+    fn new(pool: &'a PoolRec, mine: &'a AtomicU32) -> Self {
         // SeqCst: the waiter's half of the handshake in `waiting`.
         pool.waiters.fetch_add(1, SeqCst);
-        Announced(pool)
+        // Release: a reaper that reads this count (its `swap`, Acquire) finds our
+        // announcement above in `waiters` before it takes it out.
+        mine.fetch_add(1, Release);
+        Announced { pool, mine }
     }
 }
 
 impl Drop for Announced<'_> {
     fn drop(&mut self) {
+        // Relaxed: our own slot's count, which only a reaper of our dead process reads
+        // (and then an RMW, which reads the last value).
+        self.mine.fetch_sub(1, Relaxed);
         // SeqCst: as the announcement.
-        self.0.waiters.fetch_sub(1, SeqCst);
+        self.pool.waiters.fetch_sub(1, SeqCst);
     }
 }
 
@@ -102,13 +120,22 @@ pub(crate) fn acquire(
     let mut pause = DYING_PAUSE;
     let mut woken_at: Option<u64> = None;
     let mut watch = Vec::new();
-    // We announce ourselves (for as long as we wait: every try below comes after it),
-    // read `wake`, then try (whose first load of the pool word is SeqCst): a release
-    // we do not see will see us and bump `wake`.
-    let mut announced = Some(Announced::new(rec));
+    // Before a sleep we announce ourselves (for as long as we wait), read `wake`, then
+    // try (whose first load of the pool word is SeqCst): a release we do not see will
+    // see us and bump `wake`. The first try goes unannounced: granted at once, a
+    // blocking acquire costs what a `try_acquire` does; refused by the pool, it
+    // announces itself and tries again before any sleep.
+    let mut announced: Option<Announced> = None;
+    // Whether the last try was refused by the pool, not by the tenant's rates: only
+    // then is a release what we wait for (and has this process registered, so that
+    // our slot counts us: a rate refusal registers nothing).
+    let mut wait_for_release = false;
     let mut asked = continued;
     loop {
-        let _ = announced.get_or_insert_with(|| Announced::new(rec));
+        if wait_for_release && announced.is_none() {
+            let slot = engine.process_slot()?;
+            announced = Some(Announced::new(rec, seg.slot_waiters(slot, p)));
+        }
         // SeqCst: the handshake in `waiting`. Woken, we read it with an RMW (adding
         // 0): the releaser bumped it last, and our `waiters` decrement on a grant
         // writes the same line, so taking it for writing now saves a second transfer
@@ -133,6 +160,7 @@ pub(crate) fn acquire(
             .is_rate()
             .then(|| clock::after(now, Duration::from_millis(last.retry_after_ms)));
         let rate_past_deadline = !sliced && token.is_some_and(|t| t > deadline);
+        wait_for_release = token.is_none();
         let ended = if cancel.is_some_and(Cancel::is_cancelled) {
             Some(Reason::Cancelled)
         } else if rate_past_deadline {
@@ -172,6 +200,9 @@ pub(crate) fn acquire(
                 None => std::thread::sleep(until.saturating_duration_since(now)),
             }
             continue;
+        }
+        if announced.is_none() {
+            continue; // refused by the pool unannounced: announce, then try again
         }
         let class = if last.reason == Reason::OverShare {
             Class::Over

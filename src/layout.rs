@@ -18,7 +18,7 @@ pub use words::{
 /// `b"FAIRSHM\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FAIRSHM\0");
 /// Bumped on every change to this file that moves or reinterprets a byte.
-pub const LAYOUT_VERSION: u32 = 8;
+pub const LAYOUT_VERSION: u32 = 9;
 /// `header.ready` once the creator has written everything else.
 pub const READY: u32 = 0x5245_4459; // "READ" "Y"
 /// Every record but `PoolRec` is one cache line, so that two records never share one.
@@ -56,7 +56,13 @@ pub mod region_kind {
     pub const GUARANTEED: u32 = 9;
     /// One [`super::ResidentRec`] per lease: the residency of the `evict` pools' leases.
     pub const RESIDENTS: u32 = 10;
+    /// Each process slot's waiters per pool ([`super::WaitingRec`]s), so that a reaper
+    /// takes a dead process's waiters out of `PoolRec.waiters`.
+    pub const WAITING: u32 = 11;
 }
+
+/// Pools whose waiter counts one [`WaitingRec`] holds.
+pub const WAITING_PER_RECORD: usize = 16;
 
 /// Segment header, at offset 0. Written once by the creator; `ready` last.
 #[repr(C)]
@@ -236,6 +242,17 @@ pub struct ProcRec {
     pub log_head: AtomicU64,
 }
 
+/// Sixteen pools' counts of one process slot's waiters (see `blocking`): count `p % 16`
+/// of the slot's record `p / 16` is how many of the slot's threads are announced in
+/// pool `p`'s `waiters`. A slot has `ceil(pools / 16)` records.
+#[repr(C)]
+pub struct WaitingRec {
+    /// Written by the slot's waiters (`fetch_add` after announcing themselves in the
+    /// pool, `fetch_sub` before leaving it); emptied by the reaper of a dead process
+    /// (`swap` to 0), which takes what it found out of the pools' `waiters`.
+    pub counts: [AtomicU32; WAITING_PER_RECORD],
+}
+
 /// One tenant's rates and their token buckets (see `rates`): node-wide, not per pool.
 #[repr(C)]
 pub struct RateRec {
@@ -344,6 +361,9 @@ pub struct Geometry {
     pub tenants_off: usize,
     pub tenant_pools_off: usize,
     pub procs_off: usize,
+    /// The waiting region: [`Geometry::waiting_records`] [`WaitingRec`]s per process
+    /// slot, slot-major.
+    pub waiting_off: usize,
     pub leases_off: usize,
     /// Entries of each process's decision log (0: no log, as on the heap regions of
     /// the loom models).
@@ -378,7 +398,8 @@ impl Geometry {
         let tenants_off = pools_off + pools * POOL_RECORD;
         let tenant_pools_off = tenants_off + tenants * RECORD;
         let procs_off = tenant_pools_off + pools * tenants * TENANT_POOL_RECORD;
-        let leases_off = procs_off + procs * RECORD;
+        let waiting_off = procs_off + procs * RECORD;
+        let leases_off = waiting_off + procs * Self::waiting_records_for(pools) * RECORD;
         let logs_off = leases_off + procs * leases_per_proc * RECORD;
         let log_per_proc = LOG_PER_PROCESS;
         let rates_off = logs_off + procs * log_per_proc * RECORD;
@@ -395,6 +416,7 @@ impl Geometry {
             tenants_off,
             tenant_pools_off,
             procs_off,
+            waiting_off,
             leases_off,
             log_per_proc,
             logs_off,
@@ -432,8 +454,17 @@ impl Geometry {
         self.procs * self.leases_per_proc
     }
 
+    /// [`WaitingRec`]s per process slot: one per 16 pools.
+    pub fn waiting_records(&self) -> usize {
+        Self::waiting_records_for(self.pools)
+    }
+
+    const fn waiting_records_for(pools: usize) -> usize {
+        pools.div_ceil(WAITING_PER_RECORD)
+    }
+
     /// The region directory this geometry makes: `(kind, offset, record size, count)`.
-    pub fn directory(&self) -> [(u32, usize, usize, usize); 10] {
+    pub fn directory(&self) -> [(u32, usize, usize, usize); 11] {
         use region_kind::*;
         [
             (CONFIG, self.config_off, self.config_len, 1),
@@ -451,6 +482,12 @@ impl Geometry {
             (RATES, self.rates_off, RECORD, self.tenants),
             (GUARANTEED, self.guaranteed_off, 8, self.guaranteed_words),
             (RESIDENTS, self.residents_off, RECORD, self.residents),
+            (
+                WAITING,
+                self.waiting_off,
+                RECORD,
+                self.procs * self.waiting_records(),
+            ),
         ]
     }
 }
@@ -462,7 +499,8 @@ pub fn record_size(record: &str) -> Option<usize> {
         "Header" => Some(HEADER),
         "RegionEntry" => Some(16),
         "TenantPoolRec" => Some(TENANT_POOL_RECORD),
-        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" | "RateRec" | "ResidentRec" => {
+        "TenantRec" | "ProcRec" | "LeaseRec" | "LogRec" | "RateRec" | "ResidentRec"
+        | "WaitingRec" => {
             Some(RECORD)
         }
         _ => None,
@@ -509,6 +547,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, RateRec, "RateRec": limits, req_tat_ns, work_tat_ns, rate_limited, work_debt,
         work_charged, reserved);
     fields!(v, ResidentRec, "ResidentRec": word, last_call_ms, wake, calls, reserved);
+    fields!(v, WaitingRec, "WaitingRec": counts);
     v
 }
 
@@ -526,5 +565,6 @@ const _: () = {
     assert!(size_of::<LogRec>() == RECORD);
     assert!(size_of::<RateRec>() == RECORD);
     assert!(size_of::<ResidentRec>() == RECORD);
+    assert!(size_of::<WaitingRec>() == RECORD);
     assert!(align_of::<LeaseRec>() <= RECORD);
 };

@@ -246,6 +246,11 @@ pub fn register<R: Region>(
         rec.generation.fetch_add(1, Relaxed);
         // No anchor yet: the previous owner's OWNER_DIED must not be read as ours.
         rec.owner_futex.store(0, Relaxed);
+        // No waiter of ours yet: a count left in a free slot (only a hostile write
+        // leaves one) must not be taken out of `waiters` when we die.
+        for p in 0..r.geometry().pools {
+            r.slot_waiters(s, p).store(0, Relaxed);
+        }
         // Release: the fields above are visible to whoever sees LIVE.
         rec.state
             .store(ps::make(ps::LIVE | flag, pid, start_time), Release);
@@ -304,5 +309,20 @@ mod tests {
             "a pid that now names another process does not keep a claim alive"
         );
         assert!(named_dead(ps::make(ps::CLAIMING, (1 << 24) - 1, start)));
+    }
+
+    #[test]
+    fn a_registration_starts_with_no_waiters_counted_in_its_slot() {
+        use crate::region::HeapRegion;
+        use crate::sync::Ordering::SeqCst;
+        // A free slot with counts left in it (a hostile write): its next process must
+        // not have them taken out of `waiters` at its death.
+        let r = HeapRegion::new(17, 1, 1, 1);
+        r.slot_waiters(0, 0).store(3, SeqCst);
+        r.slot_waiters(0, 16).store(1, SeqCst);
+        let (pid, start) = me();
+        assert_eq!(register(&r, pid, start, 1, false).unwrap(), 0);
+        assert_eq!(r.slot_waiters(0, 0).load(SeqCst), 0);
+        assert_eq!(r.slot_waiters(0, 16).load(SeqCst), 0);
     }
 }

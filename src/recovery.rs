@@ -189,6 +189,7 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
         }
     }
     crate::tenants::clear_writer(r, s);
+    take_out_waiters(r, s);
     // A tenant whose units a reaper gave back may have left the active set at once (its
     // last own activity can be long past): the pool's next decision counts again.
     for (p, &units) in out.units_returned.iter().enumerate() {
@@ -198,6 +199,31 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
         }
     }
     out
+}
+
+/// Takes the waiters that slot `s`'s process had announced (its `WaitingRec` counts) out
+/// of the pools' `waiters`: a process killed while waiting never takes its own out.
+/// (A slot given back by its live process counts none: its waiters are gone.) Each
+/// count is emptied first (`swap`), so a reaper that takes the walk over after our
+/// death takes out nothing twice; one that dies between the two steps leaves the
+/// announcements in `waiters`, which costs spurious wakes, never a lost one. A count
+/// larger than `waiters` (a hostile write) takes it to 0, not round.
+fn take_out_waiters<R: Region>(r: &R, s: usize) {
+    for p in 0..r.geometry().pools {
+        // Acquire: pairs with the waiter's Release raise, which follows its
+        // announcement in `waiters` (so our subtraction comes after it).
+        let k = r.slot_waiters(s, p).swap(0, Acquire);
+        if k > 0 {
+            // SeqCst: as every access to `waiters` (the handshake in `waiting`).
+            let waiters = &r.pool(p).waiters;
+            let mut seen = waiters.load(SeqCst);
+            while let Err(now) =
+                waiters.compare_exchange(seen, seen.saturating_sub(k), SeqCst, SeqCst)
+            {
+                seen = now;
+            }
+        }
+    }
 }
 
 /// Frees slot `s`, taken (`REAPING`) by the caller and emptied.
@@ -353,4 +379,35 @@ fn undo_acquire<R: Region>(
     }
     ops::finish_release(r, l, generation, Some(&d))?;
     Ok(Some(pool_done.then_some((p, d.units))))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::take_out_waiters;
+    use crate::region::{HeapRegion, Region};
+    use crate::sync::Ordering::SeqCst;
+
+    #[test]
+    fn a_dead_slots_waiters_are_taken_out_of_each_pool_and_no_one_else_s() {
+        // 18 pools: a slot's counts span two records.
+        let r = HeapRegion::new(18, 1, 2, 1);
+        for (p, pool_waiters, dead_slots, other_slots) in
+            [(0, 3, 2, 1), (9, 1, 1, 0), (17, 4, 1, 2), (5, 1, 7, 0)]
+        {
+            r.pool(p).waiters.store(pool_waiters, SeqCst);
+            r.slot_waiters(0, p).store(dead_slots, SeqCst);
+            r.slot_waiters(1, p).store(other_slots, SeqCst);
+        }
+        take_out_waiters(&r, 0);
+        // Pool 5's count of 7 (a hostile write) over its 1 waiter takes it to 0.
+        for (p, left, other) in [(0, 1, 1), (9, 0, 0), (17, 3, 2), (5, 0, 0), (1, 0, 0)] {
+            assert_eq!(r.pool(p).waiters.load(SeqCst), left, "pool {p}");
+            assert_eq!(r.slot_waiters(0, p).load(SeqCst), 0, "pool {p}");
+            assert_eq!(r.slot_waiters(1, p).load(SeqCst), other, "pool {p}");
+        }
+        // Taken over by a second reaper: nothing is taken out twice.
+        take_out_waiters(&r, 0);
+        assert_eq!(r.pool(0).waiters.load(SeqCst), 1);
+        assert_eq!(r.pool(17).waiters.load(SeqCst), 3);
+    }
 }

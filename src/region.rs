@@ -11,7 +11,7 @@
 
 use crate::layout::{
     Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, ResidentRec, TenantPoolRec,
-    TenantRec,
+    TenantRec, WAITING_PER_RECORD, WaitingRec,
 };
 use crate::guaranteed::{GuaranteedConfig, Rules};
 use crate::sync::{AtomicU32, AtomicU64};
@@ -36,6 +36,13 @@ pub trait Region {
     fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64];
     /// Lease `l`'s resident record, if the region has residents (some pool evicts).
     fn resident(&self, l: usize) -> Option<&ResidentRec>;
+    /// Record `i < geometry().waiting_records()` of process slot `s`'s waiter counts.
+    fn waiting_rec(&self, s: usize, i: usize) -> &WaitingRec;
+    /// How many of process slot `s`'s threads are announced in pool `p`'s `waiters`.
+    fn slot_waiters(&self, s: usize, p: usize) -> &AtomicU32 {
+        assert!(p < self.geometry().pools);
+        &self.waiting_rec(s, p / WAITING_PER_RECORD).counts[p % WAITING_PER_RECORD]
+    }
 }
 
 /// A guaranteed pool on the heap.
@@ -56,6 +63,7 @@ pub struct HeapRegion {
     logs: Vec<LogRec>,
     rates: Vec<RateRec>,
     guaranteed: Vec<HeapGPool>,
+    waiting: Vec<WaitingRec>,
     residents: Vec<ResidentRec>,
 }
 
@@ -83,6 +91,7 @@ impl HeapRegion {
     ) -> Self {
         let mut geo = Geometry::new(pools, tenants, procs, leases_per_proc, 0);
         geo.log_per_proc = log_per_proc;
+        let waiting_per = geo.waiting_records();
         HeapRegion {
             geo,
             pools: (0..pools)
@@ -181,6 +190,11 @@ impl HeapRegion {
                 .collect(),
             guaranteed: Vec::new(),
             residents: Vec::new(),
+            waiting: (0..procs * waiting_per)
+                .map(|_| WaitingRec {
+                    counts: std::array::from_fn(|_| a32()),
+                })
+                .collect(),
         }
     }
 
@@ -267,5 +281,10 @@ impl Region for HeapRegion {
     }
     fn resident(&self, l: usize) -> Option<&ResidentRec> {
         self.residents.get(l)
+    }
+    fn waiting_rec(&self, s: usize, i: usize) -> &WaitingRec {
+        let per = self.geo.waiting_records();
+        assert!(s < self.geo.procs && i < per);
+        &self.waiting[s * per + i]
     }
 }

@@ -498,4 +498,12 @@ impl Region for Segment {
         // SAFETY: `l < residents`: in the residents region (Invariant G).
         Some(unsafe { self.rec(self.geo.residents_off + l * RECORD) })
     }
+    #[inline]
+    fn waiting_rec(&self, s: usize, i: usize) -> &crate::layout::WaitingRec {
+        let per = self.geo.waiting_records();
+        assert!(s < self.geo.procs && i < per);
+        // SAFETY: `s < procs` and `i < waiting_records()`: in the waiting region
+        // (Invariant G).
+        unsafe { self.rec(self.geo.waiting_off + (s * per + i) * RECORD) }
+    }
 }

@@ -390,3 +390,45 @@ fn a_timeout_of_duration_max_waits_for_ever_and_never_overflows() {
     let grant = pool.acquire_timeout("a", 1, 10, Duration::MAX).unwrap();
     assert!(grant.is_ok(), "a guaranteed pool with room grants at once");
 }
+
+/// A waiter SIGKILLed while it waits never takes itself out of the pool's `waiters`:
+/// its reaper does (from its slot's count), or every later release of the pool would
+/// bump `wake` and call `FUTEX_WAKE` for nobody, and `inspect` would show a waiter for
+/// ever. A live waiter's announcement stays: it is still woken.
+#[test]
+fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
+    let seg = Seg::new("killedwaiter");
+    let t = seg.create(&one_pool(1));
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let holder = fork_holder(&seg.name, |_| {});
+    let forked_waiter = |tenant: &'static str| {
+        let name = seg.name.clone();
+        fork_child(move || {
+            let t = Table::open(&name).unwrap();
+            let got = t.acquire(&Request::new("requests", tenant), Duration::from_secs(60));
+            i32::from(!matches!(got, Ok(Ok(_))))
+        })
+    };
+    let doomed = forked_waiter("b");
+    wait_asleep(&t, Some(doomed), Duration::from_millis(1));
+    assert_eq!(waiters(&t), 1);
+    nix::sys::signal::kill(doomed, nix::sys::signal::SIGKILL).unwrap();
+    assert_eq!(wait(doomed), 128 + 9);
+    // The holder's anchor reaps the dead waiter, and takes it out.
+    common::wait_until(
+        Some(holder),
+        "the dead waiter taken out of `waiters`",
+        Duration::from_millis(1),
+        || waiters(&t) == 0,
+    );
+    // A live waiter behind the holder is announced, and served when the holder dies.
+    let live = forked_waiter("c");
+    wait_asleep(&t, Some(live), Duration::from_millis(1));
+    assert_eq!(waiters(&t), 1);
+    nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
+    assert_eq!(wait(holder), 128 + 9);
+    assert_eq!(wait(live), 0, "the live waiter was served");
+    assert_eq!(waiters(&t), 0);
+    let snap = t.snapshot();
+    assert_eq!(snap.pool("requests").unwrap().waiters, 0);
+}

@@ -63,7 +63,10 @@ fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
         (me["live"].as_u64(), me["dead"].as_u64()),
         (Some(0), Some(1))
     );
-    assert_eq!(me["header"]["layout_version"], 8);
+    assert_eq!(
+        me["header"]["layout_version"],
+        fairshm::layout::LAYOUT_VERSION
+    );
     assert_eq!(me["header"]["creator_pid"], std::process::id());
 
     let c = shmtool(&["check", &seg.name]);
