@@ -123,3 +123,62 @@ fn a_per_worker_pool_is_bound_by_the_most_tickets_it_can_have() {
         "{text}"
     );
 }
+
+/// A process killed while it waits leaves its announcement in the pool's `waiters`
+/// and its slot's count: `check` names it until a reap takes it out. (Nothing here
+/// registers but the waiter, so no anchor reaps it first.) A count in a free slot is
+/// owned by nobody.
+#[test]
+fn a_dead_processs_waiters_are_named_until_a_reap_takes_them_out() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let seg = Seg::new("tool-check-waiter");
+    let t: Table = seg.create(&common::one_pool(1));
+    let w = common::shared_words(1);
+    let name = seg.name.clone();
+    let waiter = common::fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let slot = t.register().unwrap();
+        // What a blocked acquire does before it sleeps (see `blocking`).
+        t.region().pool(0).waiters.fetch_add(1, SeqCst);
+        t.region().slot_waiters(slot, 0).fetch_add(1, SeqCst);
+        w[0].store(slot as u64 + 1, SeqCst);
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        0
+    });
+    common::wait_until(
+        Some(waiter),
+        "the waiter",
+        std::time::Duration::from_millis(1),
+        || w[0].load(SeqCst) != 0,
+    );
+    let slot = w[0].load(SeqCst) as usize - 1;
+    nix::sys::signal::kill(waiter, nix::sys::signal::SIGKILL).unwrap();
+    assert_eq!(common::wait(waiter), 128 + 9);
+    let (code, text) = check(&seg.name);
+    assert_eq!(code, 1);
+    assert!(
+        text.contains(&format!(
+            "process slot {slot}, whose process (pid {waiter}) is dead, counts 1 waiters \
+             announced in pool \"requests\": reap takes them out"
+        )),
+        "{text}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+        .args(["reap", &seg.name])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(t.region().pool(0).waiters.load(SeqCst), 0, "taken out");
+    assert_eq!(check(&seg.name).0, 0);
+
+    t.region().slot_waiters(slot, 0).store(2, SeqCst);
+    let (code, text) = check(&seg.name);
+    assert_eq!(code, 1);
+    assert!(
+        text.contains(&format!(
+            "process slot {slot}, which is free, counts 2 waiters announced in pool \
+             \"requests\": owned by nobody"
+        )),
+        "{text}"
+    );
+}

@@ -12,8 +12,10 @@ use crate::sync::Ordering::*;
 /// `per_worker` pool's within the tickets of a worker in every process slot: it
 /// shrinks below what is held when workers go); no
 /// lease belongs to a free process slot, nor to a process that is dead (its permits
-/// wait for a reap); no acquire or release is pending whose process is gone. Reads
-/// only, so it runs on an observer.
+/// wait for a reap); no acquire or release is pending whose process is gone; no
+/// waiters are counted in the slot of a process that is gone (a dead one's wait for a
+/// reap to take them out of the pool's `waiters`). Reads only, so it runs on an
+/// observer.
 pub fn check(t: &Table) -> Result<Vec<String>> {
     let mut out = t.check()?;
     let seg = t.engine().seg();
@@ -84,6 +86,30 @@ pub fn check(t: &Table) -> Result<Vec<String>> {
                 ls::name(state)
             ),
         });
+    }
+    // Waiters counted in a slot whose process is gone: a dead one's wait for a reap to
+    // take them out of `waiters`; a free slot counts none (its reaper emptied it).
+    for (s, owner) in dead_slots.iter().enumerate() {
+        let Some(owner) = owner else { continue };
+        for p in 0..geo.pools {
+            // Relaxed: a report; a gone process's counts no longer change.
+            let n = seg.slot_waiters(s, p).load(Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let pool = &t.config().pools[p].name;
+            out.push(match *owner {
+                "dead" => format!(
+                    "process slot {s}, whose process (pid {}) is dead, counts {n} waiters \
+                     announced in pool {pool:?}: reap takes them out",
+                    crate::liveness::view(seg, s).pid
+                ),
+                _ => format!(
+                    "process slot {s}, which is free, counts {n} waiters announced in pool \
+                     {pool:?}: owned by nobody"
+                ),
+            });
+        }
     }
     Ok(out)
 }
