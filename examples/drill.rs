@@ -35,10 +35,14 @@ fn args() -> Args {
             pair[0].as_str(),
             pair.get(1).and_then(|s| s.parse::<f64>().ok()),
         ) {
-            ("--seconds", Some(s)) if s > 0.0 => a.seconds = s,
-            ("--hold-ms", Some(h)) if h >= 1.0 => a.hold_ms = h as u64,
+            // Bounded, so that a typo (`inf`, `1e30`) is a usage error, not a panic in
+            // every forked worker or a drill that never ends.
+            ("--seconds", Some(s)) if s > 0.0 && s <= 3600.0 => a.seconds = s,
+            ("--hold-ms", Some(h)) if (1.0..=60_000.0).contains(&h) => a.hold_ms = h as u64,
             _ => {
-                eprintln!("usage: drill [--seconds S] [--hold-ms MS]");
+                eprintln!(
+                    "usage: drill [--seconds S] [--hold-ms MS] (S in (0, 3600], MS in [1, 60000])"
+                );
                 std::process::exit(2);
             }
         }
