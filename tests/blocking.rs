@@ -400,7 +400,9 @@ fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
     let seg = Seg::new("killedwaiter");
     let t = seg.create(&one_pool(1));
     t.set_sweep_interval(Duration::from_secs(3600));
-    let holder = fork_holder(&seg.name, |_| {});
+    // Killed and reaped when the test ends, even by a failed assertion.
+    let mut kids = common::Children(vec![fork_holder(&seg.name, |_| {})]);
+    let holder = kids[0];
     let forked_waiter = |tenant: &'static str| {
         let name = seg.name.clone();
         fork_child(move || {
@@ -409,11 +411,18 @@ fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
             i32::from(!matches!(got, Ok(Ok(_))))
         })
     };
+    // SIGKILLs child `pid` of `kids` and reaps it: its wait code.
+    let kill = |kids: &mut common::Children, pid| {
+        nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).unwrap();
+        let code = wait(pid);
+        kids.retain(|&k| k != pid);
+        code
+    };
     let doomed = forked_waiter("b");
+    kids.push(doomed);
     wait_asleep(&t, Some(doomed), Duration::from_millis(1));
     assert_eq!(waiters(&t), 1);
-    nix::sys::signal::kill(doomed, nix::sys::signal::SIGKILL).unwrap();
-    assert_eq!(wait(doomed), 128 + 9);
+    assert_eq!(kill(&mut kids, doomed), 128 + 9);
     // The holder's anchor reaps the dead waiter, and takes it out.
     common::wait_until(
         Some(holder),
@@ -423,12 +432,11 @@ fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
     );
     // A live waiter behind the holder is announced, and served when the holder dies.
     let live = forked_waiter("c");
+    kids.push(live);
     wait_asleep(&t, Some(live), Duration::from_millis(1));
     assert_eq!(waiters(&t), 1);
-    nix::sys::signal::kill(holder, nix::sys::signal::SIGKILL).unwrap();
-    assert_eq!(wait(holder), 128 + 9);
-    assert_eq!(wait(live), 0, "the live waiter was served");
+    assert_eq!(kill(&mut kids, holder), 128 + 9);
+    assert_eq!(kids.wait_all(), vec![0], "the live waiter was served");
     assert_eq!(waiters(&t), 0);
-    let snap = t.snapshot();
-    assert_eq!(snap.pool("requests").unwrap().waiters, 0);
+    assert_eq!(t.snapshot().pool("requests").unwrap().waiters, 0);
 }

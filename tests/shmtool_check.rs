@@ -135,7 +135,7 @@ fn a_dead_processs_waiters_are_named_until_a_reap_takes_them_out() {
     let t: Table = seg.create(&common::one_pool(1));
     let w = common::shared_words(1);
     let name = seg.name.clone();
-    let waiter = common::fork_child(move || {
+    let mut kids = common::Children(vec![common::fork_child(move || {
         let t = Table::open(&name).unwrap();
         let slot = t.register().unwrap();
         // What a blocked acquire does before it sleeps (see `blocking`).
@@ -144,7 +144,8 @@ fn a_dead_processs_waiters_are_named_until_a_reap_takes_them_out() {
         w[0].store(slot as u64 + 1, SeqCst);
         std::thread::sleep(std::time::Duration::from_secs(60));
         0
-    });
+    })]);
+    let waiter = kids[0];
     common::wait_until(
         Some(waiter),
         "the waiter",
@@ -152,8 +153,7 @@ fn a_dead_processs_waiters_are_named_until_a_reap_takes_them_out() {
         || w[0].load(SeqCst) != 0,
     );
     let slot = w[0].load(SeqCst) as usize - 1;
-    nix::sys::signal::kill(waiter, nix::sys::signal::SIGKILL).unwrap();
-    assert_eq!(common::wait(waiter), 128 + 9);
+    assert_eq!(kids.kill_all(), vec![128 + 9]);
     let (code, text) = check(&seg.name);
     assert_eq!(code, 1);
     assert!(
