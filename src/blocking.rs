@@ -126,16 +126,8 @@ pub(crate) fn acquire(
     // blocking acquire costs what a `try_acquire` does; refused by the pool, it
     // announces itself and tries again before any sleep.
     let mut announced: Option<Announced> = None;
-    // Whether the last try was refused by the pool, not by the tenant's rates: only
-    // then is a release what we wait for (and has this process registered, so that
-    // our slot counts us: a rate refusal registers nothing).
-    let mut wait_for_release = false;
     let mut asked = continued;
     loop {
-        if wait_for_release && announced.is_none() {
-            let slot = engine.process_slot()?;
-            announced = Some(Announced::new(rec, seg.slot_waiters(slot, p)));
-        }
         // SeqCst: the handshake in `waiting`. Woken, we read it with an RMW (adding
         // 0): the releaser bumped it last, and our `waiters` decrement on a grant
         // writes the same line, so taking it for writing now saves a second transfer
@@ -160,7 +152,6 @@ pub(crate) fn acquire(
             .is_rate()
             .then(|| clock::after(now, Duration::from_millis(last.retry_after_ms)));
         let rate_past_deadline = !sliced && token.is_some_and(|t| t > deadline);
-        wait_for_release = token.is_none();
         let ended = if cancel.is_some_and(Cancel::is_cancelled) {
             Some(Reason::Cancelled)
         } else if rate_past_deadline {
@@ -202,7 +193,11 @@ pub(crate) fn acquire(
             continue;
         }
         if announced.is_none() {
-            continue; // refused by the pool unannounced: announce, then try again
+            // Refused by the pool unannounced: announce ourselves (in our slot, which
+            // that try registered), then try again before any sleep.
+            let slot = engine.process_slot()?;
+            announced = Some(Announced::new(rec, seg.slot_waiters(slot, p)));
+            continue;
         }
         let class = if last.reason == Reason::OverShare {
             Class::Over

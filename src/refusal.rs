@@ -292,18 +292,16 @@ impl std::fmt::Display for Turn<'_> {
             )?,
         }
         let turn_ms = crate::retry::turn_ms(x.queued, x.interval_us as u64);
-        if x.interval_us < 50 {
-            // "every 0.0 ms" would say nothing: a burst of releases in a few us.
-            write!(
-                f,
-                "; {whose} make room more often than every 0.1 ms, so its turn is expected in "
-            )?;
+        // "every 0.0 ms" would say nothing: a burst of releases in a few us.
+        let (how_often, every) = if x.interval_us < 50 {
+            ("more often than", 0.1)
         } else {
-            write!(
-                f,
-                "; {whose} make room about every {every:.1} ms, so its turn is expected in "
-            )?;
-        }
+            ("about", every)
+        };
+        write!(
+            f,
+            "; {whose} make room {how_often} every {every:.1} ms, so its turn is expected in "
+        )?;
         if x.queue_stretch_pct > 100 && x.retry_after_ms > turn_ms {
             // A stretched hint (see `server_queue`): the turn, then why later.
             return write!(

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use cli::{
-    assert_schema, check_prometheus, code, config, holder, json, sample, shmtool, stdout,
+    assert_schema, check_prometheus, code, config, holder, holding, json, sample, shmtool, stdout,
     with_tokens,
 };
 use common::{Children, Seg, rewrite, wait_until};
@@ -19,14 +19,8 @@ use fairshm::{Config, PoolConfig, Request, Table};
 fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
     let seg = Seg::new("tool-kill");
     let t = seg.create(&config());
-    let mut kids = Children(vec![holder(&seg.name, "acme", 2)]);
+    let mut kids = holding(&t, "acme", 2);
     let pid = kids.0[0];
-    wait_until(
-        Some(pid),
-        "the holder's grant",
-        Duration::from_millis(2),
-        || t.snapshot().held("requests", "acme") == 2,
-    );
     // Alive: inspect shows it alive, check passes, reap frees nothing, clean refuses.
     let v = json(&shmtool(&["inspect", &seg.name, "--json"]));
     assert_schema(&v);
@@ -281,13 +275,7 @@ fn exit_codes_are_the_documented_ones() {
 fn reading_commands_change_no_byte_and_read_another_users_segment() {
     let seg = Seg::new("tool-ro");
     let t = seg.create(&config());
-    let mut kids = Children(vec![holder(&seg.name, "acme", 1)]);
-    wait_until(
-        Some(kids.0[0]),
-        "the grant",
-        Duration::from_millis(2),
-        || t.snapshot().held("requests", "acme") == 1,
-    );
+    let mut kids = holding(&t, "acme", 1);
     kids.kill_all(); // no live process is left to write anything
     let path = format!("/dev/shm/{}", seg.name);
     // Owned by another user, readable by its owner only: root reads it anyway.
@@ -710,13 +698,7 @@ fn into_closed_pipe(args: &[&str]) -> (i32, String) {
 fn a_reader_that_goes_away_is_no_failure_and_hides_no_finding() {
     let seg = Seg::new("tool-pipe");
     let t = seg.create(&config());
-    let mut kids = Children(vec![holder(&seg.name, "acme", 2)]);
-    wait_until(
-        Some(kids.0[0]),
-        "the holder's grant",
-        Duration::from_millis(2),
-        || t.snapshot().held("requests", "acme") == 2,
-    );
+    let mut kids = holding(&t, "acme", 2);
     // Every reading command, its output unread: no panic, no error, exit 0.
     for args in [
         vec!["inspect", &seg.name],

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli::{check_prometheus, code, config, holder, read_lines, sample, shmtool, stdout};
+use cli::{check_prometheus, code, config, holder, holding, read_lines, sample, shmtool, stdout};
 use common::{Children, Seg, fork_child, wait, wait_until};
 use fairshm::{Request, Table};
 
@@ -16,13 +16,7 @@ use fairshm::{Request, Table};
 fn metrics_are_prometheus_text_printed_and_served() {
     let seg = Seg::new("tool-metrics");
     let t = seg.create(&config());
-    let mut kids = Children(vec![holder(&seg.name, "acme \"quoted\"", 3)]);
-    wait_until(
-        Some(kids.0[0]),
-        "the grant",
-        Duration::from_millis(2),
-        || t.snapshot().held("requests", "acme \"quoted\"") == 3,
-    );
+    let mut kids = holding(&t, "acme \"quoted\"", 3);
     let name = seg.name.clone();
     let w = fork_child(move || {
         let t = Table::open(&name).expect("open");

@@ -76,6 +76,19 @@ pub fn assert_schema(v: &Value) {
     );
 }
 
+/// Forks a [`holder`] of `units` of table `t`'s `requests` for `tenant` and waits for
+/// its grant: the holder, in a guard that kills and reaps it when the test ends.
+pub fn holding(t: &Table, tenant: &str, units: u32) -> super::common::Children {
+    let kids = super::common::Children(vec![holder(t.name(), tenant, units)]);
+    super::common::wait_until(
+        Some(kids[0]),
+        "the holder's grant",
+        Duration::from_millis(2),
+        || t.snapshot().held("requests", tenant) == units,
+    );
+    kids
+}
+
 /// Forks a worker that holds `units` of `requests` for `tenant` (declaring a hold of
 /// 5 ms) until killed.
 pub fn holder(name: &str, tenant: &str, units: u32) -> nix::unistd::Pid {

@@ -17,12 +17,12 @@ from . import (InvalidTenant, LeaseTableFull, ProcessTableFull, Refused, TenantT
 # tenant's name.
 ANSWERED = (Refused, InvalidTenant, LeaseTableFull, ProcessTableFull, TenantTableFull)
 
-# Each full table's 503: its error's name, its Retry-After (None: waiting does not
-# help), and what the warning logged for the first one says.
+# Each full table's 503 (its body names the error's ``kind``): its Retry-After (None:
+# waiting does not help), and what the warning logged for the first one says.
 FULL = {
-    LeaseTableFull: ("lease_table_full", "1", "this process has no lease slot left"),
-    ProcessTableFull: ("process_table_full", "1", "the segment has no process slot for this process"),
-    TenantTableFull: ("tenant_table_full", None, "the segment's tenant directory is full"),
+    LeaseTableFull: ("1", "this process has no lease slot left"),
+    ProcessTableFull: ("1", "the segment has no process slot for this process"),
+    TenantTableFull: (None, "the segment's tenant directory is full"),
 }
 
 # A wait longer than this is not a queue but a wrong stamp (or clocks far apart).
@@ -80,8 +80,8 @@ def table_full_response(error):
     to end, hence ``Retry-After: 1``; ``ProcessTableFull``: no process slot for this
     worker (another worker may serve a retry); ``TenantTableFull``: no directory slot
     for a new tenant's name, for the segment's life, so no Retry-After."""
-    key, retry, _ = _full(error)
-    body = json.dumps({"error": key, "explanation": str(error)}).encode()
+    retry, _ = _full(error)
+    body = json.dumps({"error": error.kind, "explanation": str(error)}).encode()
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     if retry is not None:
         headers.append(("Retry-After", retry))
@@ -161,9 +161,9 @@ class Permits:
             return (429, "Too Many Requests", *refusal_response(error))
         if isinstance(error, InvalidTenant):
             return (400, "Bad Request", *invalid_tenant_response(error))
-        key, _, why = _full(error)
-        if key not in self._warned:
-            self._warned.add(key)
+        _, why = _full(error)
+        if error.kind not in self._warned:
+            self._warned.add(error.kind)
             logging.getLogger("fairshm").warning(
                 "fairshm middleware answers 503 while %s: %s", why, error
             )

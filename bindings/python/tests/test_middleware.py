@@ -275,6 +275,17 @@ def test_asgi_answers_400_to_a_tenant_name_the_table_cannot_take(table):
 # A process holds at most `leases_per_process` leases: an async server (or a worker of
 # many threads) with more requests in flight finds none left. That bound is the
 # server's and lasts until one of its requests ends: 503 with Retry-After, not a 500.
+def assert_table_full(sr, body, error, key, retry_after):
+    """A middleware's answer to a full table: 503, ``Retry-After`` as given (``None``:
+    absent), a JSON body naming the ``error`` and, in its explanation, the config ``key``."""
+    assert sr.status == "503 Service Unavailable"
+    assert sr.headers.get("Retry-After") == retry_after
+    assert int(sr.headers["Content-Length"]) == len(body)
+    doc = json.loads(body)
+    assert doc["error"] == error
+    assert key in doc["explanation"]
+
+
 def small_lease_table(name):
     return fairshm.Table.create(
         name, {"pools": [{"name": "requests", "capacity": 8}], "leases_per_process": 2}
@@ -290,12 +301,7 @@ def test_wsgi_answers_503_when_this_process_has_no_lease_slot_left(name, caplog)
             for _ in range(2):
                 sr = StartResponse()
                 body = b"".join(mw({"HTTP_X_TENANT": "globex"}, sr))
-                assert sr.status == "503 Service Unavailable"
-                assert sr.headers["Retry-After"] == "1"
-                assert int(sr.headers["Content-Length"]) == len(body)
-                doc = json.loads(body)
-                assert doc["error"] == "lease_table_full"
-                assert "leases_per_process" in doc["explanation"]
+                assert_table_full(sr, body, "lease_table_full", "leases_per_process", "1")
         warned = [r for r in caplog.records if r.name == "fairshm"]
         assert len(warned) == 1 and "leases_per_process" in warned[0].getMessage()
         assert in_use(t) == 2
@@ -369,13 +375,8 @@ def test_a_new_tenant_that_the_directory_has_no_room_for_gets_503(name, caplog):
         with caplog.at_level("WARNING", logger="fairshm"):
             for _ in range(2):
                 sr, body = serve("initech")
-                assert sr.status == "503 Service Unavailable"
                 # It lasts for the segment's life: no Retry-After to promise.
-                assert "Retry-After" not in sr.headers
-                assert int(sr.headers["Content-Length"]) == len(body)
-                doc = json.loads(body)
-                assert doc["error"] == "tenant_table_full"
-                assert "max_tenants" in doc["explanation"]
+                assert_table_full(sr, body, "tenant_table_full", "max_tenants", None)
         warned = [r for r in caplog.records if r.name == "fairshm"]
         assert len(warned) == 1 and "max_tenants" in warned[0].getMessage()
         # The tenants it has are served as before.

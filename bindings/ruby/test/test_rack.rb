@@ -290,14 +290,7 @@ class TestRack < Minitest::Test
     held = Array.new(2) { lint.call(Rack::MockRequest.env_for("/", "HTTP_X_TENANT" => "acme"))[2] }
     answers = nil
     _, err = capture_io { answers = Array.new(2) { serve(lint, "globex") } }
-    answers.each do |status, headers, text|
-      assert_equal 503, status
-      assert_equal "1", headers["retry-after"]
-      assert_equal text.bytesize, Integer(headers["content-length"])
-      doc = JSON.parse(text)
-      assert_equal "lease_table_full", doc["error"]
-      assert_includes doc["explanation"], "leases_per_process"
-    end
+    answers.each { |answer| assert_table_full(answer, "lease_table_full", "leases_per_process", "1") }
     assert_equal 1, err.scan("no lease slot left").size, err
     assert_equal 2, in_use
     finish = lambda do |b|
@@ -334,6 +327,22 @@ class TestRack < Minitest::Test
     Rack::Lint.new(app.freeze)
   end
 
+  # A middleware's answer to a full table: 503, Retry-After as given (nil: absent), a
+  # JSON body naming the +error+ and, in its explanation, the config +key+.
+  def assert_table_full(answer, error, key, retry_after)
+    status, headers, text = answer
+    assert_equal 503, status
+    if retry_after
+      assert_equal retry_after, headers["retry-after"]
+    else
+      refute headers.key?("retry-after")
+    end
+    assert_equal text.bytesize, Integer(headers["content-length"])
+    doc = JSON.parse(text)
+    assert_equal error, doc["error"]
+    assert_includes doc["explanation"], key
+  end
+
   def recreate(config)
     @table.close
     Fairshm::Table.unlink(@name)
@@ -347,14 +356,8 @@ class TestRack < Minitest::Test
     %w[acme globex].each { |who| assert_equal 200, serve(lint, who)[0] }
     answers = nil
     _, err = capture_io { answers = Array.new(2) { serve(lint, "initech") } }
-    answers.each do |status, headers, text|
-      assert_equal 503, status
-      refute headers.key?("retry-after"), "it lasts for the segment's life"
-      assert_equal text.bytesize, Integer(headers["content-length"])
-      doc = JSON.parse(text)
-      assert_equal "tenant_table_full", doc["error"]
-      assert_includes doc["explanation"], "max_tenants"
-    end
+    # It lasts for the segment's life: no Retry-After to promise.
+    answers.each { |answer| assert_table_full(answer, "tenant_table_full", "max_tenants", nil) }
     assert_equal 1, err.scan("tenant directory is full").size, err
     assert_equal 200, serve(lint, "acme")[0]
     assert_equal 0, in_use

@@ -126,12 +126,12 @@ module Fairshm
       [400, { "content-type" => "application/json", "content-length" => body.bytesize.to_s }, [body]]
     end
 
-    # Each full table's 503: its error's name, its Retry-After (nil: waiting does not
-    # help), and what the warning for the first one says.
+    # Each full table's 503 (its body names the error's kind): its Retry-After (nil:
+    # waiting does not help), and what the warning for the first one says.
     FULL = {
-      LeaseTableFull => ["lease_table_full", "1", "this process has no lease slot left"],
-      ProcessTableFull => ["process_table_full", "1", "the segment has no process slot for this process"],
-      TenantTableFull => ["tenant_table_full", nil, "the segment's tenant directory is full"]
+      LeaseTableFull => ["1", "this process has no lease slot left"],
+      ProcessTableFull => ["1", "the segment has no process slot for this process"],
+      TenantTableFull => [nil, "the segment's tenant directory is full"]
     }.freeze
 
     # The 503 for a request that a full table of the segment turns away, not a 500: the
@@ -143,12 +143,12 @@ module Fairshm
     # for the segment's life, so no Retry-After. The first of each kind warns
     # (Kernel#warn), naming the config key to raise.
     def table_full(error)
-      key, retry_after, why = FULL.find { |kind, _| error.is_a?(kind) }.last
-      unless @warned[key]
-        @warned[key] = true
+      retry_after, why = FULL.find { |kind, _| error.is_a?(kind) }.last
+      unless @warned[error.kind]
+        @warned[error.kind] = true
         warn "fairshm middleware answers 503 while #{why}: #{error.message}"
       end
-      body = JSON.generate(error: key, explanation: error.message)
+      body = JSON.generate(error: error.kind, explanation: error.message)
       headers = { "content-type" => "application/json", "content-length" => body.bytesize.to_s }
       headers["retry-after"] = retry_after if retry_after
       [503, headers, [body]]
