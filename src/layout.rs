@@ -348,6 +348,26 @@ pub struct ResidentRec {
     pub reserved: [AtomicU64; 5],
 }
 
+/// A guaranteed pool's head record (128 bytes, [`crate::guaranteed::HEAD_WORDS`]
+/// words), first in the pool's part of the guaranteed region (see
+/// `guaranteed::shared`). The head word shares its line only with the two words of the
+/// pool's waiters, which a releaser reads right after its CAS of the head.
+#[repr(C)]
+pub struct GHeadRec {
+    /// `seq << 20 | block`: the block holding the current state. CAS only.
+    pub head: AtomicU64,
+    /// Until when (ms of `CLOCK_MONOTONIC`) a waiter may sleep on `wake`: the latest
+    /// such time any waiter announced (`fetch_max`); 0, never. A release, a reap or a
+    /// reset that finds it not yet past bumps `wake` and wakes the sleepers. A waiter
+    /// killed asleep leaves it to run out by itself.
+    pub sleep_until_ms: AtomicU64,
+    /// Futex word of the pool's waiters: bumped (then woken) after an op that gave
+    /// units back, while `sleep_until_ms` is not past.
+    pub wake: AtomicU32,
+    pub reserved32: AtomicU32,
+    pub reserved: [AtomicU64; 13],
+}
+
 /// Where each region starts, derived from the table sizes alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -503,6 +523,7 @@ pub fn record_size(record: &str) -> Option<usize> {
         | "WaitingRec" => {
             Some(RECORD)
         }
+        "GHeadRec" => Some(128),
         _ => None,
     }
 }
@@ -548,6 +569,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         work_charged, reserved);
     fields!(v, ResidentRec, "ResidentRec": word, last_call_ms, wake, calls, reserved);
     fields!(v, WaitingRec, "WaitingRec": counts);
+    fields!(v, GHeadRec, "GHeadRec": head, sleep_until_ms, wake, reserved32, reserved);
     v
 }
 
@@ -566,5 +588,6 @@ const _: () = {
     assert!(size_of::<RateRec>() == RECORD);
     assert!(size_of::<ResidentRec>() == RECORD);
     assert!(size_of::<WaitingRec>() == RECORD);
+    assert!(size_of::<GHeadRec>() == crate::guaranteed::HEAD_WORDS * 8);
     assert!(align_of::<LeaseRec>() <= RECORD);
 };

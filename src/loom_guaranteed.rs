@@ -226,3 +226,83 @@ fn loom_catches_a_publisher_that_stores_instead_of_cas() {
         assert_eq!(st.leases.len(), 2, "an update was lost");
     });
 }
+
+/// One waiter's turn (`guaranteed::waiters`): `seen`, a refused ask, `announce`.
+/// Returns whether the ask was granted, and, refused, whether it would then sleep
+/// (`wake` unchanged since `seen`) and on what value.
+fn waiter_turn(r: &HeapRegion, slot: usize, tenant: u16) -> (bool, Option<u32>) {
+    use crate::guaranteed::waiters;
+    let seen = waiters::seen(r, 0);
+    if matches!(acquire(r, slot, tenant, 50, 1).unwrap(), Effect::Granted(_)) {
+        return (true, None);
+    }
+    let now = waiters::announce(r, 0, 100);
+    (false, (now == seen).then_some(seen))
+}
+
+/// The release-versus-waiter race of the model below, with the releaser's side given
+/// as `after_freeing` (the real one, or a broken one).
+fn release_races_a_waiter(after_freeing: fn(&HeapRegion) -> bool) {
+    model(move || {
+        let r = region();
+        // Each tenant holds its own unit, so nobody is idle to lend: a's second ask
+        // can only be served by a's own unit coming back.
+        let Effect::Granted(own) = acquire(&r, 0, A, 1000, 0).unwrap() else {
+            panic!("a's own unit")
+        };
+        assert!(matches!(
+            acquire(&r, 1, B, 1000, 0).unwrap(),
+            Effect::Granted(_)
+        ));
+        assert!(matches!(
+            acquire(&r, 2, C, 1000, 0).unwrap(),
+            Effect::Granted(_)
+        ));
+        let rw = r.clone();
+        let waiter = loom::thread::spawn(move || waiter_turn(&rw, 1, A));
+        let rr = r.clone();
+        let releaser = loom::thread::spawn(move || {
+            let rules = rr.g_rules(0);
+            let call = Call::Release {
+                lease: own.lease,
+                now: 1,
+            };
+            shared::update(&*rr, 0, 0, |st| st.apply(rules, call)).unwrap();
+            after_freeing(&rr)
+        });
+        let (granted, sleeps_on) = waiter.join().unwrap();
+        let woke = releaser.join().unwrap();
+        if let Some(v) = sleeps_on {
+            assert!(!granted);
+            assert!(woke, "a waiter announced and asleep was not woken");
+            assert_ne!(
+                r.g_head_rec(0).wake.load(SeqCst),
+                v,
+                "the wake word still holds what the waiter sleeps on"
+            );
+        }
+    });
+}
+
+/// A waiter refused while a release of the unit it needs runs is never left asleep:
+/// either its ask sees the release (granted), or it does not sleep (`wake` moved), or
+/// the releaser finds it announced and wakes it, and `wake` no longer holds the value
+/// it sleeps on (the kernel's check then fails, or the wake finds it asleep).
+#[test]
+fn loom_a_release_never_leaves_a_waiter_asleep() {
+    release_races_a_waiter(|r| crate::guaranteed::waiters::after_freeing(r, 0, || 1));
+}
+
+/// A releaser that bumps `wake` and reads `sleep_until_ms` without the SeqCst fence
+/// between them (a store-load pair each side, Dekker's) misses an announced waiter:
+/// loom finds it.
+#[test]
+#[should_panic(expected = "not woken")]
+fn loom_catches_a_releaser_without_the_fence() {
+    release_races_a_waiter(|r| {
+        let rec = r.g_head_rec(0);
+        rec.wake.fetch_add(1, Release);
+        let until = rec.sleep_until_ms.load(Relaxed);
+        until != 0 && until >= 1
+    });
+}

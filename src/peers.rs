@@ -114,7 +114,7 @@ fn sweep(seg: &Segment, me: usize, reaper: Reaper) -> usize {
 }
 
 /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the units
-/// that came back.
+/// that came back (the guaranteed pools' too).
 pub fn announce(seg: &Segment, out: &[Reaped]) {
     if out.is_empty() {
         return;
@@ -123,6 +123,14 @@ pub fn announce(seg: &Segment, out: &[Reaped]) {
     for (p, &units) in out.iter().flat_map(|r| r.units_returned.iter().enumerate()) {
         if units > 0 {
             waiting::released(seg.pool(p), units.min(u32::MAX as u64) as u32);
+        }
+    }
+    for (gp, &units) in out
+        .iter()
+        .flat_map(|r| r.guaranteed_units_returned.iter().enumerate())
+    {
+        if units > 0 {
+            waiting::guaranteed_freed(seg, gp);
         }
     }
 }

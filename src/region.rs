@@ -10,7 +10,7 @@
 //! accessors check again and panic, like slice indexing, as a memory-safety backstop.
 
 use crate::layout::{
-    Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, ResidentRec, TenantPoolRec,
+    GHeadRec, Geometry, LeaseRec, LogRec, PoolRec, ProcRec, RateRec, ResidentRec, TenantPoolRec,
     TenantRec, WAITING_PER_RECORD, WaitingRec,
 };
 use crate::guaranteed::{GuaranteedConfig, Rules};
@@ -30,8 +30,12 @@ pub trait Region {
     /// Guaranteed pools (seed 001), and the rules of pool `gp < g_pools()`.
     fn g_pools(&self) -> usize;
     fn g_rules(&self, gp: usize) -> &Rules;
-    /// Guaranteed pool `gp`'s head word (see `guaranteed::shared`).
-    fn g_head(&self, gp: usize) -> &AtomicU64;
+    /// Guaranteed pool `gp`'s head record (see `guaranteed::shared`).
+    fn g_head_rec(&self, gp: usize) -> &GHeadRec;
+    /// Guaranteed pool `gp`'s head word.
+    fn g_head(&self, gp: usize) -> &AtomicU64 {
+        &self.g_head_rec(gp).head
+    }
     /// Block `b < 2 * geometry().procs` of guaranteed pool `gp`: its words.
     fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64];
     /// Lease `l`'s resident record, if the region has residents (some pool evicts).
@@ -48,7 +52,7 @@ pub trait Region {
 /// A guaranteed pool on the heap.
 struct HeapGPool {
     rules: Rules,
-    head: AtomicU64,
+    head: GHeadRec,
     blocks: Vec<Vec<AtomicU64>>,
 }
 
@@ -222,7 +226,13 @@ impl HeapRegion {
             .iter()
             .map(|c| HeapGPool {
                 rules: Rules::new(c),
-                head: a64(),
+                head: GHeadRec {
+                    head: a64(),
+                    sleep_until_ms: a64(),
+                    wake: a32(),
+                    reserved32: a32(),
+                    reserved: std::array::from_fn(|_| a64()),
+                },
                 blocks: (0..2 * procs)
                     .map(|_| {
                         let n = crate::guaranteed::words::block_words(
@@ -273,7 +283,7 @@ impl Region for HeapRegion {
     fn g_rules(&self, gp: usize) -> &Rules {
         &self.guaranteed[gp].rules
     }
-    fn g_head(&self, gp: usize) -> &AtomicU64 {
+    fn g_head_rec(&self, gp: usize) -> &GHeadRec {
         &self.guaranteed[gp].head
     }
     fn g_block(&self, gp: usize, b: usize) -> &[AtomicU64] {

@@ -469,11 +469,11 @@ impl Region for Segment {
     fn g_rules(&self, gp: usize) -> &crate::guaranteed::Rules {
         &self.grules[gp]
     }
-    fn g_head(&self, gp: usize) -> &crate::sync::AtomicU64 {
+    fn g_head_rec(&self, gp: usize) -> &crate::layout::GHeadRec {
         let p = self.gplaces[gp];
         // SAFETY: `gplaces` comes from the config under which `geo` was validated
-        // (Invariant G): the head record of pool `gp` lies in the guaranteed region,
-        // 128-aligned.
+        // (Invariant G): the head record of pool `gp` (`HEAD_WORDS` words, the size of
+        // `GHeadRec`) lies in the guaranteed region, 128-aligned.
         unsafe { self.rec(p.head_off) }
     }
     fn g_block(&self, gp: usize, b: usize) -> &[crate::sync::AtomicU64] {

@@ -120,6 +120,8 @@ impl Engine {
                 let _lock = crate::guaranteed::BlockLock::take(&self.g_lock);
                 if shared::reset(&self.seg, gp, slot)? {
                     out.guaranteed_reset.push(self.seg.g_rules(gp).name.clone());
+                    // A reset state holds nothing: whoever waits may be served now.
+                    crate::waiting::guaranteed_freed(&self.seg, gp);
                 }
             }
             let (_, st) = shared::read(&self.seg, gp)?;

@@ -249,6 +249,86 @@ pub unsafe extern "C" fn fairshm_guaranteed_release(
     })
 }
 
+/// Before an ask that may end in a sleep (`fairshm_guaranteed_sleep`): `*seen` is the
+/// value of guaranteed pool `pool`'s wake word, which every release and reap of the
+/// pool bumps.
+///
+/// # Safety
+/// `t` is null or an open table; `seen` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_wake_seen(
+    t: *const fairshm_table,
+    pool: u32,
+    seen: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let Some(out) = std::ptr::NonNull::new(seen) else {
+            return invalid("argument `seen` is null".into());
+        };
+        match table.engine().guaranteed_wake_seen(GPoolId(pool)) {
+            Ok(v) => {
+                // SAFETY: non-null, and writable by this function's contract.
+                unsafe { out.as_ptr().write(v) };
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// After a refused `fairshm_guaranteed_acquire`: sleeps until units come back to
+/// guaranteed pool `pool` (a release or a reap since `fairshm_guaranteed_wake_seen`
+/// gave `seen`, before the ask), `cancel` fires, a signal arrives, or `timeout_ms` has
+/// passed; at once if units came back before. `*woken` (if not null) is 1 when units
+/// came back, 0 otherwise. Ask again after it: the wait for a guaranteed pool is the
+/// caller's loop (ask; on a refusal, sleep until its retry-after with this), so that
+/// every ask keeps the tenant's demand signalled.
+///
+/// # Safety
+/// `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;
+/// `woken` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_sleep(
+    t: *const fairshm_table,
+    pool: u32,
+    seen: u32,
+    timeout_ms: u64,
+    cancel: *const super::cancel::fairshm_cancel,
+    woken: *mut u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        // SAFETY: null or a live token, by this function's contract.
+        let cancel = unsafe { cancel.as_ref() }.map(|c| &c.c);
+        let until = crate::clock::after(
+            std::time::Instant::now(),
+            std::time::Duration::from_millis(timeout_ms),
+        );
+        match table
+            .engine()
+            .guaranteed_sleep(GPoolId(pool), seen, until, cancel)
+        {
+            Ok(w) => {
+                if let Some(out) = std::ptr::NonNull::new(woken) {
+                    // SAFETY: non-null, and writable by this function's contract.
+                    unsafe { out.as_ptr().write(w as u32) };
+                }
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
 /// Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
 /// before the pool's own clock, the latest `now` it was given, such as 0, counts as
 /// that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`, each

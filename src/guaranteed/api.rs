@@ -169,6 +169,8 @@ impl Engine {
             |_| Call::Release { lease: id.no, now },
             owned,
         )?;
+        // The units came back: whoever waits on the pool may be served now.
+        crate::waiting::guaranteed_freed(self.seg(), id.pool as usize);
         match effect {
             Effect::Released(released) => Ok(GReleased {
                 released,
@@ -198,6 +200,39 @@ impl Engine {
         Ok(self
             .guaranteed_state(pool)?
             .fairness_report(self.guaranteed_rules(pool)?))
+    }
+
+    /// Before an ask that may end in a sleep: the value of `pool`'s wake word, to give
+    /// [`Engine::guaranteed_sleep`] after a refusal (see `guaranteed::waiters`).
+    pub fn guaranteed_wake_seen(&self, pool: GPoolId) -> Result<u32> {
+        self.guaranteed_rules(pool)?;
+        Ok(super::waiters::seen(self.seg(), pool.index()))
+    }
+
+    /// After a refused ask: sleeps until units come back to `pool` (a release, a reap,
+    /// a reset since `seen`, [`Engine::guaranteed_wake_seen`]'s value before the ask),
+    /// `cancel` is cancelled, a signal arrives, or `until`. `true` when units came back
+    /// (at once if they did before the sleep began), `false` otherwise; the caller asks
+    /// again either way, or gives up at its deadline.
+    pub fn guaranteed_sleep(
+        &self,
+        pool: GPoolId,
+        seen: u32,
+        until: std::time::Instant,
+        cancel: Option<&crate::waiting::Cancel>,
+    ) -> Result<bool> {
+        self.guaranteed_rules(pool)?;
+        let (seg, gp) = (self.seg(), pool.index());
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let end_ms = crate::clock::now_ms()
+            .saturating_add(left.as_millis().min(u64::MAX as u128) as u64)
+            .saturating_add(1);
+        if super::waiters::announce(seg, gp, end_ms) != seen {
+            return Ok(true);
+        }
+        crate::waiting::guaranteed_sleep(seg, gp, seen, cancel, until);
+        // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
+        Ok(seg.g_head_rec(gp).wake.load(Acquire) != seen)
     }
 
     /// The weighted max-min allocation for current demand at `now`.
@@ -292,9 +327,11 @@ impl<'t> Guaranteed<'t> {
     }
 
     /// [`Guaranteed::acquire`] on the library's clock, asking again until granted or
-    /// `timeout` has passed: at each refusal's retry-after, and at least every half
-    /// `idle_after_ms`, so that the tenant's demand (which lapses `idle_after_ms` after
-    /// its last ask) stays signalled and its guarantee frozen while it waits. Returns
+    /// `timeout` has passed: as soon as units come back to the pool (a release, a
+    /// reap: they wake the pool's waiters), else at each refusal's retry-after, and at
+    /// least every half `idle_after_ms`, so that the tenant's demand (which lapses
+    /// `idle_after_ms` after its last ask) stays signalled and its guarantee frozen
+    /// while it waits. Returns
     /// the last refusal when the time is up, and at once for a refusal that waiting
     /// cannot end (`hold_exceeds_reclaim_horizon` with no retry-after).
     pub fn acquire_timeout(
@@ -306,12 +343,15 @@ impl<'t> Guaranteed<'t> {
     ) -> Result<std::result::Result<GGrant, GRefusal>> {
         let deadline = crate::clock::after(std::time::Instant::now(), timeout);
         let keep_asking = (self.rules().idle_after / 2).max(1);
+        let e = self.table.engine();
         loop {
+            let seen = e.guaranteed_wake_seen(self.id)?;
             let refusal = match self.acquire(tenant, cost, hold_ms, crate::clock::now_ms())? {
                 Ok(g) => return Ok(Ok(g)),
                 Err(r) => r,
             };
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let now = std::time::Instant::now();
+            let left = deadline.saturating_duration_since(now);
             let hopeless = refusal.reason == Reason::HoldExceedsReclaimHorizon
                 && refusal.retry_after_ms.is_none();
             if left.is_zero() || hopeless {
@@ -321,7 +361,9 @@ impl<'t> Guaranteed<'t> {
                 .retry_after_ms
                 .unwrap_or(keep_asking)
                 .clamp(1, keep_asking);
-            std::thread::sleep(std::time::Duration::from_millis(wait).min(left));
+            let until = now + std::time::Duration::from_millis(wait).min(left);
+            // Asleep until the retry-after, or until units come back, if sooner.
+            e.guaranteed_sleep(self.id, seen, until, None)?;
         }
     }
     pub fn state(&self) -> Result<State> {

@@ -19,6 +19,7 @@ pub mod report;
 pub mod shared;
 pub mod state;
 #[doc(hidden)]
+pub mod waiters;
 pub mod words;
 
 #[cfg(not(loom))]

@@ -238,6 +238,36 @@ pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
     woke.max(0) as u32
 }
 
+/// After an op on guaranteed pool `gp` that gave units back was published (a release,
+/// a reap, a reset): wakes every waiter asleep on the pool, if one may be (see
+/// `guaranteed::waiters`).
+pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize) {
+    if crate::guaranteed::waiters::after_freeing(r, gp, crate::clock::now_ms) {
+        wake_word(r.g_head_rec(gp).wake.as_ptr(), u32::MAX);
+    }
+}
+
+/// Sleeps on guaranteed pool `gp`'s wake word while it holds `seen` (what
+/// `guaranteed::waiters::seen` returned before the refused ask, once `announce` was
+/// made), and while `cancel` is not cancelled, for at most until `until`. Returns early
+/// on a wake, a signal or a changed word.
+pub fn guaranteed_sleep<R: crate::region::Region>(
+    r: &R,
+    gp: usize,
+    seen: u32,
+    cancel: Option<&Cancel>,
+    until: Instant,
+) {
+    let word = Watch {
+        word: &r.g_head_rec(gp).wake,
+        val: seen,
+    };
+    match cancel {
+        Some(c) => sleep_on(&[word, c.watch()], until),
+        None => sleep_on(&[word], until),
+    }
+}
+
 /// Ends a blocking acquire early, from another thread: `Table::acquire_cancellable`
 /// then returns a `cancelled` refusal. The waiter sleeps on this word too (with
 /// `futex_waitv`), so `cancel` wakes it at once; on a kernel without `futex_waitv` it

@@ -1,0 +1,69 @@
+//! Waiting on a guaranteed pool: a waiter refused by the rules sleeps until units come
+//! back (a release, a reap, a reset) or its own deadline, whichever is first.
+//!
+//! Two words of the pool's head record ([`GHeadRec`]) carry it, on the head word's
+//! line, which a releaser has just taken for its CAS:
+//! - `wake`: the futex word the waiters sleep on, bumped by every op that gave units
+//!   back, right after its head CAS;
+//! - `sleep_until_ms`: until when some waiter may be asleep (ms of `CLOCK_MONOTONIC`,
+//!   the latest any waiter announced, with `fetch_max`), so that a release makes the
+//!   `FUTEX_WAKE` system call only while someone may sleep.
+//!
+//! Protocol (no lost wake-up):
+//! - a waiter loads `wake` ([`seen`], Acquire) before it asks (its op reads the head);
+//!   refused, it announces the end of its sleep ([`announce`]: `fetch_max` of
+//!   `sleep_until_ms`, a SeqCst fence, a load of `wake`), asks again at once if `wake`
+//!   moved since [`seen`], and otherwise sleeps while `wake` still holds that value;
+//! - an op that gave units back publishes (its head CAS), bumps `wake` (SeqCst), fences
+//!   SeqCst and loads `sleep_until_ms` ([`after_freeing`]); if that is not past, the
+//!   caller wakes every sleeper.
+//!
+//! A release the waiter's ask did not see bumped `wake` after the waiter's load of it:
+//! a [`seen`] that read the bump synchronizes with it, and the head CAS before it
+//! happens before the ask. So the sleep returns at once, unless it began before the
+//! bump; then, by the two SeqCst fences, the releaser's load of `sleep_until_ms` saw the
+//! announcement (or the waiter's load of `wake` in [`announce`] saw the bump), and the
+//! releaser wakes it. A refusal published by another waiter's ask bumps nothing, so
+//! waiters do not wake one another, and a waiter's ask is not repeated without cause
+//! (each ask counts as a refusal in the statistics).
+//!
+//! No count of waiters is kept: a waiter killed asleep leaves only its deadline, which
+//! runs out by itself (at most a retry-after, or half `idle_after_ms`, later); until
+//! then a release pays one `FUTEX_WAKE` for nobody. Every sleeper wakes: the state, not
+//! the releaser, decides which of them a release serves (tenants of different costs),
+//! and each asks once and sleeps again if refused.
+
+use crate::layout::GHeadRec;
+use crate::region::Region;
+use crate::sync::{Ordering::*, fence};
+
+/// Before a waiter's ask on pool `gp`: the value of `wake` to sleep on if refused.
+pub fn seen<R: Region>(r: &R, gp: usize) -> u32 {
+    // Acquire: a bump read here synchronizes with its releaser, whose head CAS then
+    // happens before this waiter's ask (module docs).
+    r.g_head_rec(gp).wake.load(Acquire)
+}
+
+/// After a refused ask on pool `gp`: says that a waiter may sleep until `until_ms` (ms
+/// of `CLOCK_MONOTONIC`), and returns `wake` as it is now. A value other than [`seen`]'s
+/// means units came back since: ask again instead of sleeping.
+pub fn announce<R: Region>(r: &R, gp: usize, until_ms: u64) -> u32 {
+    let rec: &GHeadRec = r.g_head_rec(gp);
+    // SeqCst, and the fence: one side of the handshake with `after_freeing`.
+    rec.sleep_until_ms.fetch_max(until_ms, SeqCst);
+    fence(SeqCst);
+    rec.wake.load(SeqCst)
+}
+
+/// After an op on pool `gp` that gave units back was published: bumps `wake`, and says
+/// whether a waiter may be asleep now (`now_ms`: ms of `CLOCK_MONOTONIC`, read only if
+/// some waiter ever announced itself), which the caller must then wake.
+pub fn after_freeing<R: Region>(r: &R, gp: usize, now_ms: impl FnOnce() -> u64) -> bool {
+    let rec: &GHeadRec = r.g_head_rec(gp);
+    // SeqCst (a Release at least): a waiter's `seen` that reads it sees our head CAS.
+    rec.wake.fetch_add(1, SeqCst);
+    // SeqCst fence: the other side of the handshake with `announce`.
+    fence(SeqCst);
+    let until = rec.sleep_until_ms.load(SeqCst);
+    until != 0 && until >= now_ms()
+}

@@ -1,0 +1,125 @@
+//! A guaranteed pool's waiter in another process: `acquire_timeout` sleeps on the
+//! pool's wake word, and a release or the reap of a killed holder wakes it as soon as
+//! the units come back, long before the retry-after it was given (the loan's declared
+//! end), which is when it would otherwise ask again.
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::{Children, Seg, fork_child, shared_words, wait_until};
+use fairshm::{FairnessUnit, Table};
+
+/// The loan's declared hold: the retry-after the waiter is given is about this.
+const LOAN_MS: u64 = 4_000;
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// b holds its own 50 and a's idle 50 (a loan of `LOAN_MS`) in one child; a waits for
+/// its guarantee in another; `free` gives the loan back (a release, or a SIGKILL of the
+/// holder). Returns how long after `free` began the waiter held its grant, in ms.
+fn waiter_served_after(seg: &Seg, free: impl FnOnce(&AtomicU64, nix::unistd::Pid)) -> u64 {
+    // idle_after 20 s: the waiter's own asks come every 10 s at most, and its
+    // retry-after is the loan's end, so only a wake serves it sooner.
+    let c = common::guaranteed(
+        "ceiling",
+        100,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (5_000, 20_000),
+        4,
+    );
+    let t: Table = seg.create(&c);
+    let words = shared_words(4);
+    let (step, served_ns, outcome) = (&words[0], &words[1], &words[2]);
+    let mut kids = Children(Vec::new());
+    let name = seg.name.clone();
+    let holder = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let g = t.guaranteed("ceiling").unwrap();
+        let own = g.acquire("b", 50, 60_000, now_ns() / 1_000_000).unwrap();
+        let loan = g.acquire("b", 50, LOAN_MS, now_ns() / 1_000_000).unwrap();
+        assert!(own.is_ok() && loan.is_ok(), "{own:?} {loan:?}");
+        step.store(1, SeqCst);
+        wait_until(None, "the release's turn", Duration::from_millis(1), || {
+            step.load(SeqCst) == 3
+        });
+        g.release(loan.unwrap().id, now_ns() / 1_000_000).unwrap();
+        wait_until(None, "the end", Duration::from_millis(1), || {
+            step.load(SeqCst) == 4
+        });
+        0
+    });
+    kids.push(holder);
+    wait_until(Some(holder), "the loan", Duration::from_millis(1), || {
+        step.load(SeqCst) == 1
+    });
+    let name = seg.name.clone();
+    kids.push(fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let g = t.guaranteed("ceiling").unwrap();
+        step.store(2, SeqCst);
+        let got = g
+            .acquire_timeout("a", 50, 50, Duration::from_secs(30))
+            .unwrap();
+        served_ns.store(now_ns(), SeqCst);
+        outcome.store(if got.is_ok() { 1 } else { 2 }, SeqCst);
+        0
+    }));
+    // The waiter asked and was refused (the loan holds half its guarantee), with the
+    // loan's end as its retry-after; then it is asleep.
+    let g = t.guaranteed("ceiling").unwrap();
+    wait_until(
+        None,
+        "the waiter's refusal",
+        Duration::from_millis(1),
+        || g.stats(0).unwrap().tenants[0].refusals >= 1,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        outcome.load(SeqCst),
+        0,
+        "the waiter ended before the loan came back"
+    );
+    let freed_ns = now_ns();
+    free(step, holder);
+    wait_until(None, "the waiter's grant", Duration::from_millis(1), || {
+        outcome.load(SeqCst) != 0
+    });
+    assert_eq!(outcome.load(SeqCst), 1, "the waiter was refused");
+    let st = g.stats(0).unwrap();
+    // Asked once, and again only when woken: not once per poll.
+    assert_eq!(st.tenants[0].refusals, 1, "{:?}", st.tenants[0]);
+    step.store(4, SeqCst);
+    for code in kids.wait_all() {
+        // 137: the holder SIGKILLed.
+        assert!(code == 0 || code == 137, "a child exited {code}");
+    }
+    drop(t);
+    (served_ns.load(SeqCst) - freed_ns) / 1_000_000
+}
+
+#[test]
+fn an_early_release_wakes_the_waiter_in_another_process() {
+    let seg = Seg::new("gw-release");
+    let ms = waiter_served_after(&seg, |step, _| step.store(3, SeqCst));
+    // Asked again only at its retry-after, it would have waited about LOAN_MS - 200.
+    assert!(ms < 1_000, "served {ms} ms after the release");
+}
+
+#[test]
+fn the_reap_of_a_killed_holder_wakes_the_waiter() {
+    let seg = Seg::new("gw-kill");
+    let ms = waiter_served_after(&seg, |_, holder| {
+        nix::sys::signal::kill(holder, nix::sys::signal::Signal::SIGKILL).unwrap();
+    });
+    assert!(ms < 1_000, "served {ms} ms after the holder's SIGKILL");
+}
