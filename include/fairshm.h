@@ -500,6 +500,32 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
 // `t` is null or an open table.
 int32_t fairshm_guaranteed_release(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
 
+// Before an ask that may end in a sleep (`fairshm_guaranteed_sleep`): `*seen` is the
+// value of guaranteed pool `pool`'s wake word, which every release and reap of the
+// pool bumps.
+//
+// # Safety
+// `t` is null or an open table; `seen` null or writable.
+int32_t fairshm_guaranteed_wake_seen(const fairshm_table *t, uint32_t pool, uint32_t *seen);
+
+// After a refused `fairshm_guaranteed_acquire`: sleeps until units come back to
+// guaranteed pool `pool` (a release or a reap since `fairshm_guaranteed_wake_seen`
+// gave `seen`, before the ask), `cancel` fires, a signal arrives, or `timeout_ms` has
+// passed; at once if units came back before. `*woken` (if not null) is 1 when units
+// came back, 0 otherwise. Ask again after it: the wait for a guaranteed pool is the
+// caller's loop (ask; on a refusal, sleep until its retry-after with this), so that
+// every ask keeps the tenant's demand signalled.
+//
+// # Safety
+// `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;
+// `woken` null or writable.
+int32_t fairshm_guaranteed_sleep(const fairshm_table *t,
+                                 uint32_t pool,
+                                 uint32_t seen,
+                                 uint64_t timeout_ms,
+                                 const fairshm_cancel *cancel,
+                                 uint32_t *woken);
+
 // Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
 // before the pool's own clock, the latest `now` it was given, such as 0, counts as
 // that clock) as JSON: `{"stats": ..., "fairness_report": ..., "plan": [...]}`, each

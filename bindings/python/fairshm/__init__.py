@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 
 #: How long one slice of a blocking acquire lasts, in ms: between slices Python runs
 #: its signal handlers, so Ctrl-C interrupts a wait within this bound.
-WAIT_SLICE_MS = 100
+WAIT_SLICE_MS = _lib.WAIT_SLICE_MS
 
 
 

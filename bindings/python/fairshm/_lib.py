@@ -76,6 +76,8 @@ NOW = 0xFFFFFFFFFFFFFFFF
 # (FAIRSHM_GUARANTEED_WHY_MAX).
 G_WHY_MAX = 4096
 WAIT_SLICE = 1
+# How long one slice of a blocking wait lasts, in ms (``fairshm.WAIT_SLICE_MS``).
+WAIT_SLICE_MS = 100
 WAIT_CONTINUED = 2
 
 
@@ -154,6 +156,9 @@ _sigs = {
         ],
     ),
     "fairshm_guaranteed_release": (c_int32, [c_void_p, c_uint64, c_uint64]),
+    "fairshm_guaranteed_wake_seen": (c_int32, [c_void_p, c_uint32, POINTER(c_uint32)]),
+    "fairshm_guaranteed_sleep": (
+        c_int32, [c_void_p, c_uint32, c_uint32, c_uint64, c_void_p, POINTER(c_uint32)]),
     "fairshm_guaranteed_stats_json": (c_void_p, [c_void_p, c_uint32, c_uint64]),
 }
 for _name, (_res, _args) in _sigs.items():

@@ -170,19 +170,27 @@ class Guaranteed:
 
     def acquire_timeout(self, tenant, cost, hold_ms, timeout):
         """``acquire`` on the library's clock, asked again until granted or ``timeout``
-        seconds have passed: at each refusal's retry-after, and at least every half
-        ``idle_after_ms``, so that the tenant's demand (which lapses ``idle_after_ms``
-        after its last ask) stays signalled and its guarantee frozen while it waits.
-        Raises the last ``GuaranteedRefused`` when the time is up, and at once for a
-        refusal that waiting cannot end (``hold_exceeds_reclaim_horizon`` with no
-        retry-after). Sleeps between asks (Ctrl-C interrupts them)."""
+        seconds have passed: as soon as units come back to the pool (a release, or the
+        reap of a dead holder, wakes its waiters in every process), else at each
+        refusal's retry-after, and at least every half ``idle_after_ms``, so that the
+        tenant's demand (which lapses ``idle_after_ms`` after its last ask) stays
+        signalled and its guarantee frozen while it waits. Raises the last
+        ``GuaranteedRefused`` when the time is up, and at once for a refusal that
+        waiting cannot end (``hold_exceeds_reclaim_horizon`` with no retry-after).
+        Sleeps between asks with the GIL released, in slices (Ctrl-C interrupts
+        them)."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise ValueError("timeout must be a number of seconds, 0 or more, not %r" % (timeout,))
         deadline = time.monotonic() + timeout
         if self._keep_asking_ms is None:
             # A time before the pool's clock reads at its clock: nothing moves.
             self._keep_asking_ms = max(1, self.stats(0)["stats"]["idle_after_ms"] // 2)
+        seen, woken = c_uint32(), c_uint32()
         while True:
+            # The pool's wake word before the ask: a release after it ends the sleep.
+            rc = lib.fairshm_guaranteed_wake_seen(self._table._h, self._id, byref(seen))
+            if rc:
+                self._table._fail(rc)
             try:
                 return self.acquire(tenant, cost, hold_ms)
             except GuaranteedRefused as r:
@@ -192,7 +200,15 @@ class Guaranteed:
                     raise
                 keep = self._keep_asking_ms
                 wait = min(max(r.retry_after_ms if r.retry_after_ms is not None else keep, 1), keep)
-                time.sleep(min(wait / 1000.0, left))
+                until = time.monotonic() + min(wait / 1000.0, left)
+                while True:
+                    ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
+                    rc = lib.fairshm_guaranteed_sleep(self._table._h, self._id, seen.value, ms,
+                                                      None, byref(woken))
+                    if rc:
+                        self._table._fail(rc)
+                    if woken.value or time.monotonic() >= until:
+                        break
 
     def release(self, lease_id, now_ms=None):
         _check("lease_id", lease_id, _U64)

@@ -292,6 +292,48 @@ def test_acquire_timeout_waits_for_the_loan_and_keeps_asking(name):
         t.close()
 
 
+def test_a_release_in_another_process_wakes_acquire_timeout_before_its_retry_after(name):
+    # b's loan of a's half is declared for 4 s, so a's retry-after is about 4 s; the
+    # loan's holder, a forked worker, gives it back after 0.3 s, and the release wakes
+    # a's acquire_timeout, which asks again at once instead of at the retry-after.
+    import time
+
+    cfg = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0], reclaim_horizon_ms=5000,
+                                        idle_after_ms=20_000)])
+    t = fairshm.Table.create(name, cfg)
+    try:
+        g = t.guaranteed("tokens")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(r)
+                gc = fairshm.Table.open(name).guaranteed("tokens")
+                gc.acquire("b", 50, 60_000)
+                loan = gc.acquire("b", 50, 4000)
+                os.write(w, b"x")
+                time.sleep(0.3)
+                loan.release()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        assert os.read(r, 1) == b"x"
+        os.close(r)
+        t0 = time.monotonic()
+        lease = g.acquire_timeout("a", 50, 50, 30)
+        waited = time.monotonic() - t0
+        assert isinstance(lease, fairshm.GuaranteedLease)
+        assert 0.2 < waited < 1.5, waited
+        # One refusal, then the grant: it did not poll meanwhile.
+        assert g.stats()["stats"]["tenants"][0]["refusals"] == 1
+        assert os.WEXITSTATUS(wait_child(pid)) == 0
+        lease.release()
+    finally:
+        t.close()
+
+
 def test_blocking_leases_are_named_by_their_borrowers_whatever_the_tenants_order(name):
     # Tenants listed out of alphabetical order, each borrowing from another: the name
     # of a blocking lease is its borrower's (the refusal carries the borrower's handle).

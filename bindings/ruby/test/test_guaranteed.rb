@@ -77,6 +77,50 @@ class TestGuaranteed < Minitest::Test
     assert_includes r.explanation, "and 45 more due no sooner"
   end
 
+  # b's loan of a's half is declared for 4 s, so a's retry-after is about 4 s; the
+  # loan's holder, a forked worker, gives it back after 0.3 s, and the release wakes
+  # a's acquire_timeout, which asks again at once instead of at the retry-after.
+  def test_a_release_in_another_process_wakes_acquire_timeout_before_its_retry_after
+    # A table of its own, in the setup's name (the teardown removes it).
+    @table.close
+    Fairshm::Table.unlink(@name)
+    g0 = CONFIG["guaranteed"][0].merge("reclaim_horizon_ms" => 5000, "idle_after_ms" => 20_000)
+    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
+    g = @table.guaranteed("tokens")
+    name = @name
+    r, w = IO.pipe
+    pid = fork do
+      code = 1
+      begin
+        r.close
+        gc = Fairshm::Table.open(name).guaranteed("tokens")
+        gc.acquire("b", 50, 60_000)
+        loan = gc.acquire("b", 50, 4000)
+        w.write("x")
+        w.flush
+        sleep 0.3
+        gc.release(loan)
+        code = 0
+      ensure
+        exit!(code)
+      end
+    end
+    w.close
+    assert_equal "x", r.read(1)
+    r.close
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    t0 = clock.call
+    lease = g.acquire_timeout("a", 50, 50, 30)
+    waited = clock.call - t0
+    assert_kind_of Integer, lease
+    assert_operator waited, :>, 0.2
+    assert_operator waited, :<, 1.5
+    # One refusal, then the grant: it did not poll meanwhile.
+    assert_equal 1, g.stats["stats"]["tenants"][0]["refusals"]
+    assert_equal 0, wait_child(pid).exitstatus
+    g.release(lease)
+  end
+
   # As the Rust API's acquire_timeout, on the library's clock: the waiter asks again
   # at each retry-after, so b cannot re-borrow a's units while a waits, and a refusal
   # that waiting cannot end comes at once.

@@ -75,8 +75,9 @@ module Fairshm
     end
 
     # acquire on the library's clock, asked again until granted or +timeout+ seconds
-    # have passed: at each refusal's retry-after, and at least every half
-    # idle_after_ms, so that the tenant's demand (which lapses idle_after_ms after its
+    # have passed: as soon as units come back to the pool (a release, or the reap of a
+    # dead holder, wakes its waiters in every process), else at each refusal's
+    # retry-after, and at least every half idle_after_ms, so that the tenant's demand (which lapses idle_after_ms after its
     # last ask) stays signalled and its guarantee frozen while it waits. Raises the last
     # GuaranteedRefused when the time is up, and at once for a refusal that waiting
     # cannot end (hold_exceeds_reclaim_horizon with no retry-after). With a block, as
@@ -89,18 +90,36 @@ module Fairshm
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       # A time before the pool's clock reads at its clock: nothing moves.
       @keep_asking_ms ||= [stats(now_ms: 0)["stats"]["idle_after_ms"] / 2, 1].max
+      seen = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      woken = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
       id = begin
+        # The pool's wake word before the ask: a release after it ends the sleep.
+        rc = Native::G_WAKE_SEEN.call(@table.handle, @id, seen)
+        @table.raise_for(rc) unless rc.zero?
         acquire(tenant_name, cost, hold_ms)
       rescue GuaranteedRefused => e
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         raise if left <= 0 || (e.reason == "hold_exceeds_reclaim_horizon" && e.retry_after_ms.nil?)
 
         wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
-        sleep([wait / 1000.0, left].min)
+        sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min)
         retry
       end
       block ? held(id, &block) : id
     end
+
+    # Sleeps until units come back to the pool (a release or a reap since `seen` was
+    # read) or until `wake_at` (monotonic seconds), in slices without the GVL, so that
+    # Thread#raise, Timeout and Ctrl-C land between them.
+    def sleep_until_freed(seen, woken, wake_at)
+      loop do
+        ms = ((wake_at - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).ceil.clamp(0, WAIT_SLICE_MS)
+        rc = Native::G_SLEEP.call(@table.handle, @id, seen[0, 4].unpack1("L"), ms, nil, woken)
+        @table.raise_for(rc) unless rc.zero?
+        return if woken[0, 4].unpack1("L") != 0 || Process.clock_gettime(Process::CLOCK_MONOTONIC) >= wake_at
+      end
+    end
+    private :sleep_until_freed
 
     # The pool's tenants in handle order (the stats list them so; they are fixed for
     # the segment's life).
