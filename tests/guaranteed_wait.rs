@@ -123,3 +123,28 @@ fn the_reap_of_a_killed_holder_wakes_the_waiter() {
     });
     assert!(ms < 1_000, "served {ms} ms after the holder's SIGKILL");
 }
+
+/// An observer maps the segment read-only: it may read the wake word, but a wait, which
+/// announces itself in the segment, is `ReadOnly` (it was a SIGSEGV through the C ABI).
+#[test]
+fn an_observer_cannot_wait_and_says_so() {
+    let seg = Seg::new("gw-observer");
+    let c = common::guaranteed(
+        "ceiling",
+        10,
+        FairnessUnit::Cost,
+        &[("a", 1)],
+        (100, 150),
+        4,
+    );
+    let t: Table = seg.create(&c);
+    let o = Table::open_observer(&seg.name).unwrap();
+    let e = o.engine();
+    let pool = e.guaranteed_pool("ceiling").unwrap();
+    let seen = e.guaranteed_wake_seen(pool).unwrap();
+    let until = std::time::Instant::now() + Duration::from_millis(10);
+    let err = e.guaranteed_sleep(pool, seen, until, None).unwrap_err();
+    assert!(matches!(err, fairshm::Error::ReadOnly { .. }), "{err}");
+    drop(o);
+    drop(t);
+}

@@ -221,6 +221,8 @@ impl Engine {
         until: std::time::Instant,
         cancel: Option<&crate::waiting::Cancel>,
     ) -> Result<bool> {
+        // The announcement writes to the segment: an observer's mapping is read-only.
+        self.writable("a guaranteed pool's wait")?;
         self.guaranteed_rules(pool)?;
         let (seg, gp) = (self.seg(), pool.index());
         let left = until.saturating_duration_since(std::time::Instant::now());
