@@ -97,24 +97,34 @@ def test_errors_are_typed(tokens):
     assert "now_ms must be an integer from 0 to" in str(e.value)
 
 
-def test_a_forked_worker_shares_the_pool_and_its_death_returns_its_lease(name, tokens):
+def fork_worker(work):
+    """Forks a worker that runs ``work(ready)`` (``ready()`` tells this process that
+    its setup is done) and exits 0 if it returns, 1 if it raises; returns the worker's
+    pid once it is ready."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(r)
-            t = fairshm.Table.open(name)
-            t.guaranteed("tokens").acquire("b", 50, 10_000, now_ms=1)
-            os.write(w, b"x")
-            os.read(os.open("/dev/null", os.O_RDONLY), 1)
-            os.kill(os.getpid(), 9)
+            work(lambda: os.write(w, b"x"))
+            code = 0
         finally:
             os._exit(code)
     os.close(w)
     assert os.read(r, 1) == b"x"
     os.close(r)
-    st = wait_child(pid)
+    return pid
+
+
+def test_a_forked_worker_shares_the_pool_and_its_death_returns_its_lease(name, tokens):
+    def worker(ready):
+        t = fairshm.Table.open(name)
+        t.guaranteed("tokens").acquire("b", 50, 10_000, now_ms=1)
+        ready()
+        os.kill(os.getpid(), 9)
+
+    st = wait_child(fork_worker(worker))
     assert os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9
     # The dead worker's lease comes back (its peers' anchors, or this reap).
     import time
@@ -303,24 +313,16 @@ def test_a_release_in_another_process_wakes_acquire_timeout_before_its_retry_aft
     t = fairshm.Table.create(name, cfg)
     try:
         g = t.guaranteed("tokens")
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.close(r)
-                gc = fairshm.Table.open(name).guaranteed("tokens")
-                gc.acquire("b", 50, 60_000)
-                loan = gc.acquire("b", 50, 4000)
-                os.write(w, b"x")
-                time.sleep(0.3)
-                loan.release()
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        assert os.read(r, 1) == b"x"
-        os.close(r)
+
+        def holder(ready):
+            gc = fairshm.Table.open(name).guaranteed("tokens")
+            gc.acquire("b", 50, 60_000)
+            loan = gc.acquire("b", 50, 4000)
+            ready()
+            time.sleep(0.3)
+            loan.release()
+
+        pid = fork_worker(holder)
         t0 = time.monotonic()
         lease = g.acquire_timeout("a", 50, 50, 30)
         waited = time.monotonic() - t0
