@@ -333,9 +333,9 @@ impl<'t> Guaranteed<'t> {
     /// reap: they wake the pool's waiters), else at each refusal's retry-after, and at
     /// least every half `idle_after_ms`, so that the tenant's demand (which lapses
     /// `idle_after_ms` after its last ask) stays signalled and its guarantee frozen
-    /// while it waits. Returns
-    /// the last refusal when the time is up, and at once for a refusal that waiting
-    /// cannot end (`hold_exceeds_reclaim_horizon` with no retry-after).
+    /// while it waits. Returns the last refusal when the time is up, and at once for a
+    /// refusal that waiting cannot end (`hold_exceeds_reclaim_horizon` with no
+    /// retry-after).
     pub fn acquire_timeout(
         &self,
         tenant: &str,
