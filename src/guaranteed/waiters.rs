@@ -1,7 +1,7 @@
 //! Waiting on a guaranteed pool: a waiter refused by the rules sleeps until units come
 //! back (a release, a reap, a reset) or its own deadline, whichever is first.
 //!
-//! Two words of the pool's head record ([`GHeadRec`]) carry it, on the head word's
+//! Two words of the pool's head record (`layout::GHeadRec`) carry it, on the head word's
 //! line, which a releaser has just taken for its CAS:
 //! - `wake`: the futex word the waiters sleep on, bumped by every op that gave units
 //!   back, right after its head CAS;
