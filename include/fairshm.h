@@ -514,7 +514,8 @@ int32_t fairshm_guaranteed_wake_seen(const fairshm_table *t, uint32_t pool, uint
 // passed; at once if units came back before. `*woken` (if not null) is 1 when units
 // came back, 0 otherwise. Ask again after it: the wait for a guaranteed pool is the
 // caller's loop (ask; on a refusal, sleep until its retry-after with this), so that
-// every ask keeps the tenant's demand signalled.
+// every ask keeps the tenant's demand signalled. A sleep longer than half the pool's
+// `idle_after_ms` is slept in parts of that length, each announced anew.
 //
 // # Safety
 // `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;

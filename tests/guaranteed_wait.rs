@@ -148,3 +148,54 @@ fn an_observer_cannot_wait_and_says_so() {
     drop(o);
     drop(t);
 }
+
+/// A long sleep is announced half `idle_after_ms` at a time: a waiter that asks to
+/// sleep for seconds leaves `sleep_until_ms` at most that far ahead (so a waiter that
+/// dies asleep makes releases wake nobody for no longer), and is still woken by a
+/// release after several such parts.
+#[test]
+fn a_long_sleep_is_announced_in_parts_and_still_woken() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::Relaxed;
+    let seg = Seg::new("gw-parts");
+    // idle_after 150 ms: parts of 75 ms.
+    let c = common::guaranteed(
+        "ceiling",
+        10,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        4,
+    );
+    let t: Table = seg.create(&c);
+    let e = t.engine();
+    let pool = e.guaranteed_pool("ceiling").unwrap();
+    let seen = e.guaranteed_wake_seen(pool).unwrap();
+    let head = t.region().g_head_rec(0);
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            let woken = e.guaranteed_sleep(pool, seen, until, None).unwrap();
+            (woken, now_ns())
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        let ahead = head.sleep_until_ms.load(Relaxed) as i64 - (now_ns() / 1_000_000) as i64;
+        assert!(
+            ahead <= 100,
+            "announced {ahead} ms ahead, for a part of 75 ms"
+        );
+        assert!(!sleeper.is_finished(), "the sleep ended before any release");
+        let g = t.guaranteed("ceiling").unwrap();
+        let l = g
+            .acquire("b", 1, 10, now_ns() / 1_000_000)
+            .unwrap()
+            .unwrap();
+        let released_ns = now_ns();
+        g.release(l.id, now_ns() / 1_000_000).unwrap();
+        let (woken, back_ns) = sleeper.join().unwrap();
+        assert!(woken);
+        assert!(back_ns >= released_ns);
+        let ms = (back_ns - released_ns) / 1_000_000;
+        assert!(ms < 1_000, "woken {ms} ms after the release");
+    });
+}

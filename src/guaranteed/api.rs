@@ -214,6 +214,9 @@ impl Engine {
     /// `cancel` is cancelled, a signal arrives, or `until`. `true` when units came back
     /// (at once if they did before the sleep began), `false` otherwise; the caller asks
     /// again either way, or gives up at its deadline.
+    ///
+    /// A long sleep is announced (`sleep_until_ms`) half `idle_after_ms` at a time, so
+    /// that a waiter that leaves or dies keeps releases waking nobody for no longer.
     pub fn guaranteed_sleep(
         &self,
         pool: GPoolId,
@@ -221,20 +224,32 @@ impl Engine {
         until: std::time::Instant,
         cancel: Option<&crate::waiting::Cancel>,
     ) -> Result<bool> {
+        use std::time::{Duration, Instant};
         // The announcement writes to the segment: an observer's mapping is read-only.
         self.writable("a guaranteed pool's wait")?;
-        self.guaranteed_rules(pool)?;
+        let step = Duration::from_millis((self.guaranteed_rules(pool)?.idle_after / 2).max(1));
         let (seg, gp) = (self.seg(), pool.index());
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        let end_ms = crate::clock::now_ms()
-            .saturating_add(left.as_millis().min(u64::MAX as u128) as u64)
-            .saturating_add(1);
-        if super::waiters::announce(seg, gp, end_ms) != seen {
-            return Ok(true);
+        loop {
+            let now = Instant::now();
+            let part_end = crate::clock::after(now, step).min(until);
+            let part_ms = part_end.saturating_duration_since(now).as_millis() as u64;
+            let end_ms = crate::clock::now_ms()
+                .saturating_add(part_ms)
+                .saturating_add(1);
+            if super::waiters::announce(seg, gp, end_ms) != seen {
+                return Ok(true);
+            }
+            crate::waiting::guaranteed_sleep(seg, gp, seen, cancel, part_end);
+            // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
+            if seg.g_head_rec(gp).wake.load(Acquire) != seen {
+                return Ok(true);
+            }
+            // Back early (a signal, a cancel), or at the end: the caller decides.
+            let back = Instant::now();
+            if back < part_end || part_end >= until || cancel.is_some_and(|c| c.is_cancelled()) {
+                return Ok(false);
+            }
         }
-        crate::waiting::guaranteed_sleep(seg, gp, seen, cancel, until);
-        // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
-        Ok(seg.g_head_rec(gp).wake.load(Acquire) != seen)
     }
 
     /// The weighted max-min allocation for current demand at `now`.
