@@ -199,3 +199,36 @@ fn a_long_sleep_is_announced_in_parts_and_still_woken() {
         assert!(ms < 1_000, "woken {ms} ms after the release");
     });
 }
+
+/// A waiters' stamp written far ahead (a hostile writer) would make every release wake
+/// nobody with a system call until then: `check` names it and `repair` clears it.
+#[test]
+fn a_hostile_sleep_stamp_is_named_by_check_and_cleared_by_repair() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::Relaxed;
+    let seg = Seg::new("gw-hostile");
+    let c = common::guaranteed(
+        "ceiling",
+        10,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (100, 150),
+        4,
+    );
+    let t: Table = seg.create(&c);
+    assert_eq!(t.check().unwrap(), Vec::<String>::new());
+    let stamp = &t.region().g_head_rec(0).sleep_until_ms;
+    // What a waiter announces is within half idle_after (75 ms): not a finding.
+    stamp.store(now_ns() / 1_000_000 + 70, Relaxed);
+    assert_eq!(t.check().unwrap(), Vec::<String>::new());
+    stamp.store(now_ns() / 1_000_000 + 3_600_000, Relaxed);
+    let found = t.check().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("\"ceiling\"") && found[0].contains("sleep_until_ms"),
+        "{found:?}"
+    );
+    t.repair().unwrap();
+    assert_eq!(stamp.load(Relaxed), 0);
+    assert_eq!(t.check().unwrap(), Vec::<String>::new());
+}

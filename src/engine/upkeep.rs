@@ -49,7 +49,8 @@ impl Engine {
     /// by no live process, quarantines lease records in a state no version writes,
     /// rebuilds every pool's counters from its lease records, then frees the
     /// quarantined leases, and refills every tenant's rate buckets (forgiving debts;
-    /// the rates are kept). Returns what it did.
+    /// the rates are kept). A guaranteed pool's waiters are woken and announce
+    /// themselves anew (their stamp cleared). Returns what it did.
     pub fn repair(&self) -> Result<Repaired> {
         self.writable("repairing")?;
         self.seg.check_size()?;
@@ -124,6 +125,10 @@ impl Engine {
                     crate::waiting::guaranteed_freed(&self.seg, gp);
                 }
             }
+            // The waiters' stamp, which a hostile write may have pushed far ahead: the
+            // live waiters are woken, ask again and announce themselves anew.
+            crate::guaranteed::waiters::forget(&self.seg, gp);
+            crate::waiting::wake_word(self.seg.g_head_rec(gp).wake.as_ptr(), u32::MAX);
             let (_, st) = shared::read(&self.seg, gp)?;
             let procs = self.seg.geometry().procs;
             for l in &st.leases {

@@ -225,13 +225,24 @@ pub fn reset<R: Region>(r: &R, gp: usize, slot: usize) -> Result<bool> {
 }
 
 /// What is wrong with the guaranteed pools, for `check`: a state that cannot be read
-/// (decoding checks every invariant), or a lease whose owner slot is not a live
-/// process's (a death not reaped yet: `reap` returns it).
+/// (decoding checks every invariant), a lease whose owner slot is not a live
+/// process's (a death not reaped yet: `reap` returns it), or a waiters' stamp further
+/// ahead than any waiter announces.
 pub fn check<R: Region>(r: &R) -> Vec<String> {
     use crate::layout::proc_state as ps;
     let mut out = Vec::new();
+    let now_ms = crate::clock::now_ms();
     for gp in 0..r.g_pools() {
         let rules = r.g_rules(gp);
+        if let Some(ahead) = super::waiters::announced_too_far(r, gp, now_ms) {
+            out.push(format!(
+                "guaranteed pool {:?}: its waiters' sleep_until_ms is {ahead} ms ahead, more \
+                 than a waiter announces (half idle_after_ms, {} ms): until then every \
+                 release wakes nobody with a system call (repair clears it)",
+                rules.name,
+                rules.idle_after / 2
+            ));
+        }
         match read(r, gp) {
             Err(e) => out.push(format!("guaranteed pool {:?}: {e}", rules.name)),
             Ok((_, st)) => {

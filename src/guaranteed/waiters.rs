@@ -67,3 +67,23 @@ pub fn after_freeing<R: Region>(r: &R, gp: usize, now_ms: impl FnOnce() -> u64) 
     let until = rec.sleep_until_ms.load(SeqCst);
     until != 0 && until >= now_ms()
 }
+
+/// How far past `now_ms` pool `gp`'s `sleep_until_ms` reaches, if further than any
+/// waiter announces (half `idle_after_ms`, and the ms rounded up): a hostile write,
+/// which would keep every release waking nobody until then. For `check`.
+pub fn announced_too_far<R: Region>(r: &R, gp: usize, now_ms: u64) -> Option<u64> {
+    // Relaxed: a report; nothing is read through it.
+    let until = r.g_head_rec(gp).sleep_until_ms.load(Relaxed);
+    let ahead = until.saturating_sub(now_ms);
+    (ahead > r.g_rules(gp).idle_after / 2 + 1).then_some(ahead)
+}
+
+/// For `repair`: forgets pool `gp`'s announced sleeps (a hostile `sleep_until_ms` with
+/// them) and bumps `wake`; the caller then wakes every sleeper, which asks again and
+/// announces itself anew.
+pub fn forget<R: Region>(r: &R, gp: usize) {
+    let rec: &GHeadRec = r.g_head_rec(gp);
+    // SeqCst: ordered before the bump, which every sleeper's kernel check then sees.
+    rec.sleep_until_ms.store(0, SeqCst);
+    rec.wake.fetch_add(1, SeqCst);
+}
