@@ -232,3 +232,27 @@ fn a_hostile_sleep_stamp_is_named_by_check_and_cleared_by_repair() {
     assert_eq!(stamp.load(Relaxed), 0);
     assert_eq!(t.check().unwrap(), Vec::<String>::new());
 }
+
+/// With the shortest idleness a config allows (a horizon of 0, `idle_after_ms` 1), a
+/// waiter announces sleeps of 1 ms, the ms rounded up: such a stamp is no finding.
+#[test]
+fn the_shortest_announcement_is_no_finding() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::Relaxed;
+    let seg = Seg::new("gw-shortest");
+    let c = common::guaranteed(
+        "ceiling",
+        10,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (0, 1),
+        4,
+    );
+    let t: Table = seg.create(&c);
+    let stamp = &t.region().g_head_rec(0).sleep_until_ms;
+    // The most a waiter announces: the ms it read, a part of 1 ms, and 1 for rounding.
+    stamp.store(now_ns() / 1_000_000 + 2, Relaxed);
+    assert_eq!(t.check().unwrap(), Vec::<String>::new());
+    stamp.store(now_ns() / 1_000_000 + 1_000, Relaxed);
+    assert_eq!(t.check().unwrap().len(), 1);
+}

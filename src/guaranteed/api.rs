@@ -227,8 +227,9 @@ impl Engine {
         use std::time::{Duration, Instant};
         // The announcement writes to the segment: an observer's mapping is read-only.
         self.writable("a guaranteed pool's wait")?;
-        let step = Duration::from_millis((self.guaranteed_rules(pool)?.idle_after / 2).max(1));
+        self.guaranteed_rules(pool)?;
         let (seg, gp) = (self.seg(), pool.index());
+        let step = Duration::from_millis(super::waiters::announce_step_ms(seg, gp));
         loop {
             let now = Instant::now();
             let part_end = crate::clock::after(now, step).min(until);

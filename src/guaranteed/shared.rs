@@ -240,7 +240,7 @@ pub fn check<R: Region>(r: &R) -> Vec<String> {
                  than a waiter announces (half idle_after_ms, {} ms): until then every \
                  release wakes nobody with a system call (repair clears it)",
                 rules.name,
-                rules.idle_after / 2
+                super::waiters::announce_step_ms(r, gp)
             ));
         }
         match read(r, gp) {

@@ -28,10 +28,11 @@
 //! (each ask counts as a refusal in the statistics).
 //!
 //! No count of waiters is kept: a waiter killed asleep leaves only its deadline, which
-//! runs out by itself (at most a retry-after, or half `idle_after_ms`, later); until
-//! then a release pays one `FUTEX_WAKE` for nobody. Every sleeper wakes: the state, not
-//! the releaser, decides which of them a release serves (tenants of different costs),
-//! and each asks once and sleeps again if refused.
+//! runs out by itself (at most half `idle_after_ms` later: a longer sleep is announced
+//! in parts, [`announce_step_ms`]); until then a release pays one `FUTEX_WAKE` for
+//! nobody. Every sleeper wakes: the state, not the releaser, decides which of them a
+//! release serves (tenants of different costs), and each asks once and sleeps again if
+//! refused.
 
 use crate::layout::GHeadRec;
 use crate::region::Region;
@@ -68,14 +69,20 @@ pub fn after_freeing<R: Region>(r: &R, gp: usize, now_ms: impl FnOnce() -> u64) 
     until != 0 && until >= now_ms()
 }
 
+/// The longest sleep a waiter of pool `gp` announces at once, in ms: half
+/// `idle_after_ms` (at least 1); a longer sleep is slept in parts of this length.
+pub fn announce_step_ms<R: Region>(r: &R, gp: usize) -> u64 {
+    (r.g_rules(gp).idle_after / 2).max(1)
+}
+
 /// How far past `now_ms` pool `gp`'s `sleep_until_ms` reaches, if further than any
-/// waiter announces (half `idle_after_ms`, and the ms rounded up): a hostile write,
+/// waiter announces ([`announce_step_ms`], and the ms rounded up): a hostile write,
 /// which would keep every release waking nobody until then. For `check`.
 pub fn announced_too_far<R: Region>(r: &R, gp: usize, now_ms: u64) -> Option<u64> {
     // Relaxed: a report; nothing is read through it.
     let until = r.g_head_rec(gp).sleep_until_ms.load(Relaxed);
     let ahead = until.saturating_sub(now_ms);
-    (ahead > r.g_rules(gp).idle_after / 2 + 1).then_some(ahead)
+    (ahead > announce_step_ms(r, gp) + 1).then_some(ahead)
 }
 
 /// For `repair`: forgets pool `gp`'s announced sleeps (a hostile `sleep_until_ms` with
