@@ -523,7 +523,7 @@ pub fn record_size(record: &str) -> Option<usize> {
         | "WaitingRec" => {
             Some(RECORD)
         }
-        "GHeadRec" => Some(128),
+        "GHeadRec" => Some(crate::guaranteed::HEAD_WORDS * 8),
         _ => None,
     }
 }

@@ -4,11 +4,15 @@
 //! end), which is when it would otherwise ask again.
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::Duration;
 
 use common::{Children, Seg, fork_child, shared_words, wait_until};
-use fairshm::{FairnessUnit, Table};
+use fairshm::region::Region;
+use fairshm::{Config, FairnessUnit, Table};
 
 /// The loan's declared hold: the retry-after the waiter is given is about this.
 const LOAN_MS: u64 = 4_000;
@@ -23,20 +27,31 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The library's clock, in ms.
+fn now_ms() -> u64 {
+    now_ns() / 1_000_000
+}
+
+/// A guaranteed pool "ceiling" shared evenly by tenants a and b, with the given
+/// reclaim horizon and idleness.
+fn even_pool(ceiling: u32, (horizon, idle): (u32, u32)) -> Config {
+    common::guaranteed(
+        "ceiling",
+        ceiling,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        (horizon, idle),
+        4,
+    )
+}
+
 /// b holds its own 50 and a's idle 50 (a loan of `LOAN_MS`) in one child; a waits for
 /// its guarantee in another; `free` gives the loan back (a release, or a SIGKILL of the
 /// holder). Returns how long after `free` began the waiter held its grant, in ms.
 fn waiter_served_after(seg: &Seg, free: impl FnOnce(&AtomicU64, nix::unistd::Pid)) -> u64 {
     // idle_after 20 s: the waiter's own asks come every 10 s at most, and its
     // retry-after is the loan's end, so only a wake serves it sooner.
-    let c = common::guaranteed(
-        "ceiling",
-        100,
-        FairnessUnit::Cost,
-        &[("a", 1), ("b", 1)],
-        (5_000, 20_000),
-        4,
-    );
+    let c = even_pool(100, (5_000, 20_000));
     let t: Table = seg.create(&c);
     let words = shared_words(4);
     let (step, served_ns, outcome) = (&words[0], &words[1], &words[2]);
@@ -45,14 +60,14 @@ fn waiter_served_after(seg: &Seg, free: impl FnOnce(&AtomicU64, nix::unistd::Pid
     let holder = fork_child(move || {
         let t = Table::open(&name).unwrap();
         let g = t.guaranteed("ceiling").unwrap();
-        let own = g.acquire("b", 50, 60_000, now_ns() / 1_000_000).unwrap();
-        let loan = g.acquire("b", 50, LOAN_MS, now_ns() / 1_000_000).unwrap();
+        let own = g.acquire("b", 50, 60_000, now_ms()).unwrap();
+        let loan = g.acquire("b", 50, LOAN_MS, now_ms()).unwrap();
         assert!(own.is_ok() && loan.is_ok(), "{own:?} {loan:?}");
         step.store(1, SeqCst);
         wait_until(None, "the release's turn", Duration::from_millis(1), || {
             step.load(SeqCst) == 3
         });
-        g.release(loan.unwrap().id, now_ns() / 1_000_000).unwrap();
+        g.release(loan.unwrap().id, now_ms()).unwrap();
         wait_until(None, "the end", Duration::from_millis(1), || {
             step.load(SeqCst) == 4
         });
@@ -129,14 +144,7 @@ fn the_reap_of_a_killed_holder_wakes_the_waiter() {
 #[test]
 fn an_observer_cannot_wait_and_says_so() {
     let seg = Seg::new("gw-observer");
-    let c = common::guaranteed(
-        "ceiling",
-        10,
-        FairnessUnit::Cost,
-        &[("a", 1)],
-        (100, 150),
-        4,
-    );
+    let c = even_pool(10, (100, 150));
     let t: Table = seg.create(&c);
     let o = Table::open_observer(&seg.name).unwrap();
     let e = o.engine();
@@ -155,18 +163,9 @@ fn an_observer_cannot_wait_and_says_so() {
 /// release after several such parts.
 #[test]
 fn a_long_sleep_is_announced_in_parts_and_still_woken() {
-    use fairshm::region::Region;
-    use std::sync::atomic::Ordering::Relaxed;
     let seg = Seg::new("gw-parts");
     // idle_after 150 ms: parts of 75 ms.
-    let c = common::guaranteed(
-        "ceiling",
-        10,
-        FairnessUnit::Cost,
-        &[("a", 1), ("b", 1)],
-        (100, 150),
-        4,
-    );
+    let c = even_pool(10, (100, 150));
     let t: Table = seg.create(&c);
     let e = t.engine();
     let pool = e.guaranteed_pool("ceiling").unwrap();
@@ -179,19 +178,16 @@ fn a_long_sleep_is_announced_in_parts_and_still_woken() {
             (woken, now_ns())
         });
         std::thread::sleep(Duration::from_millis(400));
-        let ahead = head.sleep_until_ms.load(Relaxed) as i64 - (now_ns() / 1_000_000) as i64;
+        let ahead = head.sleep_until_ms.load(Relaxed) as i64 - now_ms() as i64;
         assert!(
             ahead <= 100,
             "announced {ahead} ms ahead, for a part of 75 ms"
         );
         assert!(!sleeper.is_finished(), "the sleep ended before any release");
         let g = t.guaranteed("ceiling").unwrap();
-        let l = g
-            .acquire("b", 1, 10, now_ns() / 1_000_000)
-            .unwrap()
-            .unwrap();
+        let l = g.acquire("b", 1, 10, now_ms()).unwrap().unwrap();
         let released_ns = now_ns();
-        g.release(l.id, now_ns() / 1_000_000).unwrap();
+        g.release(l.id, now_ms()).unwrap();
         let (woken, back_ns) = sleeper.join().unwrap();
         assert!(woken);
         assert!(back_ns >= released_ns);
@@ -204,24 +200,15 @@ fn a_long_sleep_is_announced_in_parts_and_still_woken() {
 /// nobody with a system call until then: `check` names it and `repair` clears it.
 #[test]
 fn a_hostile_sleep_stamp_is_named_by_check_and_cleared_by_repair() {
-    use fairshm::region::Region;
-    use std::sync::atomic::Ordering::Relaxed;
     let seg = Seg::new("gw-hostile");
-    let c = common::guaranteed(
-        "ceiling",
-        10,
-        FairnessUnit::Cost,
-        &[("a", 1), ("b", 1)],
-        (100, 150),
-        4,
-    );
+    let c = even_pool(10, (100, 150));
     let t: Table = seg.create(&c);
     assert_eq!(t.check().unwrap(), Vec::<String>::new());
     let stamp = &t.region().g_head_rec(0).sleep_until_ms;
     // What a waiter announces is within half idle_after (75 ms): not a finding.
-    stamp.store(now_ns() / 1_000_000 + 70, Relaxed);
+    stamp.store(now_ms() + 70, Relaxed);
     assert_eq!(t.check().unwrap(), Vec::<String>::new());
-    stamp.store(now_ns() / 1_000_000 + 3_600_000, Relaxed);
+    stamp.store(now_ms() + 3_600_000, Relaxed);
     let found = t.check().unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
@@ -237,22 +224,13 @@ fn a_hostile_sleep_stamp_is_named_by_check_and_cleared_by_repair() {
 /// waiter announces sleeps of 1 ms, the ms rounded up: such a stamp is no finding.
 #[test]
 fn the_shortest_announcement_is_no_finding() {
-    use fairshm::region::Region;
-    use std::sync::atomic::Ordering::Relaxed;
     let seg = Seg::new("gw-shortest");
-    let c = common::guaranteed(
-        "ceiling",
-        10,
-        FairnessUnit::Cost,
-        &[("a", 1), ("b", 1)],
-        (0, 1),
-        4,
-    );
+    let c = even_pool(10, (0, 1));
     let t: Table = seg.create(&c);
     let stamp = &t.region().g_head_rec(0).sleep_until_ms;
     // The most a waiter announces: the ms it read, a part of 1 ms, and 1 for rounding.
-    stamp.store(now_ns() / 1_000_000 + 2, Relaxed);
+    stamp.store(now_ms() + 2, Relaxed);
     assert_eq!(t.check().unwrap(), Vec::<String>::new());
-    stamp.store(now_ns() / 1_000_000 + 1_000, Relaxed);
+    stamp.store(now_ms() + 1_000, Relaxed);
     assert_eq!(t.check().unwrap().len(), 1);
 }

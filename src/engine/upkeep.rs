@@ -121,14 +121,13 @@ impl Engine {
                 let _lock = crate::guaranteed::BlockLock::take(&self.g_lock);
                 if shared::reset(&self.seg, gp, slot)? {
                     out.guaranteed_reset.push(self.seg.g_rules(gp).name.clone());
-                    // A reset state holds nothing: whoever waits may be served now.
-                    crate::waiting::guaranteed_freed(&self.seg, gp);
                 }
             }
-            // The waiters' stamp, which a hostile write may have pushed far ahead: the
-            // live waiters are woken, ask again and announce themselves anew.
+            // The waiters' stamp, which a hostile write may have pushed far ahead, is
+            // forgotten and every waiter woken: each asks again (a reset state holds
+            // nothing, so it may be served now) and announces itself anew.
             crate::guaranteed::waiters::forget(&self.seg, gp);
-            crate::waiting::wake_word(self.seg.g_head_rec(gp).wake.as_ptr(), u32::MAX);
+            crate::waiting::guaranteed_wake_all(&self.seg, gp);
             let (_, st) = shared::read(&self.seg, gp)?;
             let procs = self.seg.geometry().procs;
             for l in &st.leases {

@@ -31,7 +31,7 @@ pub const FAIRSHM_WAIT_CONTINUED: u32 = 2;
 ///
 /// # Safety
 /// `p` is null or valid for a write of `T`.
-unsafe fn put<T>(p: *mut T, v: T) {
+pub(super) unsafe fn put<T>(p: *mut T, v: T) {
     if let Some(slot) = std::ptr::NonNull::new(p) {
         // SAFETY: non-null, and writable by this function's contract.
         unsafe { slot.as_ptr().write(v) };

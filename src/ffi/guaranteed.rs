@@ -319,10 +319,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep(
             .guaranteed_sleep(GPoolId(pool), seen, until, cancel)
         {
             Ok(w) => {
-                if let Some(out) = std::ptr::NonNull::new(woken) {
-                    // SAFETY: non-null, and writable by this function's contract.
-                    unsafe { out.as_ptr().write(w as u32) };
-                }
+                // SAFETY: null or writable, by this function's contract.
+                unsafe { super::calls::put(woken, w as u32) };
                 FAIRSHM_OK
             }
             Err(e) => fail(e),

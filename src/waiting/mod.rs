@@ -243,8 +243,13 @@ pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
 /// `guaranteed::waiters`).
 pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize) {
     if crate::guaranteed::waiters::after_freeing(r, gp, crate::clock::now_ms) {
-        wake_word(r.g_head_rec(gp).wake.as_ptr(), u32::MAX);
+        guaranteed_wake_all(r, gp);
     }
+}
+
+/// Wakes every waiter asleep on guaranteed pool `gp`'s wake word (bumped by the caller).
+pub fn guaranteed_wake_all<R: crate::region::Region>(r: &R, gp: usize) {
+    wake_word(r.g_head_rec(gp).wake.as_ptr(), u32::MAX);
 }
 
 /// Sleeps on guaranteed pool `gp`'s wake word while it holds `seen` (what
