@@ -77,6 +77,7 @@ struct waiter {
   uint32_t pool, tenant;
   int rc;
   fairshm_refusal r;
+  double started; /* ms of CLOCK_MONOTONIC, just before the call (blocked_briefly) */
 };
 
 static void *blocked(void *arg) {
@@ -88,19 +89,20 @@ static void *blocked(void *arg) {
 
 static int about_to_wait;
 
-/* As `blocked`, for 400 ms, saying first that it is about to wait. */
-static void *blocked_briefly(void *arg) {
-  struct waiter *w = arg;
-  uint64_t lease;
-  __atomic_store_n(&about_to_wait, 1, __ATOMIC_SEQ_CST);
-  w->rc = fairshm_acquire(w->t, w->pool, w->tenant, 1, 0, 400, 0, NULL, &lease, &w->r);
-  return NULL;
-}
-
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* As `blocked`, for 400 ms, saying first that it is about to wait and when. */
+static void *blocked_briefly(void *arg) {
+  struct waiter *w = arg;
+  uint64_t lease;
+  w->started = now_ms();
+  __atomic_store_n(&about_to_wait, 1, __ATOMIC_SEQ_CST);
+  w->rc = fairshm_acquire(w->t, w->pool, w->tenant, 1, 0, 400, 0, NULL, &lease, &w->r);
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -228,7 +230,7 @@ int main(int argc, char **argv) {
 
   /* A blocking acquire cancelled from another thread. */
   for (int i = 0; i < CAPACITY; i++) fairshm_try_acquire(t, pool, tenant, 1, 0, &held[i], NULL);
-  struct waiter w = {t, fairshm_cancel_new(), pool, tenant, -1000, {0}};
+  struct waiter w = {t, fairshm_cancel_new(), pool, tenant, -1000, {0}, 0};
   pthread_t th;
   pthread_create(&th, NULL, blocked, &w);
   struct timespec ts = {0, 100 * 1000 * 1000};
@@ -273,18 +275,23 @@ int main(int argc, char **argv) {
      that call to return (its 400 ms timeout) instead of unmapping under it; later calls
      and a second close are refused or ignored, not undefined. */
   for (int i = 0; i < CAPACITY; i++) fairshm_try_acquire(t, pool, tenant, 1, 0, &held[i], NULL);
-  struct waiter c = {t, NULL, pool, tenant, -1000, {0}};
+  struct waiter c = {t, NULL, pool, tenant, -1000, {0}, 0};
   pthread_create(&th, NULL, blocked_briefly, &c);
-  while (!__atomic_load_n(&about_to_wait, __ATOMIC_SEQ_CST)) nanosleep(&ts, NULL);
+  struct timespec poll = {0, 1000 * 1000};
+  while (!__atomic_load_n(&about_to_wait, __ATOMIC_SEQ_CST)) nanosleep(&poll, NULL);
   struct timespec settle = {0, 100 * 1000 * 1000};
   nanosleep(&settle, NULL);
   double began = now_ms();
   fairshm_close(t);
-  double took = now_ms() - began;
+  double ended = now_ms();
   pthread_join(th, NULL);
   if (c.rc == FAIRSHM_REFUSED) {
-    CHECK(c.r.reason == 3 && took >= 200, "the close waited for the waiter's call: reason %u, "
-          "close took %.0f ms", c.r.reason, took);
+    /* The waiter's call timed out, so it returned at least 400 ms after it began: a
+       close that waited for it ended no earlier (whatever the host's delays before the
+       close began, which a fixed lower bound on the close's own time would count). */
+    CHECK(c.r.reason == 3 && ended >= c.started + 400, "the close waited for the waiter's "
+          "call: reason %u, close ended %.1f ms after the call began, took %.0f ms",
+          c.r.reason, ended - c.started, ended - began);
   } else {
     /* Only on a host so loaded that the waiter entered after the close began. */
     CHECK(c.rc == FAIRSHM_E_INVALID_REQUEST, "the waiter, come late: rc %d", c.rc);
