@@ -234,3 +234,51 @@ fn the_shortest_announcement_is_no_finding() {
     stamp.store(now_ms() + 1_000, Relaxed);
     assert_eq!(t.check().unwrap().len(), 1);
 }
+
+/// `acquire_timeout_cancellable`: a waiter given a retry-after of seconds (the loan's
+/// declared end) and a timeout of 10 s returns the last refusal as soon as another
+/// thread cancels its token; a token already cancelled still lets the first ask
+/// through, and ends the wait at its first refusal.
+#[test]
+fn a_cancel_ends_a_guaranteed_wait_at_once() {
+    let seg = Seg::new("gw-cancel");
+    let c = even_pool(100, (5_000, 20_000));
+    let t: Table = seg.create(&c);
+    let g = t.guaranteed("ceiling").unwrap();
+    let own = g.acquire("b", 50, 60_000, now_ms()).unwrap().unwrap();
+    let loan = g.acquire("b", 50, LOAN_MS, now_ms()).unwrap().unwrap();
+    let cancel = fairshm::Cancel::new();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let start = now_ns();
+            let r =
+                g.acquire_timeout_cancellable("a", 50, 100, Duration::from_secs(10), Some(&cancel));
+            (r, start, now_ns())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished(), "the wait ended before the cancel");
+        let cancelled_ns = now_ns();
+        cancel.cancel();
+        let (r, start, back) = waiter.join().unwrap();
+        let refusal = r.unwrap().unwrap_err();
+        assert_eq!(refusal.reason, fairshm::Reason::GuaranteeOnLoan);
+        assert_eq!(refusal.blocking_leases, vec![loan.name.clone()]);
+        assert!(back >= cancelled_ns && start < cancelled_ns);
+        let ms = (back - cancelled_ns) / 1_000_000;
+        assert!(ms < 1_000, "the wait ended {ms} ms after the cancel");
+    });
+    // Cancelled already: refused, it returns at once; granted, it holds the grant.
+    let start = now_ns();
+    let r = g
+        .acquire_timeout_cancellable("a", 50, 100, Duration::from_secs(10), Some(&cancel))
+        .unwrap();
+    assert_eq!(r.unwrap_err().reason, fairshm::Reason::GuaranteeOnLoan);
+    assert!((now_ns() - start) / 1_000_000 < 1_000);
+    g.release(loan.id, now_ms()).unwrap();
+    let served = g
+        .acquire_timeout_cancellable("a", 50, 100, Duration::from_secs(10), Some(&cancel))
+        .unwrap()
+        .unwrap();
+    g.release(served.id, now_ms()).unwrap();
+    g.release(own.id, now_ms()).unwrap();
+}

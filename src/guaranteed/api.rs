@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::region::Region;
 use crate::sync::{AtomicU32, Backoff, Ordering::*};
 use crate::table::Table;
+use crate::waiting::Cancel;
 
 /// A release, with its place in the replay order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -222,7 +223,7 @@ impl Engine {
         pool: GPoolId,
         seen: u32,
         until: std::time::Instant,
-        cancel: Option<&crate::waiting::Cancel>,
+        cancel: Option<&Cancel>,
     ) -> Result<bool> {
         use std::time::{Duration, Instant};
         // The announcement writes to the segment: an observer's mapping is read-only.
@@ -359,6 +360,21 @@ impl<'t> Guaranteed<'t> {
         hold_ms: u64,
         timeout: std::time::Duration,
     ) -> Result<std::result::Result<GGrant, GRefusal>> {
+        self.acquire_timeout_cancellable(tenant, cost, hold_ms, timeout, None)
+    }
+
+    /// `acquire_timeout`, which another thread can end early with `cancel` (at once,
+    /// even mid-sleep): it then returns the last refusal, as at the deadline. A token
+    /// cancelled before the call still lets the first ask through: granted, the grant
+    /// is returned.
+    pub fn acquire_timeout_cancellable(
+        &self,
+        tenant: &str,
+        cost: u64,
+        hold_ms: u64,
+        timeout: std::time::Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<std::result::Result<GGrant, GRefusal>> {
         let deadline = crate::clock::after(std::time::Instant::now(), timeout);
         let keep_asking = (self.rules().idle_after / 2).max(1);
         let e = self.table.engine();
@@ -372,7 +388,7 @@ impl<'t> Guaranteed<'t> {
             let left = deadline.saturating_duration_since(now);
             let hopeless = refusal.reason == Reason::HoldExceedsReclaimHorizon
                 && refusal.retry_after_ms.is_none();
-            if left.is_zero() || hopeless {
+            if left.is_zero() || hopeless || cancel.is_some_and(Cancel::is_cancelled) {
                 return Ok(Err(refusal));
             }
             let wait = refusal
@@ -381,7 +397,7 @@ impl<'t> Guaranteed<'t> {
                 .clamp(1, keep_asking);
             let until = now + std::time::Duration::from_millis(wait).min(left);
             // Asleep until the retry-after, or until units come back, if sooner.
-            e.guaranteed_sleep(self.id, seen, until, None)?;
+            e.guaranteed_sleep(self.id, seen, until, cancel)?;
         }
     }
     pub fn state(&self) -> Result<State> {
