@@ -445,6 +445,14 @@ void fairshm_cancel_fire(const fairshm_cancel *c);
 // `c` is null or a live token.
 void fairshm_cancel_reset(const fairshm_cancel *c);
 
+// Whether the token is fired (and not reset since): what a caller's own wait loop
+// (around `fairshm_guaranteed_sleep`, whose `*woken` is 0 for a cancel as for a
+// timeout) checks to stop. Null is not fired.
+//
+// # Safety
+// `c` is null or a live token.
+bool fairshm_cancel_fired(const fairshm_cancel *c);
+
 // Frees a token. No acquire may still be waiting with it. Null is ignored.
 //
 // # Safety

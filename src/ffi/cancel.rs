@@ -39,6 +39,18 @@ pub unsafe extern "C" fn fairshm_cancel_reset(c: *const fairshm_cancel) {
     }
 }
 
+/// Whether the token is fired (and not reset since): what a caller's own wait loop
+/// (around `fairshm_guaranteed_sleep`, whose `*woken` is 0 for a cancel as for a
+/// timeout) checks to stop. Null is not fired.
+///
+/// # Safety
+/// `c` is null or a live token.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_cancel_fired(c: *const fairshm_cancel) -> bool {
+    // SAFETY: null or live, by the contract.
+    unsafe { c.as_ref() }.is_some_and(|c| c.c.is_cancelled())
+}
+
 /// Frees a token. No acquire may still be waiting with it. Null is ignored.
 ///
 /// # Safety

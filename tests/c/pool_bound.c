@@ -231,6 +231,7 @@ int main(int argc, char **argv) {
   /* A blocking acquire cancelled from another thread. */
   for (int i = 0; i < CAPACITY; i++) fairshm_try_acquire(t, pool, tenant, 1, 0, &held[i], NULL);
   struct waiter w = {t, fairshm_cancel_new(), pool, tenant, -1000, {0}, 0};
+  CHECK(!fairshm_cancel_fired(w.cancel) && !fairshm_cancel_fired(NULL), "a new token is not fired");
   pthread_t th;
   pthread_create(&th, NULL, blocked, &w);
   struct timespec ts = {0, 100 * 1000 * 1000};
@@ -240,6 +241,9 @@ int main(int argc, char **argv) {
   CHECK(w.rc == FAIRSHM_REFUSED && w.r.reason == 4 && w.r.waited_ms >= 50,
         "cancelled: rc %d reason %u waited %llu", w.rc, w.r.reason,
         (unsigned long long)w.r.waited_ms);
+  CHECK(fairshm_cancel_fired(w.cancel), "a fired token says so");
+  fairshm_cancel_reset(w.cancel);
+  CHECK(!fairshm_cancel_fired(w.cancel), "a reset token is not fired");
   fairshm_cancel_free(w.cancel);
   for (int i = 0; i < CAPACITY; i++) fairshm_release(t, held[i]);
 
