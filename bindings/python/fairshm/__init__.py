@@ -166,7 +166,9 @@ def _not_copied(obj, instead):
 
 class Cancel:
     """Ends blocking acquires early, from another thread: ``acquire(cancel=c)`` then
-    raises ``Refused`` with reason ``cancelled``."""
+    raises ``Refused`` with reason ``cancelled`` (a guaranteed pool's
+    ``acquire_timeout(..., cancel=c)`` its last ``GuaranteedRefused``). It stays fired
+    until ``reset()``."""
 
     def __init__(self):
         self._p = lib.fairshm_cancel_new()
@@ -176,6 +178,10 @@ class Cancel:
 
     def reset(self):
         lib.fairshm_cancel_reset(self._p)
+
+    def is_cancelled(self):
+        """Whether ``cancel()`` was called since the token was made or reset."""
+        return bool(lib.fairshm_cancel_fired(self._p))
 
     def __del__(self):
         p, self._p = getattr(self, "_p", None), None

@@ -5,7 +5,7 @@ acquire lets the process's other threads run."""
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_bool, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 from pathlib import Path
 
 
@@ -140,6 +140,7 @@ _sigs = {
     "fairshm_cancel_new": (c_void_p, []),
     "fairshm_cancel_fire": (None, [c_void_p]),
     "fairshm_cancel_reset": (None, [c_void_p]),
+    "fairshm_cancel_fired": (c_bool, [c_void_p]),
     "fairshm_cancel_free": (None, [c_void_p]),
     "fairshm_nop_acquire": (
         c_int32,

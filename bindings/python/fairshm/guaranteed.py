@@ -168,7 +168,7 @@ class Guaranteed:
                                     self.name, tenant, names)
         self._table._fail(rc)
 
-    def acquire_timeout(self, tenant, cost, hold_ms, timeout):
+    def acquire_timeout(self, tenant, cost, hold_ms, timeout, cancel=None):
         """``acquire`` on the library's clock, asked again until granted or ``timeout``
         seconds have passed: as soon as units come back to the pool (a release, or the
         reap of a dead holder, wakes its waiters in every process), else at each
@@ -178,9 +178,15 @@ class Guaranteed:
         ``GuaranteedRefused`` when the time is up, and at once for a refusal that
         waiting cannot end (``hold_exceeds_reclaim_horizon`` with no retry-after).
         Sleeps between asks with the GIL released, in slices (Ctrl-C interrupts
-        them)."""
+        them). A ``fairshm.Cancel`` fired from another thread ends the wait at once with
+        the last ``GuaranteedRefused``, as the deadline does; fired before the call, it
+        still lets the first ask through."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
             raise ValueError("timeout must be a number of seconds, 0 or more, not %r" % (timeout,))
+        from . import Cancel
+        if cancel is not None and not isinstance(cancel, Cancel):
+            raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
+        c = cancel._p if cancel is not None else None
         deadline = time.monotonic() + timeout
         if self._keep_asking_ms is None:
             # A time before the pool's clock reads at its clock: nothing moves.
@@ -196,7 +202,7 @@ class Guaranteed:
             except GuaranteedRefused as r:
                 left = deadline - time.monotonic()
                 hopeless = r.reason == "hold_exceeds_reclaim_horizon" and r.retry_after_ms is None
-                if left <= 0 or hopeless:
+                if left <= 0 or hopeless or (c is not None and lib.fairshm_cancel_fired(c)):
                     raise
                 keep = self._keep_asking_ms
                 wait = min(max(r.retry_after_ms if r.retry_after_ms is not None else keep, 1), keep)
@@ -204,11 +210,13 @@ class Guaranteed:
                 while True:
                     ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
                     rc = lib.fairshm_guaranteed_sleep(self._table._h, self._id, seen.value, ms,
-                                                      None, byref(woken))
+                                                      c, byref(woken))
                     if rc:
                         self._table._fail(rc)
                     if woken.value or time.monotonic() >= until:
                         break
+                    if c is not None and lib.fairshm_cancel_fired(c):
+                        break  # one more ask: a grant is kept, a refusal raised
 
     def release(self, lease_id, now_ms=None):
         _check("lease_id", lease_id, _U64)

@@ -336,6 +336,43 @@ def test_a_release_in_another_process_wakes_acquire_timeout_before_its_retry_aft
         t.close()
 
 
+def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once(name):
+    # a's retry-after is the loan's declared end, about 4 s away, and its timeout 30 s:
+    # a Cancel fired from another thread after 0.3 s ends the wait with the refusal.
+    import threading
+    import time
+
+    cfg = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0], reclaim_horizon_ms=5000,
+                                        idle_after_ms=20_000)])
+    with fairshm.Table.create(name, cfg) as t:
+        g = t.guaranteed("tokens")
+        own = g.acquire("b", 50, 60_000)
+        loan = g.acquire("b", 50, 4000)
+        cancel = fairshm.Cancel()
+        assert not cancel.is_cancelled()
+        timer = threading.Timer(0.3, cancel.cancel)
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(fairshm.GuaranteedRefused) as e:
+            g.acquire_timeout("a", 50, 50, 30, cancel=cancel)
+        waited = time.monotonic() - t0
+        timer.join()
+        assert 0.2 < waited < 1.5, waited
+        assert e.value.reason == "guarantee_on_loan"
+        assert e.value.blocking_leases == [loan.name]
+        assert cancel.is_cancelled()
+        # Fired already: the first ask still goes through, refused or granted.
+        with pytest.raises(fairshm.GuaranteedRefused):
+            g.acquire_timeout("a", 50, 50, 30, cancel=cancel)
+        loan.release()
+        g.acquire_timeout("a", 50, 50, 30, cancel=cancel).release()
+        cancel.reset()
+        assert not cancel.is_cancelled()
+        with pytest.raises(TypeError, match="cancel"):
+            g.acquire_timeout("a", 50, 50, 1, cancel=object())
+        own.release()
+
+
 def test_blocking_leases_are_named_by_their_borrowers_whatever_the_tenants_order(name):
     # Tenants listed out of alphabetical order, each borrowing from another: the name
     # of a blocking lease is its borrower's (the refusal carries the borrower's handle).

@@ -154,7 +154,8 @@ module Fairshm
   end
 
   # Ends blocking acquires early, from another thread: acquire(cancel: c) then raises
-  # Refused with reason "cancelled".
+  # Refused with reason "cancelled" (a guaranteed pool's acquire_timeout(..., cancel: c)
+  # its last GuaranteedRefused). It stays fired until #reset.
   class Cancel
     include NotCopied
     attr_reader :ptr
@@ -174,6 +175,11 @@ module Fairshm
 
     def reset
       Native::CANCEL_RESET.call(@ptr)
+    end
+
+    # Whether #cancel was called since the token was made or reset.
+    def cancelled?
+      Native::CANCEL_FIRED.call(@ptr) != 0
     end
 
     private

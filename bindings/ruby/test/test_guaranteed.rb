@@ -159,6 +159,41 @@ class TestGuaranteed < Minitest::Test
     assert_equal 50, @g.stats["stats"]["in_use"]
   end
 
+  # a's retry-after is the loan's declared end, about 4 s away, and its timeout 30 s: a
+  # Cancel fired from another thread after 0.3 s ends the wait with the refusal.
+  def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once
+    @table.close
+    Fairshm::Table.unlink(@name)
+    g0 = CONFIG["guaranteed"][0].merge("reclaim_horizon_ms" => 5000, "idle_after_ms" => 20_000)
+    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
+    g = @table.guaranteed("tokens")
+    own = g.acquire("b", 50, 60_000)
+    loan = g.acquire("b", 50, 4000)
+    cancel = Fairshm::Cancel.new
+    refute cancel.cancelled?
+    canceller = Thread.new do
+      sleep 0.3
+      cancel.cancel
+    end
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    t0 = clock.call
+    e = assert_raises(Fairshm::GuaranteedRefused) { g.acquire_timeout("a", 50, 50, 30, cancel: cancel) }
+    waited = clock.call - t0
+    canceller.join(10)
+    assert_operator waited, :>, 0.2
+    assert_operator waited, :<, 1.5
+    assert_equal ["guarantee_on_loan", ["b#2"]], [e.reason, e.blocking_leases]
+    assert cancel.cancelled?
+    # Fired already: the first ask still goes through, refused or granted.
+    assert_raises(Fairshm::GuaranteedRefused) { g.acquire_timeout("a", 50, 50, 30, cancel: cancel) }
+    g.release(loan)
+    g.release(g.acquire_timeout("a", 50, 50, 30, cancel: cancel))
+    cancel.reset
+    refute cancel.cancelled?
+    assert_raises(TypeError) { g.acquire_timeout("a", 50, 50, 1, cancel: Object.new) }
+    g.release(own)
+  end
+
   def test_errors_are_typed_and_a_block_releases
     id = @g.acquire("a", 10, 10, now_ms: 5) do |lease|
       # The stats name each lease by the id acquire gave, beside its number in the pool.

@@ -80,12 +80,15 @@ module Fairshm
     # retry-after, and at least every half idle_after_ms, so that the tenant's demand (which lapses idle_after_ms after its
     # last ask) stays signalled and its guarantee frozen while it waits. Raises the last
     # GuaranteedRefused when the time is up, and at once for a refusal that waiting
-    # cannot end (hold_exceeds_reclaim_horizon with no retry-after). With a block, as
-    # acquire.
-    def acquire_timeout(tenant_name, cost, hold_ms, timeout, &block)
+    # cannot end (hold_exceeds_reclaim_horizon with no retry-after). A Fairshm::Cancel
+    # fired from another thread ends the wait at once with the last GuaranteedRefused,
+    # as the deadline does; fired before the call, it still lets the first ask through.
+    # With a block, as acquire.
+    def acquire_timeout(tenant_name, cost, hold_ms, timeout, cancel: nil, &block)
       unless timeout.is_a?(Numeric) && timeout >= 0
         raise ArgumentError, "timeout must be a number of seconds, 0 or more, not #{timeout.inspect}"
       end
+      raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
 
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       # A time before the pool's clock reads at its clock: nothing moves.
@@ -100,23 +103,26 @@ module Fairshm
       rescue GuaranteedRefused => e
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         raise if left <= 0 || (e.reason == "hold_exceeds_reclaim_horizon" && e.retry_after_ms.nil?)
+        raise if cancel&.cancelled?
 
         wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
-        sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min)
+        sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min,
+                          cancel)
         retry
       end
       block ? held(id, &block) : id
     end
 
     # Sleeps until units come back to the pool (a release or a reap since `seen` was
-    # read) or until `wake_at` (monotonic seconds), in slices without the GVL, so that
-    # Thread#raise, Timeout and Ctrl-C land between them.
-    def sleep_until_freed(seen, woken, wake_at)
+    # read), until `wake_at` (monotonic seconds) or until `cancel` fires, in slices
+    # without the GVL, so that Thread#raise, Timeout and Ctrl-C land between them.
+    def sleep_until_freed(seen, woken, wake_at, cancel)
       loop do
         ms = ((wake_at - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).ceil.clamp(0, WAIT_SLICE_MS)
-        rc = Native::G_SLEEP.call(@table.handle, @id, seen[0, 4].unpack1("L"), ms, nil, woken)
+        rc = Native::G_SLEEP.call(@table.handle, @id, seen[0, 4].unpack1("L"), ms, cancel&.ptr, woken)
         @table.raise_for(rc) unless rc.zero?
         return if woken[0, 4].unpack1("L") != 0 || Process.clock_gettime(Process::CLOCK_MONOTONIC) >= wake_at
+        return if cancel&.cancelled? # one more ask: a grant is kept, a refusal raised
       end
     end
     private :sleep_until_freed

@@ -69,6 +69,8 @@ module Fairshm
     CANCEL_NEW = fn("fairshm_cancel_new", [], P)
     CANCEL_FIRE = fn("fairshm_cancel_fire", [P], VOID)
     CANCEL_RESET = fn("fairshm_cancel_reset", [P], VOID)
+    # A C bool: one byte (unsigned char), 0 or 1.
+    CANCEL_FIRED = fn("fairshm_cancel_fired", [P], -Fiddle::TYPE_CHAR)
     CANCEL_FREE = fn("fairshm_cancel_free", [P], VOID)
     NOP_ACQUIRE = fn("fairshm_nop_acquire", [P, U32, U32, U32, U64, P, P], I32)
     NOP_RELEASE = fn("fairshm_nop_release", [P, U64], I32)
