@@ -20,6 +20,17 @@ class TestGuaranteed < Minitest::Test
     @g = @table.guaranteed("tokens")
   end
 
+  # The pool anew, in the setup's name (the teardown removes it), with a horizon of 5 s
+  # and an idleness of 20 s: a waiter's retry-after is its loan's declared end, and
+  # only a wake or a cancel ends its wait sooner.
+  def long_wait_pool
+    @table.close
+    Fairshm::Table.unlink(@name)
+    g0 = CONFIG["guaranteed"][0].merge("reclaim_horizon_ms" => 5000, "idle_after_ms" => 20_000)
+    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
+    @table.guaranteed("tokens")
+  end
+
   # Seed 001's trace at its own times: t=0, 10 and 100.
   def test_the_returner_is_served_within_the_horizon
     @g.acquire("b", 50, 10_000, now_ms: 0)
@@ -81,12 +92,7 @@ class TestGuaranteed < Minitest::Test
   # loan's holder, a forked worker, gives it back after 0.3 s, and the release wakes
   # a's acquire_timeout, which asks again at once instead of at the retry-after.
   def test_a_release_in_another_process_wakes_acquire_timeout_before_its_retry_after
-    # A table of its own, in the setup's name (the teardown removes it).
-    @table.close
-    Fairshm::Table.unlink(@name)
-    g0 = CONFIG["guaranteed"][0].merge("reclaim_horizon_ms" => 5000, "idle_after_ms" => 20_000)
-    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
-    g = @table.guaranteed("tokens")
+    g = long_wait_pool
     name = @name
     r, w = IO.pipe
     pid = fork do
@@ -162,11 +168,7 @@ class TestGuaranteed < Minitest::Test
   # a's retry-after is the loan's declared end, about 4 s away, and its timeout 30 s: a
   # Cancel fired from another thread after 0.3 s ends the wait with the refusal.
   def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once
-    @table.close
-    Fairshm::Table.unlink(@name)
-    g0 = CONFIG["guaranteed"][0].merge("reclaim_horizon_ms" => 5000, "idle_after_ms" => 20_000)
-    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
-    g = @table.guaranteed("tokens")
+    g = long_wait_pool
     own = g.acquire("b", 50, 60_000)
     loan = g.acquire("b", 50, 4000)
     cancel = Fairshm::Cancel.new
