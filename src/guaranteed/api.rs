@@ -203,57 +203,6 @@ impl Engine {
             .fairness_report(self.guaranteed_rules(pool)?))
     }
 
-    /// Before an ask that may end in a sleep: the value of `pool`'s wake word, to give
-    /// [`Engine::guaranteed_sleep`] after a refusal (see `guaranteed::waiters`).
-    pub fn guaranteed_wake_seen(&self, pool: GPoolId) -> Result<u32> {
-        self.guaranteed_rules(pool)?;
-        Ok(super::waiters::seen(self.seg(), pool.index()))
-    }
-
-    /// After a refused ask: sleeps until units come back to `pool` (a release, a reap,
-    /// a reset since `seen`, [`Engine::guaranteed_wake_seen`]'s value before the ask),
-    /// `cancel` is cancelled, a signal arrives, or `until`. `true` when units came back
-    /// (at once if they did before the sleep began), `false` otherwise; the caller asks
-    /// again either way, or gives up at its deadline.
-    ///
-    /// A long sleep is announced (`sleep_until_ms`) half `idle_after_ms` at a time, so
-    /// that a waiter that leaves or dies keeps releases waking nobody for no longer.
-    pub fn guaranteed_sleep(
-        &self,
-        pool: GPoolId,
-        seen: u32,
-        until: std::time::Instant,
-        cancel: Option<&Cancel>,
-    ) -> Result<bool> {
-        use std::time::{Duration, Instant};
-        // The announcement writes to the segment: an observer's mapping is read-only.
-        self.writable("a guaranteed pool's wait")?;
-        self.guaranteed_rules(pool)?;
-        let (seg, gp) = (self.seg(), pool.index());
-        let step = Duration::from_millis(super::waiters::announce_step_ms(seg, gp));
-        loop {
-            let now = Instant::now();
-            let part_end = crate::clock::after(now, step).min(until);
-            let part_ms = part_end.saturating_duration_since(now).as_millis() as u64;
-            let end_ms = crate::clock::now_ms()
-                .saturating_add(part_ms)
-                .saturating_add(1);
-            if super::waiters::announce(seg, gp, end_ms) != seen {
-                return Ok(true);
-            }
-            crate::waiting::guaranteed_sleep(seg, gp, seen, cancel, part_end);
-            // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
-            if seg.g_head_rec(gp).wake.load(Acquire) != seen {
-                return Ok(true);
-            }
-            // Back early (a signal, a cancel), or at the end: the caller decides.
-            let back = Instant::now();
-            if back < part_end || part_end >= until || cancel.is_some_and(|c| c.is_cancelled()) {
-                return Ok(false);
-            }
-        }
-    }
-
     /// The weighted max-min allocation for current demand at `now`.
     pub fn guaranteed_plan(&self, pool: GPoolId, now: u64) -> Result<Vec<PlanEntry>> {
         Ok(self
@@ -375,30 +324,14 @@ impl<'t> Guaranteed<'t> {
         timeout: std::time::Duration,
         cancel: Option<&Cancel>,
     ) -> Result<std::result::Result<GGrant, GRefusal>> {
-        let deadline = crate::clock::after(std::time::Instant::now(), timeout);
-        let keep_asking = (self.rules().idle_after / 2).max(1);
         let e = self.table.engine();
-        loop {
-            let seen = e.guaranteed_wake_seen(self.id)?;
-            let refusal = match self.acquire(tenant, cost, hold_ms, crate::clock::now_ms())? {
-                Ok(g) => return Ok(Ok(g)),
-                Err(r) => r,
-            };
-            let now = std::time::Instant::now();
-            let left = deadline.saturating_duration_since(now);
-            let hopeless = refusal.reason == Reason::HoldExceedsReclaimHorizon
-                && refusal.retry_after_ms.is_none();
-            if left.is_zero() || hopeless || cancel.is_some_and(Cancel::is_cancelled) {
-                return Ok(Err(refusal));
-            }
-            let wait = refusal
-                .retry_after_ms
-                .unwrap_or(keep_asking)
-                .clamp(1, keep_asking);
-            let until = now + std::time::Duration::from_millis(wait).min(left);
-            // Asleep until the retry-after, or until units come back, if sooner.
-            e.guaranteed_sleep(self.id, seen, until, cancel)?;
-        }
+        let t = e.guaranteed_tenant(self.id, tenant)?;
+        Ok(
+            match e.guaranteed_acquire_wait(self.id, t, cost, hold_ms, timeout, cancel)? {
+                GOutcome::Granted(g) => Ok(g),
+                GOutcome::Refused(r) => Err(r),
+            },
+        )
     }
     pub fn state(&self) -> Result<State> {
         self.table.engine().guaranteed_state(self.id)

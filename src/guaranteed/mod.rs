@@ -18,6 +18,7 @@ pub mod report;
 #[doc(hidden)]
 pub mod shared;
 pub mod state;
+mod wait;
 #[doc(hidden)]
 pub mod waiters;
 pub mod words;

@@ -1,0 +1,114 @@
+//! Waiting on a guaranteed pool through the engine: the wake word's value before an
+//! ask, the sleep after a refusal (`waiters` has the handshake with the releasers), and
+//! the whole wait, asking again until granted, timed out or cancelled.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::region::Region;
+use crate::sync::Ordering::*;
+use crate::waiting::Cancel;
+
+impl Engine {
+    /// Before an ask that may end in a sleep: the value of `pool`'s wake word, to give
+    /// [`Engine::guaranteed_sleep`] after a refusal (see `guaranteed::waiters`).
+    pub fn guaranteed_wake_seen(&self, pool: GPoolId) -> Result<u32> {
+        self.guaranteed_rules(pool)?;
+        Ok(super::waiters::seen(self.seg(), pool.index()))
+    }
+
+    /// After a refused ask: sleeps until units come back to `pool` (a release, a reap,
+    /// a reset since `seen`, [`Engine::guaranteed_wake_seen`]'s value before the ask),
+    /// `cancel` is cancelled, a signal arrives, or `until`. `true` when units came back
+    /// (at once if they did before the sleep began), `false` otherwise; the caller asks
+    /// again either way, or gives up at its deadline.
+    ///
+    /// A long sleep is announced (`sleep_until_ms`) half `idle_after_ms` at a time, so
+    /// that a waiter that leaves or dies keeps releases waking nobody for no longer.
+    pub fn guaranteed_sleep(
+        &self,
+        pool: GPoolId,
+        seen: u32,
+        until: std::time::Instant,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        use std::time::{Duration, Instant};
+        // The announcement writes to the segment: an observer's mapping is read-only.
+        self.writable("a guaranteed pool's wait")?;
+        self.guaranteed_rules(pool)?;
+        let (seg, gp) = (self.seg(), pool.index());
+        let step = Duration::from_millis(super::waiters::announce_step_ms(seg, gp));
+        loop {
+            let now = Instant::now();
+            let part_end = crate::clock::after(now, step).min(until);
+            let part_ms = part_end.saturating_duration_since(now).as_millis() as u64;
+            let end_ms = crate::clock::now_ms()
+                .saturating_add(part_ms)
+                .saturating_add(1);
+            if super::waiters::announce(seg, gp, end_ms) != seen {
+                return Ok(true);
+            }
+            crate::waiting::guaranteed_sleep(seg, gp, seen, cancel, part_end);
+            // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
+            if seg.g_head_rec(gp).wake.load(Acquire) != seen {
+                return Ok(true);
+            }
+            // Back early (a signal, a cancel), or at the end: the caller decides.
+            let back = Instant::now();
+            if back < part_end || part_end >= until || cancel.is_some_and(|c| c.is_cancelled()) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Asks for `cost` for `tenant` of `pool`, declaring a hold of `hold_ms`, on the
+    /// library's clock, again until granted or `timeout` has passed: as soon as units
+    /// come back to the pool (a release, a reap: they wake the pool's waiters), else at
+    /// each refusal's retry-after, and at least every half `idle_after_ms`, so that the
+    /// tenant's demand (which lapses `idle_after_ms` after its last ask) stays signalled
+    /// and its guarantee frozen while it waits. Returns the last refusal when the time
+    /// is up or `cancel` is cancelled (at once, even mid-sleep), and at once for a
+    /// refusal that waiting cannot end (`hold_exceeds_reclaim_horizon` with no
+    /// retry-after). A token cancelled before the call still lets the first ask through.
+    pub fn guaranteed_acquire_wait(
+        &self,
+        pool: GPoolId,
+        tenant: u16,
+        cost: u64,
+        hold_ms: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<GOutcome> {
+        let deadline = crate::clock::after(Instant::now(), timeout);
+        let keep_asking = (self.guaranteed_rules(pool)?.idle_after / 2).max(1);
+        loop {
+            let seen = self.guaranteed_wake_seen(pool)?;
+            let refusal = match self.guaranteed_acquire(
+                pool,
+                tenant,
+                cost,
+                hold_ms,
+                crate::clock::now_ms(),
+            )? {
+                GOutcome::Refused(r) => r,
+                granted => return Ok(granted),
+            };
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
+            let hopeless = refusal.reason == Reason::HoldExceedsReclaimHorizon
+                && refusal.retry_after_ms.is_none();
+            if left.is_zero() || hopeless || cancel.is_some_and(Cancel::is_cancelled) {
+                return Ok(GOutcome::Refused(refusal));
+            }
+            let wait = refusal
+                .retry_after_ms
+                .unwrap_or(keep_asking)
+                .clamp(1, keep_asking);
+            let until = now + Duration::from_millis(wait).min(left);
+            // Asleep until the retry-after, or until units come back, if sooner.
+            self.guaranteed_sleep(pool, seen, until, cancel)?;
+        }
+    }
+}
