@@ -498,6 +498,34 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
                                    char *why,
                                    size_t why_len);
 
+// `fairshm_guaranteed_acquire` on the library's clock, asked again until granted or
+// `timeout_ms` has passed (`UINT64_MAX`: for ever): as soon as units come back to the
+// pool (a release, or the reap of a dead holder, in any process), else at each
+// refusal's retry-after, and at least every half `idle_after_ms`, so that the tenant's
+// demand stays signalled and its guarantee frozen while it waits. `cancel` (may be
+// null), fired from another thread, ends the wait at once. A wait that ends unserved
+// (the time is up, the token fired, or at once a refusal that waiting cannot end:
+// `hold_exceeds_reclaim_horizon` with no retry-after) is `FAIRSHM_REFUSED` with the
+// last refusal, written as `fairshm_guaranteed_acquire` writes it. Sleeps in the
+// calling thread without a way for signals to end the wait early; a caller that needs
+// that (an interpreter) loops with `fairshm_guaranteed_wake_seen` and
+// `fairshm_guaranteed_sleep` instead.
+//
+// # Safety
+// As `fairshm_guaranteed_acquire`; `cancel` null or from `fairshm_cancel_new`, not
+// freed.
+int32_t fairshm_guaranteed_acquire_wait(const fairshm_table *t,
+                                        uint32_t pool,
+                                        uint32_t tenant,
+                                        uint64_t cost,
+                                        uint64_t hold_ms,
+                                        uint64_t timeout_ms,
+                                        const fairshm_cancel *cancel,
+                                        uint64_t *lease,
+                                        fairshm_guaranteed_refusal *refusal,
+                                        char *why,
+                                        size_t why_len);
+
 // Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).
 // A second release is `FAIRSHM_E_ALREADY_RELEASED`; a lease acquired through another
 // handle or by another process `FAIRSHM_E_NOT_OWNER`, saying who holds it; a

@@ -1,7 +1,8 @@
 //! The C ABI as a C program uses it: `tests/c/pool_bound.c`, compiled against the
 //! checked-in header and linked with the cdylib, forks workers and checks the pool
-//! bound, the typed errors, an explanation, statistics and a cancelled wait; and the
-//! README's C quick start, compiled and run as it stands there.
+//! bound, the typed errors, an explanation, statistics and a cancelled wait;
+//! `tests/c/guaranteed_wait.c` waits on a guaranteed pool; and the README's C quick
+//! start, compiled and run as it stands there.
 
 mod common;
 
@@ -87,6 +88,20 @@ fn a_c_program_forks_workers_that_keep_the_pool_bound() {
     let out = dir.join(format!("pool_bound-{}", std::process::id()));
     compile(root, &dir, &root.join("tests/c/pool_bound.c"), &out);
     let seg = common::Seg::new("c-abi");
+    let status = run(&out, &[&seg.name], &dir, None);
+    let _ = std::fs::remove_file(&out);
+    assert!(status.success(), "the C program's checks: {status}");
+}
+
+/// `tests/c/guaranteed_wait.c`: a guaranteed pool's blocking acquire in one call, woken
+/// by a release in another thread, ended by a cancel and by its timeout.
+#[test]
+fn a_c_program_waits_on_a_guaranteed_pool() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = lib_dir(root);
+    let out = dir.join(format!("guaranteed_wait-{}", std::process::id()));
+    compile(root, &dir, &root.join("tests/c/guaranteed_wait.c"), &out);
+    let seg = common::Seg::new("c-abi-gw");
     let status = run(&out, &[&seg.name], &dir, None);
     let _ = std::fs::remove_file(&out);
     assert!(status.success(), "the C program's checks: {status}");

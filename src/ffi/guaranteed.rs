@@ -166,53 +166,135 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
             ));
         };
         let now = super::now_or_clock(now_ms);
-        match table
+        let outcome = table
             .engine()
-            .guaranteed_acquire(GPoolId(pool), tenant, cost, hold_ms, now)
-        {
-            Ok(GOutcome::Granted(g)) => {
-                // SAFETY: non-null, and writable by this function's contract.
-                unsafe { lease.as_ptr().write(g.id.to_u64()) };
-                FAIRSHM_OK
-            }
-            Ok(GOutcome::Refused(r)) => {
-                let x = &r.facts;
-                let mut out = fairshm_guaranteed_refusal {
-                    reason: r.reason.code(),
-                    has_retry_after: r.retry_after_ms.is_some() as u32,
-                    retry_after_ms: r.retry_after_ms.unwrap_or(0),
-                    units: x.units,
-                    guarantee: x.guarantee,
-                    own_free: x.own_free,
-                    lent: x.lent,
-                    need: x.need,
-                    lendable: x.lendable,
-                    seq: r.seq,
-                    n_blocking: x.blocking.len() as u32,
-                    ..Default::default()
-                };
-                for (k, b) in x
-                    .blocking
-                    .iter()
-                    .take(FAIRSHM_GUARANTEED_BLOCKING)
-                    .enumerate()
-                {
-                    out.blocking[k] = GLeaseId { pool, no: b.lease }.to_u64();
-                    out.blocking_tenant[k] = b.tenant as u32;
-                }
-                let text = r.explanation();
-                out.why_len = u32::try_from(text.len()).unwrap_or(u32::MAX);
-                // SAFETY: non-null, and writable by this function's contract.
-                unsafe { refusal.as_ptr().write(out) };
-                if !why.is_null() && why_len > 0 {
-                    // SAFETY: non-null, and writable for `why_len > 0` bytes (contract).
-                    unsafe { super::write_text(&text, why, why_len) };
-                }
-                FAIRSHM_REFUSED
-            }
-            Err(e) => fail(e),
-        }
+            .guaranteed_acquire(GPoolId(pool), tenant, cost, hold_ms, now);
+        // SAFETY: non-null and writable, `why` null or writable for `why_len` bytes,
+        // by this function's contract.
+        unsafe { put_outcome(pool, outcome, lease, refusal, why, why_len) }
     })
+}
+
+/// `fairshm_guaranteed_acquire` on the library's clock, asked again until granted or
+/// `timeout_ms` has passed (`UINT64_MAX`: for ever): as soon as units come back to the
+/// pool (a release, or the reap of a dead holder, in any process), else at each
+/// refusal's retry-after, and at least every half `idle_after_ms`, so that the tenant's
+/// demand stays signalled and its guarantee frozen while it waits. `cancel` (may be
+/// null), fired from another thread, ends the wait at once. A wait that ends unserved
+/// (the time is up, the token fired, or at once a refusal that waiting cannot end:
+/// `hold_exceeds_reclaim_horizon` with no retry-after) is `FAIRSHM_REFUSED` with the
+/// last refusal, written as `fairshm_guaranteed_acquire` writes it. Sleeps in the
+/// calling thread without a way for signals to end the wait early; a caller that needs
+/// that (an interpreter) loops with `fairshm_guaranteed_wake_seen` and
+/// `fairshm_guaranteed_sleep` instead.
+///
+/// # Safety
+/// As `fairshm_guaranteed_acquire`; `cancel` null or from `fairshm_cancel_new`, not
+/// freed.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fairshm_guaranteed_acquire_wait(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    cost: u64,
+    hold_ms: u64,
+    timeout_ms: u64,
+    cancel: *const super::cancel::fairshm_cancel,
+    lease: *mut u64,
+    refusal: *mut fairshm_guaranteed_refusal,
+    why: *mut c_char,
+    why_len: usize,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let (Some(lease), Some(refusal)) = (
+            std::ptr::NonNull::new(lease),
+            std::ptr::NonNull::new(refusal),
+        ) else {
+            return invalid("argument `lease` or `refusal` is null".into());
+        };
+        let Ok(tenant) = u16::try_from(tenant) else {
+            return invalid(format!(
+                "tenant handle {tenant} is not one of a guaranteed pool's"
+            ));
+        };
+        // SAFETY: null or a live token, by this function's contract.
+        let cancel = unsafe { cancel.as_ref() }.map(|c| &c.c);
+        let timeout = std::time::Duration::from_millis(timeout_ms);
+        let outcome = table.engine().guaranteed_acquire_wait(
+            GPoolId(pool),
+            tenant,
+            cost,
+            hold_ms,
+            timeout,
+            cancel,
+        );
+        // SAFETY: as in `fairshm_guaranteed_acquire`, by this function's contract.
+        unsafe { put_outcome(pool, outcome, lease, refusal, why, why_len) }
+    })
+}
+
+/// Writes a guaranteed acquire's outcome for C: the lease id, or the refusal's facts
+/// and its explanation (into `why`, if not null); an error's code otherwise.
+///
+/// # Safety
+/// `lease` and `refusal` writable; `why` null or writable for `why_len` bytes.
+unsafe fn put_outcome(
+    pool: u32,
+    outcome: crate::error::Result<GOutcome>,
+    lease: std::ptr::NonNull<u64>,
+    refusal: std::ptr::NonNull<fairshm_guaranteed_refusal>,
+    why: *mut c_char,
+    why_len: usize,
+) -> i32 {
+    match outcome {
+        Ok(GOutcome::Granted(g)) => {
+            // SAFETY: writable by this function's contract.
+            unsafe { lease.as_ptr().write(g.id.to_u64()) };
+            FAIRSHM_OK
+        }
+        Ok(GOutcome::Refused(r)) => {
+            let x = &r.facts;
+            let mut out = fairshm_guaranteed_refusal {
+                reason: r.reason.code(),
+                has_retry_after: r.retry_after_ms.is_some() as u32,
+                retry_after_ms: r.retry_after_ms.unwrap_or(0),
+                units: x.units,
+                guarantee: x.guarantee,
+                own_free: x.own_free,
+                lent: x.lent,
+                need: x.need,
+                lendable: x.lendable,
+                seq: r.seq,
+                n_blocking: x.blocking.len() as u32,
+                ..Default::default()
+            };
+            for (k, b) in x
+                .blocking
+                .iter()
+                .take(FAIRSHM_GUARANTEED_BLOCKING)
+                .enumerate()
+            {
+                out.blocking[k] = GLeaseId { pool, no: b.lease }.to_u64();
+                out.blocking_tenant[k] = b.tenant as u32;
+            }
+            let text = r.explanation();
+            out.why_len = u32::try_from(text.len()).unwrap_or(u32::MAX);
+            // SAFETY: writable by this function's contract.
+            unsafe { refusal.as_ptr().write(out) };
+            if !why.is_null() && why_len > 0 {
+                // SAFETY: non-null, and writable for `why_len > 0` bytes (contract).
+                unsafe { super::write_text(&text, why, why_len) };
+            }
+            FAIRSHM_REFUSED
+        }
+        Err(e) => fail(e),
+    }
 }
 
 /// Releases guaranteed lease `lease` at `now_ms` (`FAIRSHM_NOW`: the library's clock).

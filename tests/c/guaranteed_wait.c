@@ -1,0 +1,152 @@
+/* A guaranteed pool's blocking acquire through the C ABI, as a C program uses it
+ * (fairshm_guaranteed_acquire_wait): served as soon as another thread gives the loan
+ * back, long before the retry-after it was given; ended at once by a cancel token
+ * fired from another thread, and by its timeout, each with the last refusal written
+ * as fairshm_guaranteed_acquire writes it; and bad arguments as typed errors.
+ *
+ * Usage: guaranteed_wait SEGMENT_NAME. Exit 0 when every check holds; each failure is
+ * printed. Every wait has a deadline (alarm). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fairshm.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+      failures++;                                          \
+    }                                                      \
+  } while (0)
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* After 200 ms: releases the loan (`lease` set) or fires the token (`cancel` set). */
+struct later {
+  fairshm_table *t;
+  uint64_t lease;
+  fairshm_cancel *cancel;
+  double at;
+};
+
+static void *act_later(void *arg) {
+  struct later *l = arg;
+  sleep_ms(200);
+  l->at = now_ms();
+  if (l->cancel)
+    fairshm_cancel_fire(l->cancel);
+  else
+    fairshm_guaranteed_release(l->t, l->lease, FAIRSHM_NOW);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: guaranteed_wait SEGMENT_NAME\n");
+    return 2;
+  }
+  alarm(60);
+  /* a and b share 100 evenly; loans may last 5 s, and quiet for 20 s is idle, so a's
+   * own asks come every 10 s at most: only a wake or a cancel ends its wait sooner. */
+  const char *config =
+      "{\"guaranteed\": [{\"name\": \"tokens\", \"ceiling\": 100, \"fairness_unit\": "
+      "\"cost\", \"reclaim_horizon_ms\": 5000, \"idle_after_ms\": 20000, "
+      "\"tenants\": {\"a\": 1, \"b\": 1}}]}";
+  fairshm_table *t = NULL;
+  int rc = fairshm_open(argv[1], FAIRSHM_CREATE, config, FAIRSHM_CONFIG_JSON, 0, &t);
+  if (rc != FAIRSHM_OK) {
+    fprintf(stderr, "open: %d %s\n", rc, fairshm_last_error());
+    return 1;
+  }
+  uint32_t pool, a, b;
+  CHECK(fairshm_guaranteed_pool(t, "tokens", &pool) == FAIRSHM_OK, "pool");
+  CHECK(fairshm_guaranteed_tenant(t, pool, "a", &a) == FAIRSHM_OK, "tenant a");
+  CHECK(fairshm_guaranteed_tenant(t, pool, "b", &b) == FAIRSHM_OK, "tenant b");
+  uint64_t own, loan, got = 0;
+  fairshm_guaranteed_refusal r;
+  char why[FAIRSHM_GUARANTEED_WHY_MAX];
+  CHECK(fairshm_guaranteed_acquire(t, pool, b, 50, 60000, FAIRSHM_NOW, &own, &r, NULL, 0) ==
+            FAIRSHM_OK,
+        "b's own 50");
+  CHECK(fairshm_guaranteed_acquire(t, pool, b, 50, 4000, FAIRSHM_NOW, &loan, &r, NULL, 0) ==
+            FAIRSHM_OK,
+        "b borrows a's 50 for 4 s");
+
+  /* Served when the loan comes back, not at its retry-after of about 4 s. */
+  struct later rel = {t, loan, NULL, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, act_later, &rel);
+  double start = now_ms();
+  rc = fairshm_guaranteed_acquire_wait(t, pool, a, 50, 50, 10000, NULL, &got, &r, why,
+                                       sizeof why);
+  double back = now_ms();
+  pthread_join(th, NULL);
+  CHECK(rc == FAIRSHM_OK, "a is served: rc %d reason %u (%s)", rc, r.reason, why);
+  CHECK(back >= rel.at && back - rel.at < 1000 && back - start < 2000,
+        "served %.0f ms after the release", back - rel.at);
+
+  /* Now the pool is full, and a asks beyond its guarantee: b lends nothing while it
+   * holds. A cancel ends the 10 s wait with the last refusal. */
+  struct later can = {t, 0, fairshm_cancel_new(), 0};
+  pthread_create(&th, NULL, act_later, &can);
+  uint64_t none = 77;
+  memset(why, 0, sizeof why);
+  start = now_ms();
+  rc = fairshm_guaranteed_acquire_wait(t, pool, a, 10, 50, 10000, can.cancel, &none, &r, why,
+                                       sizeof why);
+  back = now_ms();
+  pthread_join(th, NULL);
+  CHECK(rc == FAIRSHM_REFUSED && r.reason == 9 && none == 77,
+        "cancelled: rc %d reason %u", rc, r.reason);
+  CHECK(back >= can.at && back - can.at < 1000, "ended %.0f ms after the cancel",
+        back - can.at);
+  CHECK(r.why_len == strlen(why) && strstr(why, "Tenant \"a\" asked for 10") != NULL,
+        "the explanation: %s", why);
+  CHECK(fairshm_cancel_fired(can.cancel), "the token says it fired");
+  fairshm_cancel_free(can.cancel);
+
+  /* The timeout ends it too, no earlier. */
+  start = now_ms();
+  rc = fairshm_guaranteed_acquire_wait(t, pool, a, 10, 50, 150, NULL, &none, &r, NULL, 0);
+  back = now_ms();
+  CHECK(rc == FAIRSHM_REFUSED && r.reason == 9, "timed out: rc %d reason %u", rc, r.reason);
+  CHECK(back - start >= 149 && back - start < 2000, "waited %.0f ms of 150", back - start);
+
+  /* Bad arguments: typed errors that name them. */
+  CHECK(fairshm_guaranteed_acquire_wait(t, pool, a, 10, 50, 0, NULL, NULL, &r, NULL, 0) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a null lease pointer");
+  CHECK(strstr(fairshm_last_error(), "lease") != NULL, "names it: %s", fairshm_last_error());
+  CHECK(fairshm_guaranteed_acquire_wait(t, pool, 70000, 10, 50, 0, NULL, &none, &r, NULL, 0) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a tenant handle out of range");
+  CHECK(fairshm_guaranteed_acquire_wait(NULL, pool, a, 10, 50, 0, NULL, &none, &r, NULL, 0) !=
+            FAIRSHM_OK,
+        "a null table");
+  CHECK(fairshm_guaranteed_acquire_wait(t, 9, a, 10, 50, 0, NULL, &none, &r, NULL, 0) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a pool handle out of range");
+  CHECK(strstr(fairshm_last_error(), "handle 9") != NULL, "names it: %s", fairshm_last_error());
+
+  CHECK(fairshm_guaranteed_release(t, got, FAIRSHM_NOW) == FAIRSHM_OK, "a's release");
+  CHECK(fairshm_guaranteed_release(t, own, FAIRSHM_NOW) == FAIRSHM_OK, "b's release");
+  fairshm_close(t);
+  if (failures) fprintf(stderr, "%d checks failed\n", failures);
+  return failures ? 1 : 0;
+}
