@@ -76,8 +76,9 @@ fn run(exe: &Path, args: &[&str], dir: &Path, stdout: Option<&Path>) -> ExitStat
     }
 }
 
-#[test]
-fn a_c_program_forks_workers_that_keep_the_pool_bound() {
+/// Compiles `tests/c/{program}.c` and runs it with a segment name of its own (removed
+/// after it), and fails unless every check of the program held.
+fn run_c_test(program: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = lib_dir(root);
     assert!(
@@ -85,26 +86,24 @@ fn a_c_program_forks_workers_that_keep_the_pool_bound() {
         "the cdylib is built in {}",
         dir.display()
     );
-    let out = dir.join(format!("pool_bound-{}", std::process::id()));
-    compile(root, &dir, &root.join("tests/c/pool_bound.c"), &out);
-    let seg = common::Seg::new("c-abi");
+    let out = dir.join(format!("{program}-{}", std::process::id()));
+    compile(root, &dir, &root.join(format!("tests/c/{program}.c")), &out);
+    let seg = common::Seg::new(&format!("c-abi-{program}"));
     let status = run(&out, &[&seg.name], &dir, None);
     let _ = std::fs::remove_file(&out);
-    assert!(status.success(), "the C program's checks: {status}");
+    assert!(status.success(), "{program}.c's checks: {status}");
+}
+
+#[test]
+fn a_c_program_forks_workers_that_keep_the_pool_bound() {
+    run_c_test("pool_bound");
 }
 
 /// `tests/c/guaranteed_wait.c`: a guaranteed pool's blocking acquire in one call, woken
 /// by a release in another thread, ended by a cancel and by its timeout.
 #[test]
 fn a_c_program_waits_on_a_guaranteed_pool() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = lib_dir(root);
-    let out = dir.join(format!("guaranteed_wait-{}", std::process::id()));
-    compile(root, &dir, &root.join("tests/c/guaranteed_wait.c"), &out);
-    let seg = common::Seg::new("c-abi-gw");
-    let status = run(&out, &[&seg.name], &dir, None);
-    let _ = std::fs::remove_file(&out);
-    assert!(status.success(), "the C program's checks: {status}");
+    run_c_test("guaranteed_wait");
 }
 
 /// The first C block of the README's section on the C ABI.

@@ -8,6 +8,7 @@ use super::{
     FAIRSHM_OK, FAIRSHM_REFUSED, arg_name, arg_table, arg_table_tenant, fail, fairshm_table, guard,
     invalid,
 };
+use crate::engine::Engine;
 use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
 
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
@@ -149,29 +150,11 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
     why_len: usize,
 ) -> i32 {
     guard(|| {
-        // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        let (Some(lease), Some(refusal)) = (
-            std::ptr::NonNull::new(lease),
-            std::ptr::NonNull::new(refusal),
-        ) else {
-            return invalid("argument `lease` or `refusal` is null".into());
-        };
-        let Ok(tenant) = u16::try_from(tenant) else {
-            return invalid(format!(
-                "tenant handle {tenant} is not one of a guaranteed pool's"
-            ));
-        };
         let now = super::now_or_clock(now_ms);
-        let outcome = table
-            .engine()
-            .guaranteed_acquire(GPoolId(pool), tenant, cost, hold_ms, now);
-        // SAFETY: non-null and writable, `why` null or writable for `why_len` bytes,
-        // by this function's contract.
-        unsafe { put_outcome(pool, outcome, lease, refusal, why, why_len) }
+        let ask =
+            |e: &Engine, tenant| e.guaranteed_acquire(GPoolId(pool), tenant, cost, hold_ms, now);
+        // SAFETY: this function's contract is `acquire_with`'s.
+        unsafe { acquire_with(t, pool, tenant, (lease, refusal, why, why_len), ask) }
     })
 }
 
@@ -207,36 +190,59 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire_wait(
     why_len: usize,
 ) -> i32 {
     guard(|| {
-        // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        let (Some(lease), Some(refusal)) = (
-            std::ptr::NonNull::new(lease),
-            std::ptr::NonNull::new(refusal),
-        ) else {
-            return invalid("argument `lease` or `refusal` is null".into());
-        };
-        let Ok(tenant) = u16::try_from(tenant) else {
-            return invalid(format!(
-                "tenant handle {tenant} is not one of a guaranteed pool's"
-            ));
-        };
         // SAFETY: null or a live token, by this function's contract.
         let cancel = unsafe { cancel.as_ref() }.map(|c| &c.c);
         let timeout = std::time::Duration::from_millis(timeout_ms);
-        let outcome = table.engine().guaranteed_acquire_wait(
-            GPoolId(pool),
-            tenant,
-            cost,
-            hold_ms,
-            timeout,
-            cancel,
-        );
-        // SAFETY: as in `fairshm_guaranteed_acquire`, by this function's contract.
-        unsafe { put_outcome(pool, outcome, lease, refusal, why, why_len) }
+        let ask = |e: &Engine, tenant| {
+            e.guaranteed_acquire_wait(GPoolId(pool), tenant, cost, hold_ms, timeout, cancel)
+        };
+        // SAFETY: this function's contract includes `acquire_with`'s.
+        unsafe { acquire_with(t, pool, tenant, (lease, refusal, why, why_len), ask) }
     })
+}
+
+/// Where a guaranteed acquire writes its outcome: the lease id, the refusal, and the
+/// explanation's buffer and its length.
+type Out = (
+    *mut u64,
+    *mut fairshm_guaranteed_refusal,
+    *mut c_char,
+    usize,
+);
+
+/// The two guaranteed acquires' common part: checks the table, the out-pointers and the
+/// tenant handle, asks with `ask`, and writes what it came to for C.
+///
+/// # Safety
+/// `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
+/// writable for `why_len` bytes.
+unsafe fn acquire_with(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    (lease, refusal, why, why_len): Out,
+    ask: impl FnOnce(&Engine, u16) -> crate::error::Result<GOutcome>,
+) -> i32 {
+    // SAFETY: per this function's contract.
+    let table = match unsafe { arg_table(t) } {
+        Ok(t) => t,
+        Err(rc) => return rc,
+    };
+    let (Some(lease), Some(refusal)) = (
+        std::ptr::NonNull::new(lease),
+        std::ptr::NonNull::new(refusal),
+    ) else {
+        return invalid("argument `lease` or `refusal` is null".into());
+    };
+    let Ok(tenant) = u16::try_from(tenant) else {
+        return invalid(format!(
+            "tenant handle {tenant} is not one of a guaranteed pool's"
+        ));
+    };
+    let outcome = ask(table.engine(), tenant);
+    // SAFETY: non-null, hence writable, and `why` null or writable for `why_len` bytes,
+    // by this function's contract.
+    unsafe { put_outcome(pool, outcome, lease, refusal, why, why_len) }
 }
 
 /// Writes a guaranteed acquire's outcome for C: the lease id, or the refusal's facts

@@ -13,18 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "fairshm.h"
 
 static int failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
 
 static double now_ms(void) {
   struct timespec ts;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "fairshm.h"
 
 #define CAPACITY 3
@@ -23,15 +24,6 @@
 #define ROUNDS 2000
 
 static int failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
 
 struct shared {
   int holding;     /* permits held right now, by all workers */
