@@ -194,7 +194,8 @@ class Cancel:
 
 class Lease:
     """A granted permit. Release it with ``release()`` or by leaving its ``with``
-    block; a lease released twice raises ``AlreadyReleased``. ``id`` is the C ABI's
+    block (which releases nothing if ``release()`` did already, in the block); a lease
+    released twice raises ``AlreadyReleased``. ``id`` is the C ABI's
     lease id (``Table.release(id)`` releases it too); ``pool``, ``tenant`` and
     ``units`` say what it holds (the names as the acquire was given them)."""
 
@@ -265,7 +266,10 @@ class Lease:
         return self
 
     def __exit__(self, *exc):
-        self.release()
+        try:
+            self.release()
+        except AlreadyReleased:
+            pass  # released in the block already (an early release): nothing is held
         return False
 
 

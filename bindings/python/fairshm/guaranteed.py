@@ -6,7 +6,7 @@ import time
 from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
 
 from . import _lib
-from ._errors import _REASONS, _U64, _c_name, _check, _now, _take_json
+from ._errors import _REASONS, _U64, AlreadyReleased, _c_name, _check, _now, _take_json
 from ._lib import lib
 
 
@@ -68,8 +68,9 @@ def _lease_name(tenant, lease_id):
 
 
 class GuaranteedLease:
-    """A lease of a guaranteed pool. Release it with ``release(now_ms)`` (or use
-    ``with``, which releases at the library's clock); a lease released twice raises
+    """A lease of a guaranteed pool. Release it with ``release(now_ms)``, or use
+    ``with``, which releases at the library's clock unless ``release(now_ms)`` did in
+    the block (so a trace at explicit times keeps them). A lease released twice raises
     ``AlreadyReleased``, as a fair-share ``Lease`` does. ``id`` is its number for the C
     ABI, ``tenant`` its tenant, and ``name`` what refusals, explanations and the stats
     call it (``"b#2"``)."""
@@ -95,7 +96,10 @@ class GuaranteedLease:
         return self
 
     def __exit__(self, *exc):
-        self.release()
+        try:
+            self.release()
+        except AlreadyReleased:
+            pass  # released in the block already (an early release): nothing is held
         return False
 
 

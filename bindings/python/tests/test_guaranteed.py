@@ -67,6 +67,20 @@ def test_the_returner_is_served_within_the_horizon(tokens):
     assert tokens.plan(now_ms=100) == s["plan"]
 
 
+def test_a_lease_released_in_its_block_keeps_its_explicit_time(tokens):
+    # Released in the block at an explicit time, the lease is not released again on
+    # leaving it, so the pool's clock stays at the trace's time.
+    with tokens.acquire("a", 10, 10, now_ms=5) as lease:
+        lease.release(now_ms=20)
+    assert tokens.stats(now_ms=0)["stats"]["now_ms"] == 20
+    with pytest.raises(ValueError, match="the block's own"):
+        with tokens.acquire("a", 10, 10, now_ms=20) as lease:
+            lease.release(now_ms=30)
+            raise ValueError("the block's own")
+    assert tokens.stats(now_ms=0)["stats"]["now_ms"] == 30
+    assert tokens.stats(now_ms=30)["stats"]["in_use"] == 0
+
+
 def test_errors_are_typed(tokens):
     lease = tokens.acquire("a", 10, 10, now_ms=5)
     lease.release(now_ms=6)

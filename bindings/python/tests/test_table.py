@@ -51,6 +51,21 @@ def test_permit_releases_on_leaving_the_block(table):
     assert table.stats()["pools"][0]["in_use"] == 0
 
 
+def test_a_lease_released_in_its_block_is_not_released_again_on_leaving_it(table):
+    # An early release in the block: leaving it releases nothing more and raises
+    # nothing, so an exception of the block's own is the one that propagates.
+    with table.permit("requests", "acme") as lease:
+        lease.release()
+        assert table.stats()["pools"][0]["in_use"] == 0
+    with pytest.raises(ValueError, match="the block's own"):
+        with table.permit("requests", "acme") as lease:
+            lease.release()
+            raise ValueError("the block's own")
+    with pytest.raises(fairshm.AlreadyReleased):  # a second release of its own still says so
+        lease.release()
+    assert table.stats()["pools"][0]["in_use"] == 0
+
+
 def test_errors_are_typed_and_named(table, name):
     lease = table.try_acquire("requests", "acme")
     lease.release()

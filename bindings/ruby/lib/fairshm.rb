@@ -595,12 +595,17 @@ module Fairshm
   end
 
   # Yields +lease+ and releases it when the block ends, however it ends; the block's
-  # value. (A block that released the lease itself makes the release raise
-  # AlreadyReleased, as a second release does.)
+  # value. A block that released the lease itself (an early release) leaves nothing to
+  # release, and the block's end raises nothing (so an exception of the block's own is
+  # the one that propagates); a second release in the block raises AlreadyReleased.
   def self.holding(lease)
     yield lease
   ensure
-    lease.release
+    begin
+      lease.release
+    rescue AlreadyReleased
+      nil # released in the block already: nothing is held
+    end
   end
 
   # Each thread's (each fiber's) out-parameters: a lease id and a refusal.

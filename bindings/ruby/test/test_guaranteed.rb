@@ -196,6 +196,21 @@ class TestGuaranteed < Minitest::Test
     g.release(own)
   end
 
+  # Released in the block at an explicit time, the lease is not released again when
+  # the block ends, so the pool's clock stays at the trace's time.
+  def test_a_lease_released_in_its_block_keeps_its_explicit_time
+    @g.acquire("a", 10, 10, now_ms: 5) { |id| @g.release(id, now_ms: 20) }
+    assert_equal 20, @g.stats(now_ms: 0)["stats"]["now_ms"]
+    e = assert_raises(RuntimeError) do
+      @g.acquire("a", 10, 10, now_ms: 20) do |id|
+        @g.release(id, now_ms: 30)
+        raise "the block's own"
+      end
+    end
+    assert_equal ["the block's own", 30], [e.message, @g.stats(now_ms: 0)["stats"]["now_ms"]]
+    assert_equal 0, @g.stats(now_ms: 30)["stats"]["in_use"]
+  end
+
   def test_errors_are_typed_and_a_block_releases
     id = @g.acquire("a", 10, 10, now_ms: 5) do |lease|
       # The stats name each lease by the id acquire gave, beside its number in the pool.

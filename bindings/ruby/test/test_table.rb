@@ -194,6 +194,23 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # An early release in the block: its end releases nothing more and raises nothing,
+  # so an exception of the block's own is the one that propagates.
+  def test_a_lease_released_in_its_block_is_not_released_again_when_it_ends
+    @table.permit("requests", "acme") { |l| l.release }
+    assert_equal 0, in_use
+    e = assert_raises(RuntimeError) do
+      @table.permit("requests", "acme") do |l|
+        l.release
+        raise "the block's own"
+      end
+    end
+    assert_equal "the block's own", e.message
+    # A second release in the block still says so.
+    assert_raises(Fairshm::AlreadyReleased) { @table.permit("requests", "acme") { |l| 2.times { l.release } } }
+    assert_equal 0, in_use
+  end
+
   # A block given to try_acquire or acquire holds the lease for the block (it was
   # ignored, and the lease stayed held), as guaranteed pools' acquire does.
   def test_try_acquire_and_acquire_with_a_block_release_when_it_ends

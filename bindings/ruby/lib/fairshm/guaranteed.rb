@@ -55,7 +55,8 @@ module Fairshm
     end
 
     # The lease id, or raises GuaranteedRefused. With a block: yields the lease id and
-    # releases it afterwards (at the library's clock).
+    # releases it afterwards (at the library's clock), unless the block released it (at
+    # a time of its own: a trace at explicit times keeps them).
     def acquire(tenant_name, cost, hold_ms, now_ms: nil, &block)
       Fairshm.check_int("cost", cost, U64_MAX)
       Fairshm.check_int("hold_ms", hold_ms, U64_MAX)
@@ -168,7 +169,11 @@ module Fairshm
     def held(id)
       yield id
     ensure
-      release(id)
+      begin
+        release(id)
+      rescue AlreadyReleased
+        nil # released in the block already (at its own time): nothing is held
+      end
     end
 
     def tenant(name)
