@@ -8,7 +8,9 @@
 //! - `report`: `stats()`, the fairness report and `plan()`;
 //! - `words`: the state as the words of a shared block;
 //! - `shared`: the block in the segment, replaced by one CAS (the op protocol of this
-//!   policy, crash-safe by construction).
+//!   policy, crash-safe by construction);
+//! - `waiters` and `wait`: waiting for units to come back (the handshake with the
+//!   releasers; the engine's wait, asking again until granted, timed out or cancelled).
 
 #[cfg(not(loom))]
 mod api;
@@ -18,6 +20,7 @@ pub mod report;
 #[doc(hidden)]
 pub mod shared;
 pub mod state;
+#[cfg(not(loom))]
 mod wait;
 #[doc(hidden)]
 pub mod waiters;
