@@ -6,7 +6,9 @@ import time
 from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
 
 from . import _lib
-from ._errors import _REASONS, _U64, AlreadyReleased, _c_name, _check, _now, _take_json
+from ._errors import (
+    _REASONS, _U64, AlreadyReleased, _c_name, _check, _deadline, _now, _take_json,
+)
 from ._lib import lib
 
 
@@ -174,24 +176,26 @@ class Guaranteed:
 
     def acquire_timeout(self, tenant, cost, hold_ms, timeout, cancel=None):
         """``acquire`` on the library's clock, asked again until granted or ``timeout``
-        seconds have passed: as soon as units come back to the pool (a release, or the
-        reap of a dead holder, wakes its waiters in every process), else at each
-        refusal's retry-after, and at least every half ``idle_after_ms``, so that the
-        tenant's demand (which lapses ``idle_after_ms`` after its last ask) stays
-        signalled and its guarantee frozen while it waits. Raises the last
+        seconds have passed (``None``: for ever): as soon as units come back to the
+        pool (a release, or the reap of a dead holder, wakes its waiters in every
+        process), else at each refusal's retry-after, and at least every half
+        ``idle_after_ms``, so that the tenant's demand (which lapses ``idle_after_ms``
+        after its last ask) stays signalled and its guarantee frozen while it waits. Raises the last
         ``GuaranteedRefused`` when the time is up, and at once for a refusal that
         waiting cannot end (``hold_exceeds_reclaim_horizon`` with no retry-after).
         Sleeps between asks with the GIL released, in slices (Ctrl-C interrupts
         them). A ``fairshm.Cancel`` fired from another thread ends the wait at once with
         the last ``GuaranteedRefused``, as the deadline does; fired before the call, it
         still lets the first ask through."""
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-            raise ValueError("timeout must be a number of seconds, 0 or more, not %r" % (timeout,))
+        # As the fair-share acquire's: None or infinity waits for ever, a negative
+        # timeout asks once, NaN raises ValueError and a non-number TypeError.
+        deadline = _deadline(timeout)
         from . import Cancel
         if cancel is not None and not isinstance(cancel, Cancel):
             raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
         c = cancel._p if cancel is not None else None
-        deadline = time.monotonic() + timeout
+        if deadline is None:
+            deadline = float("inf")
         if self._keep_asking_ms is None:
             # A time before the pool's clock reads at its clock: nothing moves.
             self._keep_asking_ms = max(1, self.stats(0)["stats"]["idle_after_ms"] // 2)

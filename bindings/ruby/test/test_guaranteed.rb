@@ -158,15 +158,22 @@ class TestGuaranteed < Minitest::Test
     e = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire_timeout("b", 60, 1000, 10) }
     assert_equal "hold_exceeds_reclaim_horizon", e.reason
     assert_operator clock.call - t1, :<, 1
-    [-1, "1", nil].each { |bad| assert_raises(ArgumentError) { @g.acquire_timeout("a", 1, 1, bad) } }
+    # Timeouts as the fair-share acquire takes them (nil waits for ever: the cancel
+    # test below).
+    assert_raises(ArgumentError) { @g.acquire_timeout("a", 1, 1, Float::NAN) }
+    ["1", Object.new].each { |bad| assert_raises(TypeError) { @g.acquire_timeout("a", 1, 1, bad) } }
+    t2 = clock.call
+    assert_raises(Fairshm::GuaranteedRefused) { @g.acquire_timeout("a", 1, 1, -1) } # asks once
+    assert_operator clock.call - t2, :<, 1
     @g.release(got)
     # With a block: held in it, released after it.
     @g.acquire_timeout("a", 10, 10, 1) { assert_equal 60, @g.stats["stats"]["in_use"] }
     assert_equal 50, @g.stats["stats"]["in_use"]
   end
 
-  # a's retry-after is the loan's declared end, about 4 s away, and its timeout 30 s: a
-  # Cancel fired from another thread after 0.3 s ends the wait with the refusal.
+  # a's retry-after is the loan's declared end, about 4 s away, and it waits for ever
+  # (timeout nil): a Cancel fired from another thread after 0.3 s ends the wait with
+  # the refusal.
   def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once
     g = long_wait_pool
     own = g.acquire("b", 50, 60_000)
@@ -179,7 +186,7 @@ class TestGuaranteed < Minitest::Test
     end
     clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
     t0 = clock.call
-    e = assert_raises(Fairshm::GuaranteedRefused) { g.acquire_timeout("a", 50, 50, 30, cancel: cancel) }
+    e = assert_raises(Fairshm::GuaranteedRefused) { g.acquire_timeout("a", 50, 50, nil, cancel: cancel) }
     waited = clock.call - t0
     canceller.join(10)
     assert_operator waited, :>, 0.2

@@ -76,22 +76,22 @@ module Fairshm
     end
 
     # acquire on the library's clock, asked again until granted or +timeout+ seconds
-    # have passed: as soon as units come back to the pool (a release, or the reap of a
-    # dead holder, wakes its waiters in every process), else at each refusal's
-    # retry-after, and at least every half idle_after_ms, so that the tenant's demand (which lapses idle_after_ms after its
-    # last ask) stays signalled and its guarantee frozen while it waits. Raises the last
+    # have passed (nil: for ever): as soon as units come back to the pool (a release,
+    # or the reap of a dead holder, wakes its waiters in every process), else at each
+    # refusal's retry-after, and at least every half idle_after_ms, so that the
+    # tenant's demand (which lapses idle_after_ms after its last ask) stays signalled
+    # and its guarantee frozen while it waits. Raises the last
     # GuaranteedRefused when the time is up, and at once for a refusal that waiting
     # cannot end (hold_exceeds_reclaim_horizon with no retry-after). A Fairshm::Cancel
     # fired from another thread ends the wait at once with the last GuaranteedRefused,
     # as the deadline does; fired before the call, it still lets the first ask through.
     # With a block, as acquire.
     def acquire_timeout(tenant_name, cost, hold_ms, timeout, cancel: nil, &block)
-      unless timeout.is_a?(Numeric) && timeout >= 0
-        raise ArgumentError, "timeout must be a number of seconds, 0 or more, not #{timeout.inspect}"
-      end
+      # As the fair-share acquire's: nil or infinity waits for ever, a negative timeout
+      # asks once, NaN raises ArgumentError and a non-number TypeError.
+      deadline = Fairshm.deadline(timeout) || Float::INFINITY
       raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
 
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       # A time before the pool's clock reads at its clock: nothing moves.
       @keep_asking_ms ||= [stats(now_ms: 0)["stats"]["idle_after_ms"] / 2, 1].max
       seen = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
