@@ -469,13 +469,15 @@ class Table:
         if cancel is not None and not isinstance(cancel, Cancel):
             raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
         c = cancel._p if cancel is not None else None
+        # Read before the deadline is set, so that the wait it reports (from here to the
+        # refusal) is never shorter than the timeout that ended it.
+        start = time.monotonic()
         deadline = _deadline(timeout)
         evict_wait = self._evict_wait(p)
         if evict_wait:
             # An evict pool waits at most its eviction wait for an evictable resident.
             cap = time.monotonic() + evict_wait / 1000.0
             deadline = cap if deadline is None else min(deadline, cap)
-        start = time.monotonic()
         hopeless = False
         # Every call after the first continues the wait: the request's refusal was
         # counted by the first (one request, however many slices).

@@ -449,6 +449,9 @@ module Fairshm
       raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
 
       c = cancel&.ptr
+      # Read before the deadline is set, so that the wait it reports (from here to the
+      # refusal) is never shorter than the timeout that ended it.
+      start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       deadline = Fairshm.deadline(timeout)
       wait = evict_wait_ms(p)
       if wait.positive?
@@ -456,7 +459,6 @@ module Fairshm
         cap = Process.clock_gettime(Process::CLOCK_MONOTONIC) + wait / 1000.0
         deadline = deadline ? [deadline, cap].min : cap
       end
-      start = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       hopeless = false
       # Every call after the first continues the wait: the request's refusal was
       # counted by the first (one request, however many slices).
