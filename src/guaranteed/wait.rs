@@ -34,7 +34,6 @@ impl Engine {
         until: std::time::Instant,
         cancel: Option<&Cancel>,
     ) -> Result<bool> {
-        use std::time::{Duration, Instant};
         // The announcement writes to the segment: an observer's mapping is read-only.
         self.writable("a guaranteed pool's wait")?;
         self.guaranteed_rules(pool)?;
@@ -57,7 +56,7 @@ impl Engine {
             }
             // Back early (a signal, a cancel), or at the end: the caller decides.
             let back = Instant::now();
-            if back < part_end || part_end >= until || cancel.is_some_and(|c| c.is_cancelled()) {
+            if back < part_end || part_end >= until || cancel.is_some_and(Cancel::is_cancelled) {
                 return Ok(false);
             }
         }
@@ -82,7 +81,10 @@ impl Engine {
         cancel: Option<&Cancel>,
     ) -> Result<GOutcome> {
         let deadline = crate::clock::after(Instant::now(), timeout);
-        let keep_asking = (self.guaranteed_rules(pool)?.idle_after / 2).max(1);
+        self.guaranteed_rules(pool)?;
+        // Asked again at least this often (half idle_after_ms), so that the tenant's
+        // demand never lapses: the sleep's own announcement step.
+        let keep_asking = super::waiters::announce_step_ms(self.seg(), pool.index());
         loop {
             let seen = self.guaranteed_wake_seen(pool)?;
             let refusal = match self.guaranteed_acquire(

@@ -27,7 +27,7 @@ from ._errors import (  # the subclass of Error for each code, exported from her
     IoError, LeaseTableFull, NotFound, NotOwner, NotReady, NotResident, PoolLeasesFull,
     ProcessTableFull, ReadOnly, Revoked, TenantBusy, TenantTableFull, Truncated, UnitsExceedCapacity,
     UnknownPool, VersionMismatch, WrongOwner, _c_name, _check, _check_request, _deadline, _left_ms, _now, _raise,
-    _take_json,
+    _ReleasedOnExit, _take_json,
 )
 from ._lib import lib
 from .guaranteed import Guaranteed, GuaranteedLease, GuaranteedRefused
@@ -183,6 +183,16 @@ class Cancel:
         """Whether ``cancel()`` was called since the token was made or reset."""
         return bool(lib.fairshm_cancel_fired(self._p))
 
+    @staticmethod
+    def _ptr_of(cancel):
+        """The native token of ``cancel`` (``None``: no token) for a blocking call;
+        ``TypeError`` for anything but a ``Cancel``."""
+        if cancel is None:
+            return None
+        if not isinstance(cancel, Cancel):
+            raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
+        return cancel._p
+
     def __del__(self):
         p, self._p = getattr(self, "_p", None), None
         if p:
@@ -192,7 +202,7 @@ class Cancel:
         raise _not_copied(self, "make a new one where it is needed")
 
 
-class Lease:
+class Lease(_ReleasedOnExit):
     """A granted permit. Release it with ``release()`` or by leaving its ``with``
     block (which releases nothing if ``release()`` did already, in the block); a lease
     released twice raises ``AlreadyReleased``. ``id`` is the C ABI's
@@ -261,16 +271,6 @@ class Lease:
                 self.table._fail(rc)
             if out.value or (deadline is not None and left <= WAIT_SLICE_MS):
                 return bool(out.value)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.release()
-        except AlreadyReleased:
-            pass  # released in the block already (an early release): nothing is held
-        return False
 
 
 _try_acquire = lib.fairshm_try_acquire
@@ -466,9 +466,7 @@ class Table:
         _check_request(units, hold_ms)
         p, t = self.pool(pool), self.tenant(tenant)
         lease, refusal, lref, rref = _out.bufs
-        if cancel is not None and not isinstance(cancel, Cancel):
-            raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
-        c = cancel._p if cancel is not None else None
+        c = Cancel._ptr_of(cancel)
         # Read before the deadline is set, so that the wait it reports (from here to the
         # refusal) is never shorter than the timeout that ended it.
         start = time.monotonic()

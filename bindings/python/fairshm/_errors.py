@@ -150,6 +150,24 @@ _ERRORS = {-(i + 1): c for i, c in enumerate([
     BadFile, PoolLeasesFull, Revoked, NotResident, ForeignPidNamespace])}
 
 
+class _ReleasedOnExit:
+    """A lease's ``with`` block: the lease is released when the block ends, unless the
+    block released it already (an early release), and then the end raises nothing, so
+    that an exception of the block's own is the one that propagates."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.release()
+        except AlreadyReleased:
+            pass  # released in the block already: nothing is held
+        return False
+
+
 def _raise(code):
     raise _ERRORS.get(code, Error)(code, _lib.last_error())
 

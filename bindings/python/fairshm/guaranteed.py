@@ -7,7 +7,7 @@ from ctypes import byref, c_uint32, c_uint64, create_string_buffer, sizeof
 
 from . import _lib
 from ._errors import (
-    _REASONS, _U64, AlreadyReleased, _c_name, _check, _deadline, _now, _take_json,
+    _REASONS, _U64, _c_name, _check, _deadline, _now, _ReleasedOnExit, _take_json,
 )
 from ._lib import lib
 
@@ -69,7 +69,7 @@ def _lease_name(tenant, lease_id):
     return "%s#%d" % (tenant, lease_id & 0xFFFFFFFF)
 
 
-class GuaranteedLease:
+class GuaranteedLease(_ReleasedOnExit):
     """A lease of a guaranteed pool. Release it with ``release(now_ms)``, or use
     ``with``, which releases at the library's clock unless ``release(now_ms)`` did in
     the block (so a trace at explicit times keeps them). A lease released twice raises
@@ -94,15 +94,6 @@ class GuaranteedLease:
     def __repr__(self):
         return "<fairshm.GuaranteedLease %#x of pool %r>" % (self.id, self._pool.name)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.release()
-        except AlreadyReleased:
-            pass  # released in the block already (an early release): nothing is held
-        return False
 
 
 class _Why(threading.local):
@@ -190,10 +181,8 @@ class Guaranteed:
         # As the fair-share acquire's: None or infinity waits for ever, a negative
         # timeout asks once, NaN raises ValueError and a non-number TypeError.
         deadline = _deadline(timeout)
-        from . import Cancel
-        if cancel is not None and not isinstance(cancel, Cancel):
-            raise TypeError("cancel must be a fairshm.Cancel or None, not %s" % type(cancel).__name__)
-        c = cancel._p if cancel is not None else None
+        from . import Cancel  # here: the package imports this module first
+        c = Cancel._ptr_of(cancel)
         if deadline is None:
             deadline = float("inf")
         if self._keep_asking_ms is None:
@@ -210,7 +199,7 @@ class Guaranteed:
             except GuaranteedRefused as r:
                 left = deadline - time.monotonic()
                 hopeless = r.reason == "hold_exceeds_reclaim_horizon" and r.retry_after_ms is None
-                if left <= 0 or hopeless or (c is not None and lib.fairshm_cancel_fired(c)):
+                if left <= 0 or hopeless or (cancel is not None and cancel.is_cancelled()):
                     raise
                 keep = self._keep_asking_ms
                 wait = min(max(r.retry_after_ms if r.retry_after_ms is not None else keep, 1), keep)
@@ -223,7 +212,7 @@ class Guaranteed:
                         self._table._fail(rc)
                     if woken.value or time.monotonic() >= until:
                         break
-                    if c is not None and lib.fairshm_cancel_fired(c):
+                    if cancel is not None and cancel.is_cancelled():
                         break  # one more ask: a grant is kept, a refusal raised
 
     def release(self, lease_id, now_ms=None):

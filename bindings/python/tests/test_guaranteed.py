@@ -309,8 +309,12 @@ def test_acquire_timeout_waits_for_the_loan_and_keeps_asking(name):
         with pytest.raises(fairshm.GuaranteedRefused) as e:
             g.acquire_timeout("b", 60, 1000, 10)  # more than b's 50 for 1000 ms: never
         assert e.value.reason == "hold_exceeds_reclaim_horizon" and time.monotonic() - t1 < 1
-        # Timeouts as the fair-share acquire takes them (None waits for ever: the
-        # cancel test below).
+        # Timeouts as the fair-share acquire takes them. None waits for ever, seen here
+        # where no wait can hang: a refusal that waiting cannot end comes at once.
+        t3 = time.monotonic()
+        with pytest.raises(fairshm.GuaranteedRefused) as e:
+            g.acquire_timeout("b", 60, 1000, None)
+        assert e.value.reason == "hold_exceeds_reclaim_horizon" and time.monotonic() - t3 < 1
         with pytest.raises(ValueError, match="NaN"):
             g.acquire_timeout("a", 1, 1, float("nan"))
         for bad in ("1", object()):
@@ -359,9 +363,9 @@ def test_a_release_in_another_process_wakes_acquire_timeout_before_its_retry_aft
 
 
 def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once(name):
-    # a's retry-after is the loan's declared end, about 4 s away, and it waits for ever
-    # (timeout None): a Cancel fired from another thread after 0.3 s ends the wait
-    # with the refusal.
+    # a's retry-after is the loan's declared end, about 4 s away, and its timeout 30 s
+    # (a finite one: a broken cancel fails the test instead of hanging it): a Cancel
+    # fired from another thread after 0.3 s ends the wait with the refusal.
     import threading
     import time
 
@@ -377,7 +381,7 @@ def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once(name):
         timer.start()
         t0 = time.monotonic()
         with pytest.raises(fairshm.GuaranteedRefused) as e:
-            g.acquire_timeout("a", 50, 50, None, cancel=cancel)
+            g.acquire_timeout("a", 50, 50, 30, cancel=cancel)
         waited = time.monotonic() - t0
         timer.join()
         assert 0.2 < waited < 1.5, waited

@@ -182,6 +182,14 @@ module Fairshm
       Native::CANCEL_FIRED.call(@ptr) != 0
     end
 
+    # The native token of +cancel+ (nil: no token) for a blocking call; TypeError for
+    # anything but a Cancel.
+    def self.ptr_of(cancel)
+      raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
+
+      cancel&.ptr
+    end
+
     private
 
     def not_copied_instead
@@ -446,9 +454,7 @@ module Fairshm
       p = pool(pool_name)
       t = tenant(tenant_name)
       lease, refusal = Fairshm.buffers
-      raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
-
-      c = cancel&.ptr
+      c = Cancel.ptr_of(cancel)
       # Read before the deadline is set, so that the wait it reports (from here to the
       # refusal) is never shorter than the timeout that ended it.
       start = Process.clock_gettime(Process::CLOCK_MONOTONIC)

@@ -158,8 +158,12 @@ class TestGuaranteed < Minitest::Test
     e = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire_timeout("b", 60, 1000, 10) }
     assert_equal "hold_exceeds_reclaim_horizon", e.reason
     assert_operator clock.call - t1, :<, 1
-    # Timeouts as the fair-share acquire takes them (nil waits for ever: the cancel
-    # test below).
+    # Timeouts as the fair-share acquire takes them. nil waits for ever, seen here where
+    # no wait can hang: a refusal that waiting cannot end comes at once.
+    t3 = clock.call
+    e = assert_raises(Fairshm::GuaranteedRefused) { @g.acquire_timeout("b", 60, 1000, nil) }
+    assert_equal "hold_exceeds_reclaim_horizon", e.reason
+    assert_operator clock.call - t3, :<, 1
     assert_raises(ArgumentError) { @g.acquire_timeout("a", 1, 1, Float::NAN) }
     ["1", Object.new].each { |bad| assert_raises(TypeError) { @g.acquire_timeout("a", 1, 1, bad) } }
     t2 = clock.call
@@ -171,9 +175,9 @@ class TestGuaranteed < Minitest::Test
     assert_equal 50, @g.stats["stats"]["in_use"]
   end
 
-  # a's retry-after is the loan's declared end, about 4 s away, and it waits for ever
-  # (timeout nil): a Cancel fired from another thread after 0.3 s ends the wait with
-  # the refusal.
+  # a's retry-after is the loan's declared end, about 4 s away, and its timeout 30 s (a
+  # finite one: a broken cancel fails the test instead of hanging it): a Cancel fired
+  # from another thread after 0.3 s ends the wait with the refusal.
   def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once
     g = long_wait_pool
     own = g.acquire("b", 50, 60_000)
@@ -186,7 +190,7 @@ class TestGuaranteed < Minitest::Test
     end
     clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
     t0 = clock.call
-    e = assert_raises(Fairshm::GuaranteedRefused) { g.acquire_timeout("a", 50, 50, nil, cancel: cancel) }
+    e = assert_raises(Fairshm::GuaranteedRefused) { g.acquire_timeout("a", 50, 50, 30, cancel: cancel) }
     waited = clock.call - t0
     canceller.join(10)
     assert_operator waited, :>, 0.2

@@ -90,7 +90,7 @@ module Fairshm
       # As the fair-share acquire's: nil or infinity waits for ever, a negative timeout
       # asks once, NaN raises ArgumentError and a non-number TypeError.
       deadline = Fairshm.deadline(timeout) || Float::INFINITY
-      raise TypeError, "cancel must be a Fairshm::Cancel or nil, not #{cancel.inspect}" unless cancel.nil? || cancel.is_a?(Cancel)
+      Cancel.ptr_of(cancel) # a TypeError now for anything but a Cancel, not at the first sleep
 
       # A time before the pool's clock reads at its clock: nothing moves.
       @keep_asking_ms ||= [stats(now_ms: 0)["stats"]["idle_after_ms"] / 2, 1].max
