@@ -386,6 +386,47 @@ fn a_refusal_names_the_five_leases_due_first_and_counts_the_rest() {
     assert!(text.len() < 1024, "{} bytes: {text}", text.len());
 }
 
+/// A `guarantee_on_loan` refusal's retry-after says what it waits for: the blocking
+/// leases' deadlines, only the first of them when that gives back enough, or more than
+/// them when the request needs more than its guarantee (a lender must turn idle).
+#[test]
+fn a_refusals_retry_after_says_what_it_waits_for() {
+    let seg = Seg::new("g-waits-for");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 50, 10_000, 0);
+    grant(&g, "b", 25, 50, 0);
+    grant(&g, "b", 25, 100, 0);
+    let all = refuse(&g, "a", 50, 50, 10);
+    let first = refuse(&g, "a", 25, 50, 10);
+    let more = refuse(&g, "a", 60, 50, 10);
+    let said = |r: &GRefusal| (r.reason, r.retry_after_ms, r.explanation());
+    let (reason, after, text) = said(&all);
+    assert_eq!((reason, after), (Reason::GuaranteeOnLoan, Some(90)));
+    assert!(
+        text.contains("Retry after 90 ms (when the blocking leases are due);"),
+        "{text}"
+    );
+    let (reason, after, text) = said(&first);
+    assert_eq!((reason, after), (Reason::GuaranteeOnLoan, Some(40)));
+    assert!(
+        text.contains("Retry after 40 ms (when enough of the blocking leases are due);"),
+        "{text}"
+    );
+    // 50 of its own back at 100, and 10 more only when b, done at 10,000, has been
+    // idle for 150 ms: long after the loans are due, which the text must not claim.
+    let (reason, after, text) = said(&more);
+    assert_eq!((reason, after), (Reason::GuaranteeOnLoan, Some(10_140)));
+    assert!(
+        text.contains("Retry after 10140 ms (when the rest it needs is free too: "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("(when the blocking leases are due)"),
+        "{text}"
+    );
+}
+
 /// The longest explanations there can be (names of 48 bytes that each print as six
 /// characters, numbers of 10 to 20 digits, overrunning loans, more blocking leases than
 /// are named) fit the C ABI's `FAIRSHM_GUARANTEED_WHY_MAX`, which the bindings'

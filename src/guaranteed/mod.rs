@@ -241,7 +241,7 @@ impl GRefusal {
                     } else {
                         ""
                     },
-                    retry("when the blocking leases are due"),
+                    retry(when_due(x)),
                     amount(u, x.own_free),
                 )
             }
@@ -262,6 +262,28 @@ impl GRefusal {
                 amount(u, x.own_free),
             ),
         }
+    }
+}
+
+/// What a `guarantee_on_loan` refusal's retry-after waits for: the blocking leases'
+/// deadlines, or only some of them, or more than them (the rest of what the request
+/// needs is free only later: other leases end or a lender turns idle).
+fn when_due(x: &GRefused) -> &'static str {
+    let Some(ms) = x.retry_after_ms else {
+        return "";
+    };
+    let last = x
+        .blocking
+        .iter()
+        .map(|b| b.deadline.saturating_sub(x.at))
+        .max();
+    match last {
+        Some(last) if ms < last => "when enough of the blocking leases are due",
+        Some(last) if ms > last => {
+            "when the rest it needs is free too: the blocking leases are due sooner, \
+             but other leases must end or a tenant turn idle to lend"
+        }
+        _ => "when the blocking leases are due",
     }
 }
 
