@@ -8,20 +8,20 @@ use std::sync::Mutex;
 
 use crate::admission::{self, Admitted, Attempt};
 use crate::anchor;
-use crate::clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::layout::{LeaseRec, pair};
-use crate::liveness;
-use crate::recovery::{self, Reaped};
+use crate::recovery;
 use crate::refusal::Refused;
 use crate::region::Region;
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64, Ordering::*};
 
 mod calls;
+mod errors;
 mod ids;
 mod names;
+mod register;
 mod spare;
 mod upkeep;
 
@@ -143,140 +143,6 @@ impl Engine {
     }
     pub fn size(&self) -> usize {
         self.seg.size()
-    }
-
-    /// Registers this process as a worker now (it would be on its first acquire), so
-    /// that `per_worker` pools count it. Returns its process slot.
-    pub fn register(&self) -> Result<usize> {
-        self.process_slot()
-    }
-
-    /// This process's slot as a worker (a tool's, for a tool's handle), registering it
-    /// (again, after a fork) if needed, or making a registration that only claimed
-    /// tenant names so far a worker's.
-    #[inline]
-    pub fn process_slot(&self) -> Result<usize> {
-        let pid = crate::selfid::pid() as u64;
-        // Acquire: pairs with the Release stores in `register_slow` (same process,
-        // other thread), so the registration it names is complete.
-        match slot_of(self.reg.load(Acquire), pid) {
-            Some(slot) => Ok(slot),
-            None => self.register_slow(pid, self.tool),
-        }
-    }
-
-    /// This process's slot, of either kind, for a call that is no worker's (claiming a
-    /// tenant's name to set its rates, say): a process not registered yet registers as
-    /// a tool, which `per_worker` pools do not count until it acquires.
-    pub(crate) fn claimer_slot(&self) -> Result<usize> {
-        let pid = crate::selfid::pid() as u64;
-        match self.registered(pid) {
-            Some(slot) => Ok(slot),
-            None => self.register_slow(pid, true),
-        }
-    }
-
-    /// The slot this handle registered for process `pid`, if it did (a forked child's
-    /// inherited handle names the parent's), of either kind.
-    #[inline]
-    pub(crate) fn registered(&self, pid: u64) -> Option<usize> {
-        // Acquire, both: as in `process_slot`.
-        slot_of(self.reg.load(Acquire), pid).or_else(|| slot_of(self.claimed.load(Acquire), pid))
-    }
-
-    /// Whether this process has a running anchor of this handle's registration (a
-    /// forked child has none until it registers; an anchor may also fail to start).
-    pub(crate) fn anchored(&self) -> bool {
-        let pid = crate::selfid::pid() as u64;
-        self.anchor
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|(p, _)| *p == pid)
-    }
-
-    /// Test-only (feature `internals`): detaches this process's anchor, as if it had
-    /// never started (its owner word reads unanchored from then on), so that a blocked
-    /// acquire of this process watches the processes ahead of it itself.
-    #[cfg(feature = "internals")]
-    #[doc(hidden)]
-    pub fn detach_anchor(&self) {
-        let taken = self.anchor.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some((_, a)) = taken {
-            a.detach();
-        }
-    }
-
-    /// Registers this process (as a tool if `tool`), or makes its tool's registration a
-    /// worker's (`tool` false).
-    #[cold]
-    fn register_slow(&self, pid: u64, tool: bool) -> Result<usize> {
-        self.writable("registering a worker")?;
-        self.seg.check_pid_ns("registering a worker")?;
-        let _g = self.reg_lock.lock().unwrap_or_else(|e| e.into_inner());
-        // Relaxed, these two: under the lock, which the stores below are made under.
-        if let Some(slot) = slot_of(self.reg.load(Relaxed), pid) {
-            return Ok(slot);
-        }
-        if let Some(slot) = slot_of(self.claimed.load(Relaxed), pid) {
-            if !tool {
-                // It claimed names so far; now it works: counted from here on.
-                // Relaxed: this process's own start time, stored with `claimed`.
-                let start = self.start.load(Relaxed);
-                liveness::become_worker(&self.seg, slot, pid as u32, start)?;
-                // Release: as below.
-                self.reg.store(pid << 32 | (slot as u64 + 1), Release);
-                self.claimed.store(0, Relaxed);
-                crate::capacity::recompute(&self.seg, self.config());
-            }
-            return Ok(slot);
-        }
-        let (pid32, start) = liveness::me();
-        let now = clock::segment_now();
-        let slot = match liveness::register(&self.seg, pid32, start, now, tool) {
-            Err(Error::ProcessTableFull { .. }) => {
-                self.reap_dead_as(crate::layout::noticed::CALL)?;
-                liveness::register(&self.seg, pid32, start, now, tool)?
-            }
-            other => other?,
-        };
-        crate::ops::crash_point("register.live")?;
-        // The anchor makes our death wake waiters. Without one (it could not start) we
-        // are judged by `/proc`, through the sweeps; `Snapshot` shows which processes
-        // are anchored.
-        let attached = anchor::attach(&self.seg, slot, (pid32, start)).ok();
-        let attached_ok = attached.is_some();
-        let mut a = self.anchor.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, inherited)) = a.take() {
-            // The parent's: its thread does not exist here; leave it alone.
-            std::mem::forget(inherited);
-        }
-        *a = attached.map(|x| (pid, x));
-        drop(a);
-        self.start.store(start, Relaxed);
-        // Release: see the Acquire load in `process_slot`. A worker's handle that
-        // registered as a tool keeps it in `claimed`, which the acquire does not test.
-        let word = if tool && !self.tool {
-            &self.claimed
-        } else {
-            &self.reg
-        };
-        word.store(pid << 32 | (slot as u64 + 1), Release);
-        if attached_ok {
-            // Release: pairs with the Acquire load in `peers::run`, which then sees our
-            // slot LIVE with our anchor's tid, and watches it.
-            self.seg.registry().fetch_add(1, Release);
-            crate::waiting::wake_word(self.seg.registry().as_ptr(), u32::MAX);
-        }
-        // A process that died with no live process to notice it (the last worker) is
-        // still LIVE in its slot, holding its permits, until our anchor's first scan
-        // reaps it. Reaped now, before our first acquire and before the pools are
-        // sized: its permits are back for that acquire, and a `per_worker` pool does
-        // not count a worker that is gone (Semian's count, kept by the kernel, drops
-        // at the exit).
-        self.reap_dead_as(crate::layout::noticed::REGISTER)?;
-        crate::capacity::recompute(&self.seg, self.config());
-        Ok(slot)
     }
 
     /// Applies the pool's rule to `units` of `pool` for `tenant` at time `now` (ms; any
@@ -497,159 +363,6 @@ impl Engine {
             return Err(self.not_owner(id.to_string(), l / lpp));
         }
         Ok(l)
-    }
-
-    /// `InvalidRequest` naming the handle of an acquire that is beyond this table: the
-    /// pool handle `p`, else the tenant handle `t`.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn bad_handles(&self, p: usize, t: usize) -> Error {
-        let geo = self.seg.geometry();
-        Error::InvalidRequest(if p >= geo.pools && geo.pools == 0 {
-            format!("pool handle {p} is not of this table: it has no fair-share pools")
-        } else if p >= geo.pools {
-            format!(
-                "pool handle {p} is not of this table: its fair-share pools are handles 0 \
-                 to {}",
-                geo.pools - 1
-            )
-        } else {
-            format!(
-                "tenant handle {t} is beyond this table's {} tenant slots",
-                geo.tenants
-            )
-        })
-    }
-
-    /// `NotOwner` for `lease` (its label), owned by process slot `slot` (as recorded in
-    /// shared memory: checked here), saying who holds it: a process (its slot `LIVE`)
-    /// or another table handle of this one, which has a slot of its own and must
-    /// release its own leases.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn not_owner(&self, lease: String, slot: usize) -> Error {
-        use crate::layout::proc_state as ps;
-        // Acquire: as every reader of a process slot's state (a wrong answer here only
-        // words the error). A slot beyond the table reads as free.
-        let st = if slot < self.seg.geometry().procs {
-            self.seg.proc_slot(slot).state.load(Acquire)
-        } else {
-            0
-        };
-        let why = if ps::status(st) != ps::LIVE {
-            "is not held by this process".to_owned()
-        } else if ps::pid(st) == crate::selfid::pid() {
-            format!(
-                "was acquired through another table handle of this process (process slot \
-                 {slot}): release it through that handle"
-            )
-        } else {
-            format!(
-                "is not held by this process: process {} holds it (process slot {slot})",
-                ps::pid(st)
-            )
-        };
-        Error::NotOwner { lease, why }
-    }
-
-    /// `UnitsExceedCapacity` for `units` over capacity `cap`, saying whether it ever can
-    /// be granted: never for a fixed capacity; for a `per_worker` pool, once more
-    /// workers have registered, unless even a worker in every process slot is too few.
-    #[cold]
-    #[inline(never)]
-    fn units_exceed(&self, pool: PoolId, units: u32, cap: u32) -> Error {
-        let per_worker = self
-            .config()
-            .pools
-            .get(pool.index())
-            .and_then(|c| c.per_worker);
-        let when = match per_worker {
-            None => crate::error::NEVER.to_owned(),
-            Some(pw) => {
-                let most = pw.most_tickets(self.seg.geometry().procs);
-                if units > most {
-                    format!(
-                        " for its live workers now, and at most {most} with every process \
-                         slot a worker{}",
-                        crate::error::NEVER
-                    )
-                } else {
-                    " for its live workers now (a per_worker pool): it can be granted once \
-                     more workers have registered"
-                        .to_owned()
-                }
-            }
-        };
-        Error::UnitsExceedCapacity {
-            pool: self.pool_name(pool).to_owned(),
-            units: units as u64,
-            capacity: cap as u64,
-            when,
-        }
-    }
-
-    /// A capacity no op word can count is garbage: the config's values go back (a
-    /// `per_worker` pool's recomputed), so that the next call works; this one reports it.
-    #[cold]
-    #[inline(never)]
-    fn garbage_capacity(&self, p: usize, cap: u32) -> Error {
-        crate::capacity::reset(&self.seg, self.config());
-        Error::Corrupt(format!(
-            "pool {p} has capacity {cap}, beyond the {} an op word counts",
-            crate::layout::op_word::MAX_COUNT
-        ))
-    }
-
-    /// After an error in an op of this thread: resolves the lease it left mid-op (`l`,
-    /// or, for an acquire, every `ACQUIRING` lease of this thread in slot `slot`) as a
-    /// reaper would, quarantining what cannot be finished, so that errors never use up
-    /// this process's leases or leave a count raised; then, if the error was a broken
-    /// invariant or a lease was quarantined, rebuilds pool `p`'s counters (`repair`),
-    /// so that the pool heals at once instead of failing every later call.
-    /// Returns `e`, for the caller to return. (Out of line: the fast paths stay as
-    /// they were.) `p` is `usize::MAX` for a release: read from the lease.
-    #[cold]
-    #[inline(never)]
-    fn after_error(&self, slot: usize, p: usize, l: Option<usize>, e: Error) -> Error {
-        let corrupt = matches!(e, Error::Corrupt(_));
-        let geo = self.seg.geometry();
-        let p = match l {
-            Some(l) if p == usize::MAX => {
-                // Acquire: the lease's fields were published by its state's stores.
-                let s = self.seg.lease(l).state.load(Acquire);
-                crate::ops::read_desc(self.seg.lease(l), crate::layout::lease_state::generation(s))
-                    .map_or(usize::MAX, |d| d.pool as usize)
-            }
-            _ => p,
-        };
-        let tid = crate::selfid::tid();
-        let mut out = Reaped {
-            units_returned: vec![0; geo.pools],
-            ..Reaped::default()
-        };
-        let range = slot * geo.leases_per_proc..(slot + 1) * geo.leases_per_proc;
-        for k in range {
-            let lease = self.seg.lease(k);
-            // Relaxed: our own leases; `resolve_lease` re-reads with Acquire.
-            let st = crate::layout::lease_state::state(lease.state.load(Relaxed));
-            let ours = match l {
-                Some(l) => k == l,
-                None => {
-                    st == crate::layout::lease_state::ACQUIRING && lease.tid.load(Relaxed) == tid
-                }
-            };
-            if ours {
-                recovery::resolve_lease(&self.seg, k, &mut out);
-            }
-        }
-        if (corrupt || out.quarantined > 0)
-            && p < geo.pools
-            && crate::repair::repair_pool(&self.seg, p, crate::repair::INLINE_BUDGET).is_ok()
-        {
-            crate::repair::free_quarantined_of(&self.seg, p);
-        }
-        crate::peers::announce(&self.seg, &[out]);
-        e
     }
 }
 
