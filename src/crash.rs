@@ -28,6 +28,7 @@ pub fn arm(label: &'static str, skip: u64) {
         "unknown crash point {label:?}"
     );
     *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip));
+    // Relaxed: the plan is behind the mutex; the flag only spares unarmed hits it.
     ARMED.store(1, Relaxed);
 }
 

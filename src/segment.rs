@@ -229,6 +229,8 @@ impl Segment {
         crate::capacity::reset(&seg, cfg);
         crate::guaranteed::shared::init(&seg);
         let h = seg.header();
+        // Relaxed, the header's fields: nobody trusts them before the Release store of
+        // READY below, which publishes them.
         h.magic.store(MAGIC, Relaxed);
         h.version.store(LAYOUT_VERSION, Relaxed);
         h.total_size.store(geo.total_size as u64, Relaxed);

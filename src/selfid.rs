@@ -36,6 +36,7 @@ fn install() {
 /// This process's pid.
 #[inline]
 pub fn pid() -> u32 {
+    // Relaxed: see `PID`.
     match PID.load(Relaxed) {
         0 => {
             install();

@@ -325,6 +325,10 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
         .enumerate()
         .map(|(p, pc)| {
             let rec = r.pool(p);
+            // Acquire, the pool word and each `held`: as a helper's reads of them (the
+            // op protocol), so that an op in flight is settled on what it published.
+            // Relaxed, the limits, activity and counters: a report, which publishes
+            // nothing and decides nothing.
             let w = rec.word.load(Acquire);
             let window = pc.window_ms as u64;
             let (active_tenants, active_weight) = scan_active(r, p, now, window);
@@ -441,6 +445,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
     let leases = (0..geo.leases())
         .filter_map(|l| {
             let rec = r.lease(l);
+            // Acquire: pairs with the owner's Release store of the state, which
+            // publishes the lease's fields (read Relaxed below: the seqlock of `ops`).
             let sw = rec.state.load(Acquire);
             // FREE, or CLAIMED (private to its owner: being filled in, or a thread's
             // spare), counts nowhere.
@@ -471,6 +477,8 @@ pub fn snapshot<R: Region>(r: &R, cfg: &Config, now: u64) -> Snapshot {
     let processes = (0..geo.procs)
         .filter_map(|s| {
             let rec = r.proc_slot(s);
+            // Acquire: pairs with the registration's Release store of LIVE, which
+            // publishes the slot's start and registration times (read Relaxed).
             let st = rec.state.load(Acquire);
             let status = match ps::status(st) {
                 ps::FREE => return None,

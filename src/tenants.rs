@@ -37,6 +37,8 @@ fn pack_name(name: &[u8]) -> [u64; 6] {
 
 /// Compares without allocating: this runs on every acquire.
 fn matches(rec: &TenantRec, s: u32, name: &[u8], packed: &[u64; 6], hash: u64) -> bool {
+    // Relaxed: the caller's Acquire load of READY in `s` published the hash and the
+    // name, which a READY slot never changes (slots are not reused).
     ts::len(s) == name.len()
         && rec.hash.load(Relaxed) == hash
         && rec
@@ -116,6 +118,7 @@ fn probe<R: Region>(
                     {
                         continue;
                     }
+                    // Relaxed: published by the Release store of READY below.
                     for (w, p) in rec.name.iter().zip(&packed) {
                         w.store(*p, Relaxed);
                     }

@@ -69,6 +69,8 @@ impl Segment {
         let placeholder = Geometry::new(0, 0, 0, 0, 0);
         let probe = Self::map(name, &file, placeholder, Config::default(), read_only)?;
         let h = probe.header();
+        // Relaxed, the header's fields: read after the Acquire load of READY, which
+        // published them (before it, only to name what is wrong).
         loop {
             let magic = h.magic.load(Relaxed);
             if magic != 0 && magic != MAGIC {
