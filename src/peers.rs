@@ -130,7 +130,8 @@ pub fn announce(seg: &Segment, out: &[Reaped]) {
         .flat_map(|r| r.guaranteed_units_returned.iter().enumerate())
     {
         if units > 0 {
-            waiting::guaranteed_freed(seg, gp);
+            // Every waiter: a reap gives back several leases (rare: a death).
+            waiting::guaranteed_freed(seg, gp, crate::guaranteed::waiters::EVERY_BIT);
         }
     }
 }

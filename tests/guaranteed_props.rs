@@ -178,3 +178,74 @@ fn random_sequences_keep_the_invariants_and_every_retry_after_is_honest() {
         "{refusals} refusals, {honest} with a retry-after, {none} without"
     );
 }
+
+/// A release wakes every waiter it can serve (`guaranteed::waiters`): over random
+/// states, whenever a request refused now would be granted right after the release of
+/// a lease at the same instant, the bits that release wakes include the bits that
+/// request's waiter sleeps with. And the wake is targeted: many waiters a release
+/// cannot serve are not woken by it.
+#[test]
+fn a_release_wakes_every_waiter_it_can_serve() {
+    use fairshm::guaranteed::waiters::{refused_bits, release_bits};
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut served, mut spared) = (0u64, 0u64);
+    for _case in 0..1500 {
+        let cfg = config(&mut x);
+        let mut m = Model::new(&cfg).unwrap();
+        let n = cfg.tenants.len() as u64;
+        let mut now = 0u64;
+        for _ in 0..80 {
+            now += rng(&mut x) % 20;
+            let live: Vec<u32> = m.state.leases.iter().map(|l| l.no).collect();
+            let ask = |x: &mut u64, now: u64| {
+                let t = (rng(x) % n) as u16;
+                let cost = rng(x) % (cfg.ceiling as u64 / 2) + 1;
+                let hold = rng(x) % (2 * cfg.reclaim_horizon_ms as u64);
+                (t, cost, hold, now)
+            };
+            if !live.is_empty() && rng(&mut x) % 3 == 0 {
+                let no = live[(rng(&mut x) as usize) % live.len()];
+                let at = now.max(m.state.clock);
+                let bits = release_bits(&m.state, &m.rules, no, at);
+                let mut after = m.clone();
+                after.release(no, at).unwrap();
+                for _ in 0..8 {
+                    let (t, cost, hold, _) = ask(&mut x, at);
+                    let refused = match m.clone().acquire(t, cost, hold, at) {
+                        Ok(Effect::Refused(r)) => r,
+                        _ => continue,
+                    };
+                    let woken = refused_bits(&refused) & bits != 0;
+                    match after.clone().acquire(t, cost, hold, at) {
+                        Ok(Effect::Granted(_)) => {
+                            served += 1;
+                            assert!(
+                                woken,
+                                "{cfg:?}: t{t} asking {cost} for {hold} at {at} is served by \
+                                 the release of #{no}, which does not wake it (bits \
+                                 {bits:#x}, the waiter's {:#x}); state before: {:?}",
+                                refused_bits(&refused),
+                                m.state
+                            );
+                        }
+                        _ if !woken => spared += 1,
+                        _ => {}
+                    }
+                }
+                m = after;
+                now = at;
+            } else {
+                let (t, cost, hold, now) = ask(&mut x, now);
+                match m.acquire(t, cost, hold, now) {
+                    Ok(_) | Err(fairshm::Error::PoolLeasesFull { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    }
+    eprintln!("{served} waiters served by a release, all woken; {spared} not woken, not served");
+    assert!(
+        served > 2_000 && spared > 2_000,
+        "{served} served, {spared} spared"
+    );
+}

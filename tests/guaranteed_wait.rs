@@ -282,3 +282,64 @@ fn a_cancel_ends_a_guaranteed_wait_at_once() {
     g.release(served.id, now_ms()).unwrap();
     g.release(own.id, now_ms()).unwrap();
 }
+
+/// A release wakes only the waiters it may serve: a waiter of c, which needs to borrow,
+/// sleeps through twenty releases of b's own leases (units back to b's guarantee, which
+/// b, active, does not lend), and asks no more often for them (its refusals stay at
+/// one); the release of c's own lease wakes it and serves it at once.
+#[test]
+fn a_release_wakes_only_the_waiters_it_may_serve() {
+    let seg = Seg::new("gw-targeted");
+    // idle_after 20 s: the waiter asks again on its own only every 10 s.
+    let c = common::guaranteed(
+        "ceiling",
+        90,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1), ("c", 1)],
+        (5_000, 20_000),
+        8,
+    );
+    let t: Table = seg.create(&c);
+    let g = t.guaranteed("ceiling").unwrap();
+    let a = g.acquire("a", 30, 60_000, now_ms()).unwrap().unwrap();
+    let c_own = g.acquire("c", 30, 60_000, now_ms()).unwrap().unwrap();
+    // b is active (a release is activity), so not lendable for 20 s.
+    let first = g.acquire("b", 10, 1_000, now_ms()).unwrap().unwrap();
+    g.release(first.id, now_ms()).unwrap();
+    let refusals = |g: &fairshm::guaranteed::Guaranteed<'_>| {
+        let s = g.stats(now_ms()).unwrap();
+        s.tenants.iter().find(|t| t.name == "c").unwrap().refusals
+    };
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let r = g.acquire_timeout("c", 10, 100, Duration::from_secs(30));
+            (r, now_ns())
+        });
+        wait_until(
+            None,
+            "the waiter's first refusal",
+            Duration::from_millis(1),
+            || refusals(&g) == 1,
+        );
+        for _ in 0..20 {
+            let own = g.acquire("b", 10, 1_000, now_ms()).unwrap().unwrap();
+            g.release(own.id, now_ms()).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            refusals(&g),
+            1,
+            "the waiter of c asked again after releases that could not serve it"
+        );
+        assert!(!waiter.is_finished());
+        let released = now_ns();
+        g.release(c_own.id, now_ms()).unwrap();
+        let (r, back) = waiter.join().unwrap();
+        let lease = r.unwrap().expect("served once its own units came back");
+        let ms = (back - released) / 1_000_000;
+        assert!(ms < 1_000, "served {ms} ms after the release");
+        g.release(lease.id, now_ms()).unwrap();
+    });
+    g.release(a.id, now_ms()).unwrap();
+}

@@ -127,7 +127,7 @@ impl Engine {
             // forgotten and every waiter woken: each asks again (a reset state holds
             // nothing, so it may be served now) and announces itself anew.
             crate::guaranteed::waiters::forget(&self.seg, gp);
-            crate::waiting::guaranteed_wake_all(&self.seg, gp);
+            crate::waiting::guaranteed_wake(&self.seg, gp, crate::guaranteed::waiters::EVERY_BIT);
             let (_, st) = shared::read(&self.seg, gp)?;
             let procs = self.seg.geometry().procs;
             for l in &st.leases {

@@ -153,6 +153,9 @@ impl Engine {
         now: u64,
         owner_only: bool,
     ) -> Result<GReleased> {
+        // The waiters this release may serve (`waiters::release_bits`), from the state
+        // it applies to (the last one tried, which the CAS published).
+        let bits = std::cell::Cell::new(super::waiters::EVERY_BIT);
         // A lease no longer outstanding is `AlreadyReleased`, by the rules.
         let owned = |st: &State, slot: usize| match st.leases.iter().find(|l| l.no == id.no) {
             Some(l) if owner_only && l.owner as usize != slot => Err(self.not_owner(
@@ -163,15 +166,19 @@ impl Engine {
                 ),
                 l.owner as usize,
             )),
-            _ => Ok(()),
+            _ => {
+                let rules = self.guaranteed_rules(GPoolId(id.pool))?;
+                bits.set(super::waiters::release_bits(st, rules, id.no, now));
+                Ok(())
+            }
         };
         let (effect, seq, call) = self.guaranteed_apply(
             GPoolId(id.pool),
             |_| Call::Release { lease: id.no, now },
             owned,
         )?;
-        // The units came back: whoever waits on the pool may be served now.
-        crate::waiting::guaranteed_freed(self.seg(), id.pool as usize);
+        // The units came back: the waiters they may serve are woken.
+        crate::waiting::guaranteed_freed(self.seg(), id.pool as usize, bits.get());
         match effect {
             Effect::Released(released) => Ok(GReleased {
                 released,

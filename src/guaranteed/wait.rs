@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::region::Region;
 use crate::sync::Ordering::*;
 use crate::waiting::Cancel;
@@ -27,12 +27,52 @@ impl Engine {
     ///
     /// A long sleep is announced (`sleep_until_ms`) half `idle_after_ms` at a time, so
     /// that a waiter that leaves or dies keeps releases waking nobody for no longer.
+    ///
+    /// Every release wakes it (it does not say who it is):
+    /// [`Engine::guaranteed_sleep_as`] sleeps through the releases that cannot serve
+    /// its request.
     pub fn guaranteed_sleep(
         &self,
         pool: GPoolId,
         seen: u32,
         until: std::time::Instant,
         cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        self.guaranteed_sleep_bits(pool, seen, until, cancel, waiters::EVERY_BIT)
+    }
+
+    /// [`Engine::guaranteed_sleep`] for a refused request of `tenant` to hold for
+    /// `hold_ms`: woken only by a release that may serve it (units back to its own
+    /// guarantee, or, when it may borrow, to an idle lender: `guaranteed::waiters`),
+    /// as well as by a reap, a reset, `cancel`, a signal or `until`.
+    pub fn guaranteed_sleep_as(
+        &self,
+        pool: GPoolId,
+        tenant: u16,
+        hold_ms: u64,
+        seen: u32,
+        until: std::time::Instant,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        let rules = self.guaranteed_rules(pool)?;
+        if tenant as usize >= rules.names.len() {
+            return Err(Error::InvalidRequest(format!(
+                "tenant handle {tenant} is not one of guaranteed pool {:?}'s {} tenants",
+                rules.name,
+                rules.names.len()
+            )));
+        }
+        let bits = waiters::waiter_bits(tenant, hold_ms, rules.horizon);
+        self.guaranteed_sleep_bits(pool, seen, until, cancel, bits)
+    }
+
+    fn guaranteed_sleep_bits(
+        &self,
+        pool: GPoolId,
+        seen: u32,
+        until: std::time::Instant,
+        cancel: Option<&Cancel>,
+        bits: u32,
     ) -> Result<bool> {
         // The announcement writes to the segment: an observer's mapping is read-only.
         self.writable("a guaranteed pool's wait")?;
@@ -49,7 +89,7 @@ impl Engine {
             if super::waiters::announce(seg, gp, end_ms) != seen {
                 return Ok(true);
             }
-            crate::waiting::guaranteed_sleep(seg, gp, seen, cancel, part_end);
+            crate::waiting::guaranteed_sleep(seg, gp, seen, bits, cancel, part_end);
             // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
             if seg.g_head_rec(gp).wake.load(Acquire) != seen {
                 return Ok(true);
@@ -109,8 +149,10 @@ impl Engine {
                 .unwrap_or(keep_asking)
                 .clamp(1, keep_asking);
             let until = now + Duration::from_millis(wait).min(left);
-            // Asleep until the retry-after, or until units come back, if sooner.
-            self.guaranteed_sleep(pool, seen, until, cancel)?;
+            // Asleep until the retry-after, or until units that may serve it come back,
+            // if sooner.
+            let bits = waiters::refused_bits(&refusal.facts);
+            self.guaranteed_sleep_bits(pool, seen, until, cancel, bits)?;
         }
     }
 }

@@ -30,13 +30,71 @@
 //! No count of waiters is kept: a waiter killed asleep leaves only its deadline, which
 //! runs out by itself (at most half `idle_after_ms` later: a longer sleep is announced
 //! in parts, [`announce_step_ms`]); until then a release pays one `FUTEX_WAKE` for
-//! nobody. Every sleeper wakes: the state, not the releaser, decides which of them a
-//! release serves (tenants of different costs), and each asks once and sleeps again if
-//! refused.
+//! nobody.
+//!
+//! Which sleepers a release wakes (the futex's bitset; no herd of every waiter for
+//! one lease): a waiter sleeps with [`waiter_bits`], its tenant's bit and, if its
+//! request may borrow (its hold is within the horizon), [`BORROW_BIT`]; a release
+//! wakes [`release_bits`], the bits of the tenants whose guarantee gets units back (the
+//! lease's own tenant, each lender of its slices) and [`BORROW_BIT`] when a lender
+//! that gets units back may lend them at once. A waiter that a release can serve is
+//! woken: its own guarantee's free units grew (it is the lease's tenant or a lender),
+//! or what idle tenants can lend grew, which only a lender of the lease's slices can
+//! make so (the lease's tenant is active from its release on, so not lendable), and a
+//! request that may borrow sleeps with [`BORROW_BIT`] (a refused request always needs
+//! more than its own guarantee has free). The test `a_release_wakes_every_waiter_it_can_serve`
+//! (`tests/guaranteed_props.rs`) checks it over random states. Anything that comes
+//! with time (a lender turning idle, a want lapsing) is each waiter's own retry-after,
+//! at most half `idle_after_ms` away. A reap of a dead holder, a reset by `repair`, and
+//! any sleeper that does not say who it is (`fairshm_guaranteed_sleep`, or a wait with
+//! a cancel token, on `futex_waitv`) use every bit: each such sleeper wakes, asks once,
+//! and sleeps again if refused.
 
 use crate::layout::GHeadRec;
 use crate::region::Region;
 use crate::sync::{Ordering::*, fence};
+
+use super::state::{GRefused, Rules, State};
+
+/// The bit of the waiters whose request may borrow (its hold is within the reclaim
+/// horizon).
+pub const BORROW_BIT: u32 = 1 << 31;
+/// Every waiter: a sleeper that does not say who it is, or a wake for every sleeper.
+pub const EVERY_BIT: u32 = u32::MAX;
+
+/// Tenant `t`'s bit. Tenants beyond 31 share bits (`t % 31`): a shared bit only wakes
+/// a sleeper that then asks once more than it needed to.
+pub fn tenant_bit(t: u16) -> u32 {
+    1 << (t as u32 % 31)
+}
+
+/// The bits a waiter of `tenant` asking to hold for `hold_ms` sleeps with, on a pool
+/// whose reclaim horizon is `horizon_ms` (module docs).
+pub fn waiter_bits(tenant: u16, hold_ms: u64, horizon_ms: u64) -> u32 {
+    tenant_bit(tenant) | if hold_ms <= horizon_ms { BORROW_BIT } else { 0 }
+}
+
+/// [`waiter_bits`] of the waiter that `facts` refused.
+pub fn refused_bits(facts: &GRefused) -> u32 {
+    waiter_bits(facts.tenant, facts.hold_ms, facts.horizon_ms)
+}
+
+/// The bits that the release of lease `no` at `now` wakes, from the state `st` before
+/// it (module docs); every bit if `st` has no such lease.
+pub fn release_bits(st: &State, rules: &Rules, no: u32, now: u64) -> u32 {
+    let Some(lease) = st.leases.iter().find(|l| l.no == no) else {
+        return EVERY_BIT;
+    };
+    let now = now.max(st.clock).max(rules.started_at);
+    let mut bits = tenant_bit(lease.tenant);
+    for s in st.slices.iter().filter(|s| s.lease == no) {
+        bits |= tenant_bit(s.lender);
+        if st.lendable(rules, s.lender as usize, now) {
+            bits |= BORROW_BIT;
+        }
+    }
+    bits
+}
 
 /// Before a waiter's ask on pool `gp`: the value of `wake` to sleep on if refused.
 pub fn seen<R: Region>(r: &R, gp: usize) -> u32 {

@@ -131,7 +131,7 @@ pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until:
             return;
         }
     }
-    futex_wait(word_ptr(pool, class), seq, &deadline);
+    futex_wait(word_ptr(pool, class), seq, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
 }
 
 /// Sleeps while every watched word holds its value, for at most until `until` (the
@@ -146,7 +146,7 @@ pub fn sleep_on(watch: &[Watch<'_>], until: Instant) {
         return;
     };
     if !waitv(watch.iter().map(|w| (w.val, w.word.as_ptr())), &deadline) {
-        futex_wait(first.word.as_ptr(), first.val, &deadline);
+        futex_wait(first.word.as_ptr(), first.val, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
     }
 }
 
@@ -192,13 +192,15 @@ fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec
     false
 }
 
-/// `FUTEX_WAIT_BITSET` on one word while it holds `val`, until an absolute deadline.
-fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec) {
+/// `FUTEX_WAIT_BITSET` on one word while it holds `val`, until an absolute deadline;
+/// only a wake whose bitset shares a bit with `bits` (non-zero) wakes it.
+fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec, bits: u32) {
+    debug_assert_ne!(bits, 0, "a futex waiter's bitset must not be empty");
     // SAFETY:
     //   * the word is a 4-byte aligned u32 that outlives this call (as in `waitv`); the
     //     kernel only reads it;
     //   * FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (no
-    //     FUTEX_CLOCK_REALTIME), a non-zero bitset, and ignores uaddr2;
+    //     FUTEX_CLOCK_REALTIME), a non-zero bitset (`bits.max(1)`), and ignores uaddr2;
     //   * no FUTEX_PRIVATE_FLAG: the word is shared with other processes.
     unsafe {
         libc::syscall(
@@ -208,7 +210,7 @@ fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec) {
             val,
             deadline as *const libc::timespec,
             std::ptr::null::<u32>(),
-            libc::FUTEX_BITSET_MATCH_ANY,
+            bits.max(1),
         )
     };
 }
@@ -239,27 +241,47 @@ pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
 }
 
 /// After an op on guaranteed pool `gp` that gave units back was published (a release,
-/// a reap, a reset): wakes every waiter asleep on the pool, if one may be (see
-/// `guaranteed::waiters`).
-pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize) {
+/// a reap, a reset): wakes the waiters asleep on the pool whose bits share one with
+/// `bits` (`guaranteed::waiters::release_bits`, or `EVERY_BIT`), if one may be asleep
+/// (see `guaranteed::waiters`).
+pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
     if crate::guaranteed::waiters::after_freeing(r, gp, crate::clock::now_ms) {
-        guaranteed_wake_all(r, gp);
+        guaranteed_wake(r, gp, bits);
     }
 }
 
-/// Wakes every waiter asleep on guaranteed pool `gp`'s wake word (bumped by the caller).
-pub fn guaranteed_wake_all<R: crate::region::Region>(r: &R, gp: usize) {
-    wake_word(r.g_head_rec(gp).wake.as_ptr(), u32::MAX);
+/// Wakes every waiter asleep on guaranteed pool `gp`'s wake word (bumped by the caller)
+/// whose bits share one with `bits`: `FUTEX_WAKE_BITSET` (a sleeper on `futex_waitv`
+/// matches every bitset).
+pub fn guaranteed_wake<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
+    let word = r.g_head_rec(gp).wake.as_ptr();
+    // SAFETY: `word` is an aligned u32 of the live mapping; FUTEX_WAKE_BITSET uses the
+    // address as a key, wakes up to `val` waiters whose bitset meets the non-zero
+    // `val3`, and ignores the timeout and uaddr2; no FUTEX_PRIVATE_FLAG (shared word).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAKE_BITSET,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            bits.max(1),
+        )
+    };
 }
 
 /// Sleeps on guaranteed pool `gp`'s wake word while it holds `seen` (what
 /// `guaranteed::waiters::seen` returned before the refused ask, once `announce` was
-/// made), and while `cancel` is not cancelled, for at most until `until`. Returns early
-/// on a wake, a signal or a changed word.
+/// made), and while `cancel` is not cancelled, for at most until `until`, woken by a
+/// release whose bits share one with `bits` (`guaranteed::waiters::waiter_bits`; a
+/// sleep with a cancel token, on `futex_waitv`, by every one). Returns early on a
+/// wake, a signal or a changed word.
 pub fn guaranteed_sleep<R: crate::region::Region>(
     r: &R,
     gp: usize,
     seen: u32,
+    bits: u32,
     cancel: Option<&Cancel>,
     until: Instant,
 ) {
@@ -269,7 +291,11 @@ pub fn guaranteed_sleep<R: crate::region::Region>(
     };
     match cancel {
         Some(c) => sleep_on(&[word, c.watch()], until),
-        None => sleep_on(&[word], until),
+        None => {
+            if let Some(deadline) = deadline(until) {
+                futex_wait(word.word.as_ptr(), seen, &deadline, bits);
+            }
+        }
     }
 }
 
