@@ -551,7 +551,9 @@ int32_t fairshm_guaranteed_wake_seen(const fairshm_table *t, uint32_t pool, uint
 // came back, 0 otherwise. Ask again after it: the wait for a guaranteed pool is the
 // caller's loop (ask; on a refusal, sleep until its retry-after with this), so that
 // every ask keeps the tenant's demand signalled. A sleep longer than half the pool's
-// `idle_after_ms` is slept in parts of that length, each announced anew.
+// `idle_after_ms` is slept in parts of that length, each announced anew. Every
+// release wakes it: `fairshm_guaranteed_sleep_as` sleeps through the releases that
+// cannot serve the refused request.
 //
 // # Safety
 // `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;
@@ -562,6 +564,23 @@ int32_t fairshm_guaranteed_sleep(const fairshm_table *t,
                                  uint64_t timeout_ms,
                                  const fairshm_cancel *cancel,
                                  uint32_t *woken);
+
+// `fairshm_guaranteed_sleep` after a refused request of tenant `tenant` to hold for
+// `hold_ms` (the handle and the hold it asked with): woken only by a release that may
+// serve it (units back to its tenant's guarantee or, if its hold is within the
+// reclaim horizon, to a lender that is idle), or a reap, a reset, `cancel`, a signal
+// or the timeout. A tenant handle out of range is `FAIRSHM_E_INVALID_REQUEST`.
+//
+// # Safety
+// As `fairshm_guaranteed_sleep`.
+int32_t fairshm_guaranteed_sleep_as(const fairshm_table *t,
+                                    uint32_t pool,
+                                    uint32_t tenant,
+                                    uint64_t hold_ms,
+                                    uint32_t seen,
+                                    uint64_t timeout_ms,
+                                    const fairshm_cancel *cancel,
+                                    uint32_t *woken);
 
 // Guaranteed pool `pool` at `now_ms` (`FAIRSHM_NOW`: the library's clock; a time
 // before the pool's own clock, the latest `now` it was given, such as 0, counts as

@@ -376,7 +376,9 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen(
 /// came back, 0 otherwise. Ask again after it: the wait for a guaranteed pool is the
 /// caller's loop (ask; on a refusal, sleep until its retry-after with this), so that
 /// every ask keeps the tenant's demand signalled. A sleep longer than half the pool's
-/// `idle_after_ms` is slept in parts of that length, each announced anew.
+/// `idle_after_ms` is slept in parts of that length, each announced anew. Every
+/// release wakes it: `fairshm_guaranteed_sleep_as` sleeps through the releases that
+/// cannot serve the refused request.
 ///
 /// # Safety
 /// `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;
@@ -385,6 +387,57 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen(
 pub unsafe extern "C" fn fairshm_guaranteed_sleep(
     t: *const fairshm_table,
     pool: u32,
+    seen: u32,
+    timeout_ms: u64,
+    cancel: *const super::cancel::fairshm_cancel,
+    woken: *mut u32,
+) -> i32 {
+    // SAFETY: per this function's contract, which is `sleep`'s.
+    unsafe { sleep(t, pool, None, seen, timeout_ms, cancel, woken) }
+}
+
+/// `fairshm_guaranteed_sleep` after a refused request of tenant `tenant` to hold for
+/// `hold_ms` (the handle and the hold it asked with): woken only by a release that may
+/// serve it (units back to its tenant's guarantee or, if its hold is within the
+/// reclaim horizon, to a lender that is idle), or a reap, a reset, `cancel`, a signal
+/// or the timeout. A tenant handle out of range is `FAIRSHM_E_INVALID_REQUEST`.
+///
+/// # Safety
+/// As `fairshm_guaranteed_sleep`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fairshm_guaranteed_sleep_as(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    hold_ms: u64,
+    seen: u32,
+    timeout_ms: u64,
+    cancel: *const super::cancel::fairshm_cancel,
+    woken: *mut u32,
+) -> i32 {
+    // SAFETY: per this function's contract, which is `sleep`'s.
+    unsafe {
+        sleep(
+            t,
+            pool,
+            Some((tenant, hold_ms)),
+            seen,
+            timeout_ms,
+            cancel,
+            woken,
+        )
+    }
+}
+
+/// The two sleeps: as a waiter of `who` (tenant, hold) or of nobody said.
+///
+/// # Safety
+/// As `fairshm_guaranteed_sleep`.
+unsafe fn sleep(
+    t: *const fairshm_table,
+    pool: u32,
+    who: Option<(u32, u64)>,
     seen: u32,
     timeout_ms: u64,
     cancel: *const super::cancel::fairshm_cancel,
@@ -402,10 +455,20 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep(
             std::time::Instant::now(),
             std::time::Duration::from_millis(timeout_ms),
         );
-        match table
-            .engine()
-            .guaranteed_sleep(GPoolId(pool), seen, until, cancel)
-        {
+        let engine = table.engine();
+        let slept = match who {
+            None => engine.guaranteed_sleep(GPoolId(pool), seen, until, cancel),
+            // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
+            Some((tenant, hold_ms)) => engine.guaranteed_sleep_as(
+                GPoolId(pool),
+                u16::try_from(tenant).unwrap_or(u16::MAX),
+                hold_ms,
+                seen,
+                until,
+                cancel,
+            ),
+        };
+        match slept {
             Ok(w) => {
                 // SAFETY: null or writable, by this function's contract.
                 unsafe { super::calls::put(woken, w as u32) };

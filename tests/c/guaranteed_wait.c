@@ -2,7 +2,9 @@
  * (fairshm_guaranteed_acquire_wait): served as soon as another thread gives the loan
  * back, long before the retry-after it was given; ended at once by a cancel token
  * fired from another thread, and by its timeout, each with the last refusal written
- * as fairshm_guaranteed_acquire writes it; and bad arguments as typed errors.
+ * as fairshm_guaranteed_acquire writes it; and bad arguments as typed errors. A sleep
+ * as a tenant's waiter (fairshm_guaranteed_sleep_as) sleeps through a release that
+ * gives its tenant nothing, which wakes a sleep that says nobody.
  *
  * Usage: guaranteed_wait SEGMENT_NAME. Exit 0 when every check holds; each failure is
  * printed. Every wait has a deadline (alarm). */
@@ -46,6 +48,49 @@ static void *act_later(void *arg) {
   else
     fairshm_guaranteed_release(l->t, l->lease, FAIRSHM_NOW);
   return NULL;
+}
+
+/* After 200 ms: releases `*lease` (b's own 50) and takes it again (into `*lease`), a
+ * release that gives nothing back to a. */
+struct churn {
+  fairshm_table *t;
+  uint32_t pool, tenant;
+  uint64_t *lease;
+  double at;
+};
+
+static void *churn_later(void *arg) {
+  struct churn *c = arg;
+  fairshm_guaranteed_refusal r;
+  sleep_ms(200);
+  c->at = now_ms();
+  fairshm_guaranteed_release(c->t, *c->lease, FAIRSHM_NOW);
+  fairshm_guaranteed_acquire(c->t, c->pool, c->tenant, 50, 60000, FAIRSHM_NOW, c->lease, &r,
+                             NULL, 0);
+  return NULL;
+}
+
+/* a's ask for 10 more, refused; then a sleep of up to `timeout_ms`, as a waiter of a
+ * (fairshm_guaranteed_sleep_as) or of nobody said (fairshm_guaranteed_sleep), while
+ * another thread acts at 200 ms. Returns how long the sleep took, in ms. */
+static double sleep_while(fairshm_table *t, uint32_t pool, uint32_t a, int as_a,
+                          uint64_t timeout_ms, void *(*act)(void *), void *arg) {
+  uint32_t seen = 0, woken = 9;
+  uint64_t none;
+  fairshm_guaranteed_refusal r;
+  CHECK(fairshm_guaranteed_wake_seen(t, pool, &seen) == FAIRSHM_OK, "wake_seen");
+  CHECK(fairshm_guaranteed_acquire(t, pool, a, 10, 50, FAIRSHM_NOW, &none, &r, NULL, 0) ==
+            FAIRSHM_REFUSED,
+        "a's ask for 10 more is refused");
+  pthread_t th;
+  pthread_create(&th, NULL, act, arg);
+  double start = now_ms();
+  int rc = as_a ? fairshm_guaranteed_sleep_as(t, pool, a, 50, seen, timeout_ms, NULL, &woken)
+                : fairshm_guaranteed_sleep(t, pool, seen, timeout_ms, NULL, &woken);
+  double took = now_ms() - start;
+  pthread_join(th, NULL);
+  CHECK(rc == FAIRSHM_OK && woken == 1, "the sleep: rc %d woken %u", rc, woken);
+  return took;
 }
 
 int main(int argc, char **argv) {
@@ -135,6 +180,26 @@ int main(int argc, char **argv) {
             FAIRSHM_E_INVALID_REQUEST,
         "a pool handle out of range");
   CHECK(strstr(fairshm_last_error(), "handle 9") != NULL, "names it: %s", fairshm_last_error());
+
+  /* A sleep as a's waiter sleeps through a release of b's that gives a nothing (it
+   * returns at its timeout, units having come back to the pool); a sleep that says
+   * nobody is woken by it; and a's own release wakes a's waiter at once. */
+  struct churn ch = {t, pool, b, &own, 0};
+  double took = sleep_while(t, pool, a, 1, 800, churn_later, &ch);
+  CHECK(took >= 790 && took < 2000, "slept %.0f ms of 800 through b's release", took);
+  took = sleep_while(t, pool, a, 0, 800, churn_later, &ch);
+  CHECK(took >= 150 && took < 700, "woken by b's release after %.0f ms", took);
+  struct later mine = {t, got, NULL, 0};
+  took = sleep_while(t, pool, a, 1, 5000, act_later, &mine);
+  CHECK(took >= 150 && took < 1200, "woken by a's own release after %.0f ms", took);
+  CHECK(fairshm_guaranteed_sleep_as(t, pool, 7, 50, 0, 0, NULL, NULL) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a tenant handle out of range");
+  CHECK(strstr(fairshm_last_error(), "tenant handle 7") != NULL, "names it: %s",
+        fairshm_last_error());
+  CHECK(fairshm_guaranteed_acquire(t, pool, a, 50, 50, FAIRSHM_NOW, &got, &r, NULL, 0) ==
+            FAIRSHM_OK,
+        "a's 50 again");
 
   CHECK(fairshm_guaranteed_release(t, got, FAIRSHM_NOW) == FAIRSHM_OK, "a's release");
   CHECK(fairshm_guaranteed_release(t, own, FAIRSHM_NOW) == FAIRSHM_OK, "b's release");
