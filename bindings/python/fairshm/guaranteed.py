@@ -206,8 +206,10 @@ class Guaranteed:
                 until = time.monotonic() + min(wait / 1000.0, left)
                 while True:
                     ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
-                    rc = lib.fairshm_guaranteed_sleep(self._table._h, self._id, seen.value, ms,
-                                                      c, byref(woken))
+                    # As tenant's waiter: a release that cannot serve it does not wake it.
+                    rc = lib.fairshm_guaranteed_sleep_as(self._table._h, self._id,
+                                                         self._tenant(tenant), hold_ms,
+                                                         seen.value, ms, c, byref(woken))
                     if rc:
                         self._table._fail(rc)
                     if woken.value or time.monotonic() >= until:

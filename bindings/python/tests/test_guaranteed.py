@@ -400,6 +400,54 @@ def test_a_cancel_from_another_thread_ends_acquire_timeout_at_once(name):
         own.release()
 
 
+def test_acquire_timeout_sleeps_through_releases_that_cannot_serve_it(name):
+    # c's waiter needs to borrow, and nobody can lend (a holds, b is active): forty
+    # releases of b's own leases, 5 ms apart, give c nothing and do not wake it. It
+    # asks again only at the end of a slice (100 ms) that saw one, not at each of
+    # them (41 asks before); the release of c's own lease wakes it and serves it.
+    import threading
+    import time
+
+    cfg = {"guaranteed": [{
+        "name": "tokens", "ceiling": 90, "fairness_unit": "cost",
+        "reclaim_horizon_ms": 5000, "idle_after_ms": 20_000,
+        "tenants": {"a": 1, "b": 1, "c": 1},
+    }]}
+    with fairshm.Table.create(name, cfg) as t:
+        g = t.guaranteed("tokens")
+        a = g.acquire("a", 30, 60_000)
+        c_own = g.acquire("c", 30, 60_000)
+        g.acquire("b", 10, 1000).release()  # b is active: not lendable for 20 s
+
+        def refusals():
+            tenants = g.stats()["stats"]["tenants"]
+            return next(x for x in tenants if x["name"] == "c")["refusals"]
+
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(
+            (g.acquire_timeout("c", 10, 100, 30), time.monotonic())))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while refusals() < 1:
+            assert time.monotonic() < deadline, "the waiter never asked"
+            time.sleep(0.001)
+        for _ in range(40):
+            g.acquire("b", 10, 1000).release()
+            time.sleep(0.005)
+        time.sleep(0.2)
+        asked = refusals()
+        assert asked <= 15, f"c's waiter asked {asked} times for 40 releases that gave c nothing"
+        assert waiter.is_alive()
+        released = time.monotonic()
+        c_own.release()
+        waiter.join(30)
+        assert not waiter.is_alive()
+        lease, back = got[0]
+        assert back - released < 1.0, back - released
+        lease.release()
+        a.release()
+
+
 def test_blocking_leases_are_named_by_their_borrowers_whatever_the_tenants_order(name):
     # Tenants listed out of alphabetical order, each borrowing from another: the name
     # of a blocking lease is its borrower's (the refusal carries the borrower's handle).

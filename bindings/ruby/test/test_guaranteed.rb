@@ -207,6 +207,45 @@ class TestGuaranteed < Minitest::Test
     g.release(own)
   end
 
+  # c's waiter needs to borrow, and nobody can lend (a holds, b is active): forty
+  # releases of b's own leases, 5 ms apart, give c nothing and do not wake it. It asks
+  # again only at the end of a slice (50 ms) that saw one, not at each of them (41
+  # asks before); the release of c's own lease wakes it and serves it at once.
+  def test_acquire_timeout_sleeps_through_releases_that_cannot_serve_it
+    @table.close
+    Fairshm::Table.unlink(@name)
+    g0 = CONFIG["guaranteed"][0].merge("ceiling" => 90, "reclaim_horizon_ms" => 5000,
+                                       "idle_after_ms" => 20_000,
+                                       "tenants" => { "a" => 1, "b" => 1, "c" => 1 })
+    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
+    g = @table.guaranteed("tokens")
+    a = g.acquire("a", 30, 60_000)
+    c_own = g.acquire("c", 30, 60_000)
+    g.release(g.acquire("b", 10, 1000)) # b is active: not lendable for 20 s
+    refusals = -> { g.stats["stats"]["tenants"].find { |x| x["name"] == "c" }["refusals"] }
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    waiter = Thread.new { [g.acquire_timeout("c", 10, 100, 30), clock.call] }
+    deadline = clock.call + 30
+    while refusals.call < 1
+      assert_operator clock.call, :<, deadline, "the waiter never asked"
+      sleep 0.001
+    end
+    40.times do
+      g.release(g.acquire("b", 10, 1000))
+      sleep 0.005
+    end
+    sleep 0.2
+    asked = refusals.call
+    assert_operator asked, :<=, 15, "c's waiter asked #{asked} times for 40 releases that gave c nothing"
+    assert waiter.alive?
+    released = clock.call
+    g.release(c_own)
+    lease, back = waiter.join(30)&.value
+    assert_operator back - released, :<, 1.0
+    g.release(lease)
+    g.release(a)
+  end
+
   # Released in the block at an explicit time, the lease is not released again when
   # the block ends, so the pool's clock stays at the trace's time.
   def test_a_lease_released_in_its_block_keeps_its_explicit_time

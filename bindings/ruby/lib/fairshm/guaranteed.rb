@@ -108,19 +108,22 @@ module Fairshm
 
         wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
         sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min,
-                          cancel)
+                          cancel, tenant(tenant_name), hold_ms)
         retry
       end
       block ? held(id, &block) : id
     end
 
     # Sleeps until units come back to the pool (a release or a reap since `seen` was
-    # read), until `wake_at` (monotonic seconds) or until `cancel` fires, in slices
-    # without the GVL, so that Thread#raise, Timeout and Ctrl-C land between them.
-    def sleep_until_freed(seen, woken, wake_at, cancel)
+    # read) that may serve a request of tenant handle `tenant` to hold for `hold_ms`
+    # (a release that cannot does not wake it), until `wake_at` (monotonic seconds) or
+    # until `cancel` fires, in slices without the GVL, so that Thread#raise, Timeout and
+    # Ctrl-C land between them.
+    def sleep_until_freed(seen, woken, wake_at, cancel, tenant, hold_ms)
       loop do
         ms = ((wake_at - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).ceil.clamp(0, WAIT_SLICE_MS)
-        rc = Native::G_SLEEP.call(@table.handle, @id, seen[0, 4].unpack1("L"), ms, cancel&.ptr, woken)
+        rc = Native::G_SLEEP_AS.call(@table.handle, @id, tenant, hold_ms, seen[0, 4].unpack1("L"), ms,
+                                     cancel&.ptr, woken)
         @table.raise_for(rc) unless rc.zero?
         return if woken[0, 4].unpack1("L") != 0 || Process.clock_gettime(Process::CLOCK_MONOTONIC) >= wake_at
         return if cancel&.cancelled? # one more ask: a grant is kept, a refusal raised
