@@ -111,7 +111,8 @@ impl fairshm_refusal {
 /// Writes the explanation of a refusal (what was asked, what blocked it, what to do)
 /// into `buf` (`len` bytes, NUL-terminated, cut at a character boundary if too short;
 /// `buf` may be null when `len` is 0). Returns the explanation's full length in bytes,
-/// without the NUL, or a negative error code.
+/// without the NUL, or a negative error code, with `buf` (if `len` > 0) the empty
+/// string, so that a caller that prints it unchecked prints nothing stale.
 ///
 /// # Safety
 /// `t` is null or an open table; `refusal` null or readable; `buf` null or writable
@@ -124,6 +125,10 @@ pub unsafe extern "C" fn fairshm_explain(
     len: usize,
 ) -> i64 {
     guard64(|| {
+        if len > 0 && !buf.is_null() {
+            // SAFETY: non-null, and writable for `len > 0` bytes by the contract.
+            unsafe { buf.write(0) };
+        }
         // SAFETY: per this function's contract.
         let table = unsafe { arg_table(t) }?;
         // SAFETY: null or readable, by the contract.

@@ -190,6 +190,12 @@ int main(int argc, char **argv) {
   char *text = malloc(need + 1);
   CHECK(fairshm_explain(t, &r, text, need + 1) == need, "explanation length");
   CHECK(strstr(text, "\"acme\"") && strstr(text, "\"requests\""), "explanation names: %s", text);
+  /* A refusal that is not one (a reason no refusal has) is an error, and leaves the
+   * buffer empty rather than holding the last explanation. */
+  fairshm_refusal junk = r;
+  junk.reason = 77;
+  CHECK(fairshm_explain(t, &junk, text, need + 1) == FAIRSHM_E_INVALID_REQUEST && text[0] == 0,
+        "a junk refusal: %s", fairshm_last_error());
   free(text);
   for (int i = 0; i < CAPACITY; i++) CHECK(fairshm_release(t, held[i]) == FAIRSHM_OK, "release");
   CHECK(fairshm_release(t, held[0]) == FAIRSHM_E_ALREADY_RELEASED, "released twice: %s",
