@@ -544,6 +544,17 @@ int32_t fairshm_guaranteed_release(const fairshm_table *t, uint64_t lease, uint6
 // `t` is null or an open table; `seen` null or writable.
 int32_t fairshm_guaranteed_wake_seen(const fairshm_table *t, uint32_t pool, uint32_t *seen);
 
+// Before an ask of tenant `tenant` that may end in a `fairshm_guaranteed_sleep_as`:
+// `*seen` is a cookie of guaranteed pool `pool`'s wake word and of the count of
+// releases for the tenant's waiters, which that sleep reads and moves on.
+//
+// # Safety
+// `t` is null or an open table; `seen` null or writable.
+int32_t fairshm_guaranteed_wake_seen_as(const fairshm_table *t,
+                                        uint32_t pool,
+                                        uint32_t tenant,
+                                        uint64_t *seen);
+
 // After a refused `fairshm_guaranteed_acquire`: sleeps until units come back to
 // guaranteed pool `pool` (a release or a reap since `fairshm_guaranteed_wake_seen`
 // gave `seen`, before the ask), `cancel` fires, a signal arrives, or `timeout_ms` has
@@ -566,18 +577,22 @@ int32_t fairshm_guaranteed_sleep(const fairshm_table *t,
                                  uint32_t *woken);
 
 // `fairshm_guaranteed_sleep` after a refused request of tenant `tenant` to hold for
-// `hold_ms` (the handle and the hold it asked with): woken only by a release that may
+// `hold_ms` (the handle and the hold it asked with), with `*seen` from
+// `fairshm_guaranteed_wake_seen_as` before the ask: woken only by a release that may
 // serve it (units back to its tenant's guarantee or, if its hold is within the
 // reclaim horizon, to a lender that is idle), or a reap, a reset, `cancel`, a signal
-// or the timeout. A tenant handle out of range is `FAIRSHM_E_INVALID_REQUEST`.
+// or the timeout. It sleeps on through the releases that cannot serve it and moves
+// `*seen` past them, so that a caller sleeping in slices passes the same `seen` to
+// the next slice and is not woken by them there either. A tenant handle out of range
+// is `FAIRSHM_E_INVALID_REQUEST`.
 //
 // # Safety
-// As `fairshm_guaranteed_sleep`.
+// As `fairshm_guaranteed_sleep`; `seen` readable and writable.
 int32_t fairshm_guaranteed_sleep_as(const fairshm_table *t,
                                     uint32_t pool,
                                     uint32_t tenant,
                                     uint64_t hold_ms,
-                                    uint32_t seen,
+                                    uint64_t *seen,
                                     uint64_t timeout_ms,
                                     const fairshm_cancel *cancel,
                                     uint32_t *woken);
@@ -631,7 +646,8 @@ int32_t fairshm_rates(const fairshm_table *t,
 // Writes the explanation of a refusal (what was asked, what blocked it, what to do)
 // into `buf` (`len` bytes, NUL-terminated, cut at a character boundary if too short;
 // `buf` may be null when `len` is 0). Returns the explanation's full length in bytes,
-// without the NUL, or a negative error code.
+// without the NUL, or a negative error code, with `buf` (if `len` > 0) the empty
+// string, so that a caller that prints it unchecked prints nothing stale.
 //
 // # Safety
 // `t` is null or an open table; `refusal` null or readable; `buf` null or writable

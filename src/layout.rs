@@ -365,7 +365,13 @@ pub struct GHeadRec {
     /// units back, while `sleep_until_ms` is not past.
     pub wake: AtomicU32,
     pub reserved32: AtomicU32,
-    pub reserved: [AtomicU64; 13],
+    /// One byte per waiters' bit (byte `k` of the four words, little-endian, for bit
+    /// `k`), counting the releases that woke that bit (mod 256; a carry into the next
+    /// byte only says more than happened): a waiter back from its sleep with `wake`
+    /// moved tells a release that was for it from one that was not
+    /// (`guaranteed::waiters`).
+    pub epochs: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 9],
 }
 
 /// Where each region starts, derived from the table sizes alone.
@@ -569,7 +575,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
         work_charged, reserved);
     fields!(v, ResidentRec, "ResidentRec": word, last_call_ms, wake, calls, reserved);
     fields!(v, WaitingRec, "WaitingRec": counts);
-    fields!(v, GHeadRec, "GHeadRec": head, sleep_until_ms, wake, reserved32, reserved);
+    fields!(v, GHeadRec, "GHeadRec": head, sleep_until_ms, wake, reserved32, epochs, reserved);
     v
 }
 

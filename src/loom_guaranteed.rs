@@ -290,7 +290,121 @@ fn release_races_a_waiter(after_freeing: fn(&HeapRegion) -> bool) {
 /// it sleeps on (the kernel's check then fails, or the wake finds it asleep).
 #[test]
 fn loom_a_release_never_leaves_a_waiter_asleep() {
-    release_races_a_waiter(|r| crate::guaranteed::waiters::after_freeing(r, 0, || 1));
+    use crate::guaranteed::waiters::{EVERY_BIT, after_freeing};
+    release_races_a_waiter(|r| after_freeing(r, 0, EVERY_BIT, || 1));
+}
+
+/// A waiter of a that says who it is (`seen_as`, `for_me`, `moved_on`), while a
+/// release that cannot serve it (b's: its bits are b's alone) and one of a's own unit
+/// race with its ask: it sleeps on past b's release at most, never past a's. Either its
+/// ask sees a's release (granted), or it finds a's release for it after its
+/// announcement and asks again, or it sleeps on a value that a's bump has since
+/// changed and a's releaser, finding it announced, wakes a's bits.
+#[test]
+fn loom_a_waiter_sleeps_on_past_others_releases_only() {
+    use crate::guaranteed::waiters::{
+        after_freeing, announce, cookie_wake, for_me, moved_on, seen_as, tenant_bit, waiter_bits,
+    };
+    model(|| {
+        let r = region();
+        let Effect::Granted(own) = acquire(&r, 0, A, 1000, 0).unwrap() else {
+            panic!("a's own unit")
+        };
+        for (slot, t) in [(1, B), (2, C)] {
+            assert!(matches!(
+                acquire(&r, slot, t, 1000, 0).unwrap(),
+                Effect::Granted(_)
+            ));
+        }
+        let rw = r.clone();
+        let waiter = loom::thread::spawn(move || {
+            let cookie = seen_as(&*rw, 0, A);
+            if matches!(acquire(&rw, 1, A, 50, 1).unwrap(), Effect::Granted(_)) {
+                return (true, None);
+            }
+            let bits = waiter_bits(A, 50, HORIZON);
+            let now = announce(&*rw, 0, 100);
+            if for_me(&*rw, 0, cookie, A, bits, now) {
+                return (false, None); // asks again at once
+            }
+            (false, Some(cookie_wake(moved_on(cookie, now))))
+        });
+        // b's release, which gives a nothing: only its wake and its epoch.
+        let rb = r.clone();
+        let other = loom::thread::spawn(move || after_freeing(&*rb, 0, tenant_bit(B), || 1));
+        let ra = r.clone();
+        let releaser = loom::thread::spawn(move || {
+            let rules = ra.g_rules(0);
+            let call = Call::Release {
+                lease: own.lease,
+                now: 1,
+            };
+            shared::update(&*ra, 0, 0, |st| st.apply(rules, call)).unwrap();
+            after_freeing(&*ra, 0, tenant_bit(A), || 1)
+        });
+        let (granted, sleeps_on) = waiter.join().unwrap();
+        other.join().unwrap();
+        let woke = releaser.join().unwrap();
+        if let Some(v) = sleeps_on {
+            assert!(!granted);
+            assert!(
+                woke,
+                "a waiter announced and asleep was not woken by a's release"
+            );
+            assert_ne!(
+                r.g_head_rec(0).wake.load(SeqCst),
+                v,
+                "the waiter sleeps on a value that includes a's release"
+            );
+        }
+    });
+}
+
+/// A waiter that took every move of `wake` after its announcement for someone else's
+/// (no epochs) sleeps through a's release: loom finds it.
+#[test]
+#[should_panic(expected = "includes a's release")]
+fn loom_catches_a_waiter_that_ignores_the_epochs() {
+    use crate::guaranteed::waiters::{after_freeing, announce, seen, tenant_bit};
+    model(|| {
+        let r = region();
+        let Effect::Granted(own) = acquire(&r, 0, A, 1000, 0).unwrap() else {
+            panic!("a's own unit")
+        };
+        for (slot, t) in [(1, B), (2, C)] {
+            assert!(matches!(
+                acquire(&r, slot, t, 1000, 0).unwrap(),
+                Effect::Granted(_)
+            ));
+        }
+        let rw = r.clone();
+        let waiter = loom::thread::spawn(move || {
+            let _ = seen(&*rw, 0);
+            if matches!(acquire(&rw, 1, A, 50, 1).unwrap(), Effect::Granted(_)) {
+                return None;
+            }
+            Some(announce(&*rw, 0, 100)) // asleep on whatever it reads
+        });
+        let ra = r.clone();
+        let releaser = loom::thread::spawn(move || {
+            let rules = ra.g_rules(0);
+            let call = Call::Release {
+                lease: own.lease,
+                now: 1,
+            };
+            shared::update(&*ra, 0, 0, |st| st.apply(rules, call)).unwrap();
+            after_freeing(&*ra, 0, tenant_bit(A), || 1)
+        });
+        let sleeps_on = waiter.join().unwrap();
+        releaser.join().unwrap();
+        if let Some(v) = sleeps_on {
+            assert_ne!(
+                r.g_head_rec(0).wake.load(SeqCst),
+                v,
+                "the waiter sleeps on a value that includes a's release"
+            );
+        }
+    });
 }
 
 /// A releaser that bumps `wake` and reads `sleep_until_ms` without the SeqCst fence

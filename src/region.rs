@@ -231,6 +231,7 @@ impl HeapRegion {
                     sleep_until_ms: a64(),
                     wake: a32(),
                     reserved32: a32(),
+                    epochs: std::array::from_fn(|_| a64()),
                     reserved: std::array::from_fn(|_| a64()),
                 },
                 blocks: (0..2 * procs)

@@ -369,6 +369,44 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen(
     })
 }
 
+/// Before an ask of tenant `tenant` that may end in a `fairshm_guaranteed_sleep_as`:
+/// `*seen` is a cookie of guaranteed pool `pool`'s wake word and of the count of
+/// releases for the tenant's waiters, which that sleep reads and moves on.
+///
+/// # Safety
+/// `t` is null or an open table; `seen` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_wake_seen_as(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    seen: *mut u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        let Some(out) = std::ptr::NonNull::new(seen) else {
+            return invalid("argument `seen` is null".into());
+        };
+        // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
+        let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
+        match table
+            .engine()
+            .guaranteed_wake_seen_as(GPoolId(pool), tenant)
+        {
+            Ok(v) => {
+                // SAFETY: non-null, and writable by this function's contract.
+                unsafe { out.as_ptr().write(v) };
+                FAIRSHM_OK
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
 /// After a refused `fairshm_guaranteed_acquire`: sleeps until units come back to
 /// guaranteed pool `pool` (a release or a reap since `fairshm_guaranteed_wake_seen`
 /// gave `seen`, before the ask), `cancel` fires, a signal arrives, or `timeout_ms` has
@@ -397,13 +435,17 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep(
 }
 
 /// `fairshm_guaranteed_sleep` after a refused request of tenant `tenant` to hold for
-/// `hold_ms` (the handle and the hold it asked with): woken only by a release that may
+/// `hold_ms` (the handle and the hold it asked with), with `*seen` from
+/// `fairshm_guaranteed_wake_seen_as` before the ask: woken only by a release that may
 /// serve it (units back to its tenant's guarantee or, if its hold is within the
 /// reclaim horizon, to a lender that is idle), or a reap, a reset, `cancel`, a signal
-/// or the timeout. A tenant handle out of range is `FAIRSHM_E_INVALID_REQUEST`.
+/// or the timeout. It sleeps on through the releases that cannot serve it and moves
+/// `*seen` past them, so that a caller sleeping in slices passes the same `seen` to
+/// the next slice and is not woken by them there either. A tenant handle out of range
+/// is `FAIRSHM_E_INVALID_REQUEST`.
 ///
 /// # Safety
-/// As `fairshm_guaranteed_sleep`.
+/// As `fairshm_guaranteed_sleep`; `seen` readable and writable.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn fairshm_guaranteed_sleep_as(
@@ -411,18 +453,21 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep_as(
     pool: u32,
     tenant: u32,
     hold_ms: u64,
-    seen: u32,
+    seen: *mut u64,
     timeout_ms: u64,
     cancel: *const super::cancel::fairshm_cancel,
     woken: *mut u32,
 ) -> i32 {
+    let Some(seen) = std::ptr::NonNull::new(seen) else {
+        return guard(|| invalid("argument `seen` is null".into()));
+    };
     // SAFETY: per this function's contract, which is `sleep`'s.
     unsafe {
         sleep(
             t,
             pool,
-            Some((tenant, hold_ms)),
-            seen,
+            Some((tenant, hold_ms, seen)),
+            0,
             timeout_ms,
             cancel,
             woken,
@@ -430,14 +475,15 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep_as(
     }
 }
 
-/// The two sleeps: as a waiter of `who` (tenant, hold) or of nobody said.
+/// The two sleeps: as a waiter of `who` (tenant, hold, cookie) or of nobody said (from
+/// `seen`).
 ///
 /// # Safety
-/// As `fairshm_guaranteed_sleep`.
+/// As `fairshm_guaranteed_sleep`; the cookie readable and writable.
 unsafe fn sleep(
     t: *const fairshm_table,
     pool: u32,
-    who: Option<(u32, u64)>,
+    who: Option<(u32, u64, std::ptr::NonNull<u64>)>,
     seen: u32,
     timeout_ms: u64,
     cancel: *const super::cancel::fairshm_cancel,
@@ -458,15 +504,23 @@ unsafe fn sleep(
         let engine = table.engine();
         let slept = match who {
             None => engine.guaranteed_sleep(GPoolId(pool), seen, until, cancel),
-            // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
-            Some((tenant, hold_ms)) => engine.guaranteed_sleep_as(
-                GPoolId(pool),
-                u16::try_from(tenant).unwrap_or(u16::MAX),
-                hold_ms,
-                seen,
-                until,
-                cancel,
-            ),
+            Some((tenant, hold_ms, cookie)) => {
+                // SAFETY: readable and writable, by this function's contract.
+                let mut c = unsafe { cookie.as_ptr().read() };
+                // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
+                let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
+                let slept = engine.guaranteed_sleep_as(
+                    GPoolId(pool),
+                    tenant,
+                    hold_ms,
+                    &mut c,
+                    until,
+                    cancel,
+                );
+                // SAFETY: as above.
+                unsafe { cookie.as_ptr().write(c) };
+                slept
+            }
         };
         match slept {
             Ok(w) => {

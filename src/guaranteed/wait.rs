@@ -38,22 +38,42 @@ impl Engine {
         until: std::time::Instant,
         cancel: Option<&Cancel>,
     ) -> Result<bool> {
-        self.guaranteed_sleep_bits(pool, seen, until, cancel, waiters::EVERY_BIT)
+        // A plain value: any move of the word is for it.
+        let mut seen = seen as u64;
+        self.guaranteed_sleep_bits(pool, &mut seen, (0, waiters::EVERY_BIT), until, cancel)
+    }
+
+    /// Before an ask of `tenant` that may end in a sleep of
+    /// [`Engine::guaranteed_sleep_as`]: a cookie of the pool's wake word and of the
+    /// epochs of the tenant's waiters (see `guaranteed::waiters`).
+    pub fn guaranteed_wake_seen_as(&self, pool: GPoolId, tenant: u16) -> Result<u64> {
+        self.guaranteed_tenant_checked(pool, tenant)?;
+        Ok(waiters::seen_as(self.seg(), pool.index(), tenant))
     }
 
     /// [`Engine::guaranteed_sleep`] for a refused request of `tenant` to hold for
-    /// `hold_ms`: woken only by a release that may serve it (units back to its own
-    /// guarantee, or, when it may borrow, to an idle lender: `guaranteed::waiters`),
-    /// as well as by a reap, a reset, `cancel`, a signal or `until`.
+    /// `hold_ms`, with the cookie `seen` that [`Engine::guaranteed_wake_seen_as`] gave
+    /// before the ask: woken only by a release that may serve it (units back to its own
+    /// guarantee, or, when it may borrow, to an idle lender: `guaranteed::waiters`), a
+    /// reap, a reset, `cancel`, a signal or `until`. It sleeps on through the releases
+    /// that cannot serve it, moving `seen` on past them, so that the next sleep with
+    /// the same cookie (a caller sleeping in slices) does not take them for its own.
     pub fn guaranteed_sleep_as(
         &self,
         pool: GPoolId,
         tenant: u16,
         hold_ms: u64,
-        seen: u32,
+        seen: &mut u64,
         until: std::time::Instant,
         cancel: Option<&Cancel>,
     ) -> Result<bool> {
+        let rules = self.guaranteed_tenant_checked(pool, tenant)?;
+        let bits = waiters::waiter_bits(tenant, hold_ms, rules.horizon);
+        self.guaranteed_sleep_bits(pool, seen, (tenant, bits), until, cancel)
+    }
+
+    /// The rules of `pool`, with `tenant` checked to be one of its tenants.
+    fn guaranteed_tenant_checked(&self, pool: GPoolId, tenant: u16) -> Result<&Rules> {
         let rules = self.guaranteed_rules(pool)?;
         if tenant as usize >= rules.names.len() {
             return Err(Error::InvalidRequest(format!(
@@ -62,23 +82,31 @@ impl Engine {
                 rules.names.len()
             )));
         }
-        let bits = waiters::waiter_bits(tenant, hold_ms, rules.horizon);
-        self.guaranteed_sleep_bits(pool, seen, until, cancel, bits)
+        Ok(rules)
     }
 
+    /// The sleep of a waiter of `tenant` sleeping with `bits`, from the cookie `seen`.
     fn guaranteed_sleep_bits(
         &self,
         pool: GPoolId,
-        seen: u32,
+        seen: &mut u64,
+        (tenant, bits): (u16, u32),
         until: std::time::Instant,
         cancel: Option<&Cancel>,
-        bits: u32,
     ) -> Result<bool> {
         // The announcement writes to the segment: an observer's mapping is read-only.
         self.writable("a guaranteed pool's wait")?;
         self.guaranteed_rules(pool)?;
         let (seg, gp) = (self.seg(), pool.index());
-        let step = Duration::from_millis(super::waiters::announce_step_ms(seg, gp));
+        let step = Duration::from_millis(waiters::announce_step_ms(seg, gp));
+        // Whether `wake`, read as `now`, moved for this waiter; else the cookie moves on.
+        let for_me = |seen: &mut u64, now: u32| {
+            let mine = waiters::for_me(seg, gp, *seen, tenant, bits, now);
+            if !mine {
+                *seen = waiters::moved_on(*seen, now);
+            }
+            mine
+        };
         loop {
             let now = Instant::now();
             let part_end = crate::clock::after(now, step).min(until);
@@ -86,13 +114,20 @@ impl Engine {
             let end_ms = crate::clock::now_ms()
                 .saturating_add(part_ms)
                 .saturating_add(1);
-            if super::waiters::announce(seg, gp, end_ms) != seen {
+            if for_me(seen, waiters::announce(seg, gp, end_ms)) {
                 return Ok(true);
             }
-            crate::waiting::guaranteed_sleep(seg, gp, seen, bits, cancel, part_end);
+            let on = waiters::cookie_wake(*seen);
+            if crate::waiting::guaranteed_sleep(seg, gp, on, bits, cancel, part_end) {
+                return Ok(true); // a wake for its bits
+            }
+            let before = *seen;
             // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
-            if seg.g_head_rec(gp).wake.load(Acquire) != seen {
+            if for_me(seen, seg.g_head_rec(gp).wake.load(Acquire)) {
                 return Ok(true);
+            }
+            if *seen != before && Instant::now() < part_end {
+                continue; // past releases not for it, before its time: asleep again
             }
             // Back early (a signal, a cancel), or at the end: the caller decides.
             let back = Instant::now();
@@ -126,7 +161,7 @@ impl Engine {
         // demand never lapses: the sleep's own announcement step.
         let keep_asking = super::waiters::announce_step_ms(self.seg(), pool.index());
         loop {
-            let seen = self.guaranteed_wake_seen(pool)?;
+            let mut seen = self.guaranteed_wake_seen_as(pool, tenant)?;
             let refusal = match self.guaranteed_acquire(
                 pool,
                 tenant,
@@ -152,7 +187,7 @@ impl Engine {
             // Asleep until the retry-after, or until units that may serve it come back,
             // if sooner.
             let bits = waiters::refused_bits(&refusal.facts);
-            self.guaranteed_sleep_bits(pool, seen, until, cancel, bits)?;
+            self.guaranteed_sleep_bits(pool, &mut seen, (tenant, bits), until, cancel)?;
         }
     }
 }

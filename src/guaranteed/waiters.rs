@@ -49,6 +49,18 @@
 //! any sleeper that does not say who it is (`fairshm_guaranteed_sleep`, or a wait with
 //! a cancel token, on `futex_waitv`) use every bit: each such sleeper wakes, asks once,
 //! and sleeps again if refused.
+//!
+//! A waiter back from its sleep (a timeout, a signal, a word that had moved before it
+//! slept) with `wake` moved tells a release for it from one that was not by the
+//! `epochs` of its bits, one byte each, which a release adds one to before its bump:
+//! [`seen_as`] takes a cookie of `wake` and the two bytes before the ask, [`for_me`]
+//! compares after a load of `wake`, and [`moved_on`] moves the cookie past the moves
+//! that were not for it, so that it sleeps on (and a caller sleeping in slices passes
+//! the cookie on). A release for it whose bump the load read has its add visible (the
+//! add came first and the bump is a Release); one whose bump it did not read bumps
+//! later, which the next sleep's kernel check or wake sees. A move of 256 or more
+//! counts as for it (a byte may have come round). The loom model
+//! `loom_a_waiter_sleeps_on_past_others_releases_only` checks it.
 
 use crate::layout::GHeadRec;
 use crate::region::Region;
@@ -103,6 +115,76 @@ pub fn seen<R: Region>(r: &R, gp: usize) -> u32 {
     r.g_head_rec(gp).wake.load(Acquire)
 }
 
+/// A cookie of [`seen_as`] carries the epochs (a plain [`seen`] value does not).
+const COOKIE_EPOCHS: u64 = 1 << 48;
+
+/// The epoch byte of waiters' bit `bit` (0..32).
+fn epoch(r: &impl Region, gp: usize, bit: u32) -> u8 {
+    debug_assert!(bit < 32);
+    let word = &r.g_head_rec(gp).epochs[(bit / 8) as usize % 4];
+    // Acquire: an add read here synchronizes with its releaser, whose head CAS then
+    // happens before what this waiter does next (its ask, or its verdict).
+    (word.load(Acquire) >> (8 * (bit % 8))) as u8
+}
+
+/// Before an ask of `tenant` on pool `gp` that may end in a sleep: a cookie of `wake`
+/// (bits 0..32) and the epochs of the tenant's bit (32..40) and of [`BORROW_BIT`]
+/// (40..48), read after it, for [`for_me`] and [`moved_on`] after the sleep.
+pub fn seen_as<R: Region>(r: &R, gp: usize, tenant: u16) -> u64 {
+    let w = seen(r, gp);
+    let mine = epoch(r, gp, tenant as u32 % 31) as u64;
+    let borrow = epoch(r, gp, 31) as u64;
+    w as u64 | mine << 32 | borrow << 40 | COOKIE_EPOCHS
+}
+
+/// The value of `wake` a cookie (of [`seen_as`], or a plain [`seen`] value) holds.
+pub fn cookie_wake(cookie: u64) -> u32 {
+    cookie as u32
+}
+
+/// Whether `wake`, read as `now` just before this call, moved since `cookie` for a
+/// release that may serve the waiter of `tenant` sleeping with `bits`: one of its
+/// bits' epochs moved, or `wake` moved by 256 or more (an epoch may have come round),
+/// or the cookie carries no epochs (then any move counts). A move that is not for it
+/// leaves the epochs of its bits as they were, and a release that is for it and whose
+/// bump `now` includes has its epoch add visible here (it came before the bump, a
+/// Release the Acquire load of `now` read).
+pub fn for_me<R: Region>(r: &R, gp: usize, cookie: u64, tenant: u16, bits: u32, now: u32) -> bool {
+    let was = cookie_wake(cookie);
+    if now == was {
+        return false;
+    }
+    if cookie & COOKIE_EPOCHS == 0 || now.wrapping_sub(was) >= 256 {
+        return true;
+    }
+    let mine = epoch(r, gp, tenant as u32 % 31) != (cookie >> 32) as u8;
+    let borrow = bits & BORROW_BIT != 0 && epoch(r, gp, 31) != (cookie >> 40) as u8;
+    mine || borrow
+}
+
+/// The cookie moved on to `wake` = `now` after [`for_me`] said that the moves up to it
+/// were not for the waiter: its epochs, unchanged, are the epochs at `now`.
+pub fn moved_on(cookie: u64, now: u32) -> u64 {
+    (cookie & !0xffff_ffff) | now as u64
+}
+
+/// Adds one to the epoch of every bit of `bits`, before the bump of `wake`.
+fn add_epochs(rec: &GHeadRec, bits: u32) {
+    for (w, word) in rec.epochs.iter().enumerate() {
+        let byte_bits = (bits >> (8 * w)) & 0xff;
+        if byte_bits == 0 {
+            continue;
+        }
+        // One in the byte of each bit: 0x01 per set bit, spread over the bytes.
+        let add = (0..8)
+            .filter(|k| byte_bits & (1 << k) != 0)
+            .fold(0u64, |a, k| a | 1 << (8 * k));
+        // Release: a waiter that reads this add sees our head CAS; and it comes before
+        // our bump, so a waiter whose load of `wake` reads the bump reads it too.
+        word.fetch_add(add, Release);
+    }
+}
+
 /// After a refused ask on pool `gp`: says that a waiter may sleep until `until_ms` (ms
 /// of `CLOCK_MONOTONIC`), and returns `wake` as it is now. A value other than [`seen`]'s
 /// means units came back since: ask again instead of sleeping.
@@ -114,11 +196,14 @@ pub fn announce<R: Region>(r: &R, gp: usize, until_ms: u64) -> u32 {
     rec.wake.load(SeqCst)
 }
 
-/// After an op on pool `gp` that gave units back was published: bumps `wake`, and says
-/// whether a waiter may be asleep now (`now_ms`: ms of `CLOCK_MONOTONIC`, read only if
-/// some waiter ever announced itself), which the caller must then wake.
-pub fn after_freeing<R: Region>(r: &R, gp: usize, now_ms: impl FnOnce() -> u64) -> bool {
+/// After an op on pool `gp` that gave units back was published: counts it in the
+/// epochs of `bits` (the waiters it may serve: [`release_bits`], or [`EVERY_BIT`]),
+/// bumps `wake`, and says whether a waiter may be asleep now (`now_ms`: ms of
+/// `CLOCK_MONOTONIC`, read only if some waiter ever announced itself), which the caller
+/// must then wake (those of `bits`).
+pub fn after_freeing<R: Region>(r: &R, gp: usize, bits: u32, now_ms: impl FnOnce() -> u64) -> bool {
     let rec: &GHeadRec = r.g_head_rec(gp);
+    add_epochs(rec, bits);
     // SeqCst (a Release at least): a waiter's `seen` that reads it sees our head CAS.
     rec.wake.fetch_add(1, SeqCst);
     // SeqCst fence: the other side of the handshake with `announce`.
@@ -148,6 +233,7 @@ pub fn announced_too_far<R: Region>(r: &R, gp: usize, now_ms: u64) -> Option<u64
 /// announces itself anew.
 pub fn forget<R: Region>(r: &R, gp: usize) {
     let rec: &GHeadRec = r.g_head_rec(gp);
+    add_epochs(rec, EVERY_BIT);
     // SeqCst: ordered before the bump, which every sleeper's kernel check then sees.
     rec.sleep_until_ms.store(0, SeqCst);
     rec.wake.fetch_add(1, SeqCst);

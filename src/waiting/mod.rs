@@ -131,7 +131,7 @@ pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until:
             return;
         }
     }
-    futex_wait(word_ptr(pool, class), seq, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
+    let _ = futex_wait(word_ptr(pool, class), seq, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
 }
 
 /// Sleeps while every watched word holds its value, for at most until `until` (the
@@ -146,15 +146,22 @@ pub fn sleep_on(watch: &[Watch<'_>], until: Instant) {
         return;
     };
     if !waitv(watch.iter().map(|w| (w.val, w.word.as_ptr())), &deadline) {
-        futex_wait(first.word.as_ptr(), first.val, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
+        let _ = futex_wait(first.word.as_ptr(), first.val, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
     }
 }
 
 /// `futex_waitv` on the first `WAITV_MAX` of `words` (value, address); false if the
 /// kernel has no `futex_waitv` (then nothing was waited for).
 fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec) -> bool {
+    waitv_rc(words, deadline).is_some()
+}
+
+/// [`waitv`], with what the call returned: the index of the word whose wake ended it
+/// (`>= 0`), or -1 (a timeout, a signal, a word that did not hold its value); `None`
+/// if the kernel has no `futex_waitv`.
+fn waitv_rc(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec) -> Option<i64> {
     if NO_WAITV.load(Relaxed) != 0 {
-        return false;
+        return None;
     }
     // On the stack: the `Vec` this was would be freed on the waiter's way from the
     // kernel to its try, the path a wake's latency is measured on.
@@ -186,15 +193,17 @@ fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec
         )
     };
     if rc >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
-        return true;
+        return Some(rc as i64);
     }
     NO_WAITV.store(1, Relaxed);
-    false
+    None
 }
 
 /// `FUTEX_WAIT_BITSET` on one word while it holds `val`, until an absolute deadline;
-/// only a wake whose bitset shares a bit with `bits` (non-zero) wakes it.
-fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec, bits: u32) {
+/// only a wake whose bitset shares a bit with `bits` (non-zero) wakes it. Whether a
+/// wake ended it (not a timeout, a signal, or a word that did not hold `val`).
+#[must_use]
+fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec, bits: u32) -> bool {
     debug_assert_ne!(bits, 0, "a futex waiter's bitset must not be empty");
     // SAFETY:
     //   * the word is a 4-byte aligned u32 that outlives this call (as in `waitv`); the
@@ -202,7 +211,7 @@ fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec, bits: u32) {
     //   * FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (no
     //     FUTEX_CLOCK_REALTIME), a non-zero bitset (`bits.max(1)`), and ignores uaddr2;
     //   * no FUTEX_PRIVATE_FLAG: the word is shared with other processes.
-    unsafe {
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word,
@@ -213,6 +222,7 @@ fn futex_wait(word: *mut u32, val: u32, deadline: &libc::timespec, bits: u32) {
             bits.max(1),
         )
     };
+    rc == 0
 }
 
 /// Wakes up to `n` waiters of `class`; returns how many woke.
@@ -245,7 +255,7 @@ pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
 /// `bits` (`guaranteed::waiters::release_bits`, or `EVERY_BIT`), if one may be asleep
 /// (see `guaranteed::waiters`).
 pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
-    if crate::guaranteed::waiters::after_freeing(r, gp, crate::clock::now_ms) {
+    if crate::guaranteed::waiters::after_freeing(r, gp, bits, crate::clock::now_ms) {
         guaranteed_wake(r, gp, bits);
     }
 }
@@ -276,7 +286,7 @@ pub fn guaranteed_wake<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
 /// made), and while `cancel` is not cancelled, for at most until `until`, woken by a
 /// release whose bits share one with `bits` (`guaranteed::waiters::waiter_bits`; a
 /// sleep with a cancel token, on `futex_waitv`, by every one). Returns early on a
-/// wake, a signal or a changed word.
+/// wake, a signal or a changed word; true if a wake of the pool's word ended it.
 pub fn guaranteed_sleep<R: crate::region::Region>(
     r: &R,
     gp: usize,
@@ -284,19 +294,19 @@ pub fn guaranteed_sleep<R: crate::region::Region>(
     bits: u32,
     cancel: Option<&Cancel>,
     until: Instant,
-) {
-    let word = Watch {
-        word: &r.g_head_rec(gp).wake,
-        val: seen,
+) -> bool {
+    let Some(deadline) = deadline(until) else {
+        return false;
     };
-    match cancel {
-        Some(c) => sleep_on(&[word, c.watch()], until),
-        None => {
-            if let Some(deadline) = deadline(until) {
-                futex_wait(word.word.as_ptr(), seen, &deadline, bits);
-            }
+    let word = r.g_head_rec(gp).wake.as_ptr();
+    if let Some(c) = cancel {
+        let c = c.watch();
+        // Without futex_waitv (None), the pool's word alone: a cancel is seen at the end.
+        if let Some(rc) = waitv_rc([(seen, word), (c.val, c.word.as_ptr())].into_iter(), &deadline) {
+            return rc == 0;
         }
     }
+    futex_wait(word, seen, &deadline, bits)
 }
 
 /// Ends a blocking acquire early, from another thread: `Table::acquire_cancellable`

@@ -73,23 +73,38 @@ static void *churn_later(void *arg) {
 /* a's ask for 10 more, refused; then a sleep of up to `timeout_ms`, as a waiter of a
  * (fairshm_guaranteed_sleep_as) or of nobody said (fairshm_guaranteed_sleep), while
  * another thread acts at 200 ms. Returns how long the sleep took, in ms. */
+static uint32_t last_woken_v;
+static uint32_t *last_woken = &last_woken_v;
+
 static double sleep_while(fairshm_table *t, uint32_t pool, uint32_t a, int as_a,
                           uint64_t timeout_ms, void *(*act)(void *), void *arg) {
   uint32_t seen = 0, woken = 9;
-  uint64_t none;
+  uint64_t none, cookie = 0;
   fairshm_guaranteed_refusal r;
   CHECK(fairshm_guaranteed_wake_seen(t, pool, &seen) == FAIRSHM_OK, "wake_seen");
+  CHECK(fairshm_guaranteed_wake_seen_as(t, pool, a, &cookie) == FAIRSHM_OK &&
+            (uint32_t)cookie == seen,
+        "wake_seen_as: %llx", (unsigned long long)cookie);
   CHECK(fairshm_guaranteed_acquire(t, pool, a, 10, 50, FAIRSHM_NOW, &none, &r, NULL, 0) ==
             FAIRSHM_REFUSED,
         "a's ask for 10 more is refused");
   pthread_t th;
   pthread_create(&th, NULL, act, arg);
   double start = now_ms();
-  int rc = as_a ? fairshm_guaranteed_sleep_as(t, pool, a, 50, seen, timeout_ms, NULL, &woken)
+  int rc = as_a ? fairshm_guaranteed_sleep_as(t, pool, a, 50, &cookie, timeout_ms, NULL, &woken)
                 : fairshm_guaranteed_sleep(t, pool, seen, timeout_ms, NULL, &woken);
   double took = now_ms() - start;
   pthread_join(th, NULL);
-  CHECK(rc == FAIRSHM_OK && woken == 1, "the sleep: rc %d woken %u", rc, woken);
+  CHECK(rc == FAIRSHM_OK, "the sleep: rc %d", rc);
+  /* Woken (1) by a release for it; else (0) at the timeout, with the cookie moved on
+   * past the releases it slept through. */
+  if (as_a && woken == 0) {
+    uint32_t now = 0;
+    fairshm_guaranteed_wake_seen(t, pool, &now);
+    CHECK((uint32_t)cookie == now && now != seen, "the cookie moved on: %u -> %u (word %u)",
+          seen, (uint32_t)cookie, now);
+  }
+  *last_woken = woken;
   return took;
 }
 
@@ -186,17 +201,26 @@ int main(int argc, char **argv) {
    * nobody is woken by it; and a's own release wakes a's waiter at once. */
   struct churn ch = {t, pool, b, &own, 0};
   double took = sleep_while(t, pool, a, 1, 800, churn_later, &ch);
-  CHECK(took >= 790 && took < 2000, "slept %.0f ms of 800 through b's release", took);
+  CHECK(took >= 790 && took < 2000 && *last_woken == 0,
+        "slept %.0f ms of 800 through b's release (woken %u)", took, *last_woken);
   took = sleep_while(t, pool, a, 0, 800, churn_later, &ch);
-  CHECK(took >= 150 && took < 700, "woken by b's release after %.0f ms", took);
+  CHECK(took >= 150 && took < 700 && *last_woken == 1,
+        "woken by b's release after %.0f ms (woken %u)", took, *last_woken);
   struct later mine = {t, got, NULL, 0};
   took = sleep_while(t, pool, a, 1, 5000, act_later, &mine);
-  CHECK(took >= 150 && took < 1200, "woken by a's own release after %.0f ms", took);
-  CHECK(fairshm_guaranteed_sleep_as(t, pool, 7, 50, 0, 0, NULL, NULL) ==
+  CHECK(took >= 150 && took < 1200 && *last_woken == 1,
+        "woken by a's own release after %.0f ms (woken %u)", took, *last_woken);
+  uint64_t cookie = 0;
+  CHECK(fairshm_guaranteed_sleep_as(t, pool, 7, 50, &cookie, 0, NULL, NULL) ==
             FAIRSHM_E_INVALID_REQUEST,
         "a tenant handle out of range");
   CHECK(strstr(fairshm_last_error(), "tenant handle 7") != NULL, "names it: %s",
         fairshm_last_error());
+  CHECK(fairshm_guaranteed_wake_seen_as(t, pool, 7, &cookie) == FAIRSHM_E_INVALID_REQUEST,
+        "a tenant handle out of range, before the ask");
+  CHECK(fairshm_guaranteed_sleep_as(t, pool, a, 50, NULL, 0, NULL, NULL) ==
+            FAIRSHM_E_INVALID_REQUEST,
+        "a null cookie");
   CHECK(fairshm_guaranteed_acquire(t, pool, a, 50, 50, FAIRSHM_NOW, &got, &r, NULL, 0) ==
             FAIRSHM_OK,
         "a's 50 again");
