@@ -160,9 +160,12 @@ _sigs = {
     "fairshm_guaranteed_wake_seen": (c_int32, [c_void_p, c_uint32, POINTER(c_uint32)]),
     "fairshm_guaranteed_sleep": (
         c_int32, [c_void_p, c_uint32, c_uint32, c_uint64, c_void_p, POINTER(c_uint32)]),
+    "fairshm_guaranteed_wake_seen_as": (
+        c_int32, [c_void_p, c_uint32, c_uint32, POINTER(c_uint64)]),
     "fairshm_guaranteed_sleep_as": (
         c_int32,
-        [c_void_p, c_uint32, c_uint32, c_uint64, c_uint32, c_uint64, c_void_p, POINTER(c_uint32)]),
+        [c_void_p, c_uint32, c_uint32, c_uint64, POINTER(c_uint64), c_uint64, c_void_p,
+         POINTER(c_uint32)]),
     "fairshm_guaranteed_stats_json": (c_void_p, [c_void_p, c_uint32, c_uint64]),
 }
 for _name, (_res, _args) in _sigs.items():

@@ -188,10 +188,12 @@ class Guaranteed:
         if self._keep_asking_ms is None:
             # A time before the pool's clock reads at its clock: nothing moves.
             self._keep_asking_ms = max(1, self.stats(0)["stats"]["idle_after_ms"] // 2)
-        seen, woken = c_uint32(), c_uint32()
+        seen, woken = c_uint64(), c_uint32()
         while True:
-            # The pool's wake word before the ask: a release after it ends the sleep.
-            rc = lib.fairshm_guaranteed_wake_seen(self._table._h, self._id, byref(seen))
+            # The pool's wake word (and the count of releases for this tenant's waiters)
+            # before the ask: a release after it that may serve it ends the sleep.
+            rc = lib.fairshm_guaranteed_wake_seen_as(self._table._h, self._id,
+                                                     self._tenant(tenant), byref(seen))
             if rc:
                 self._table._fail(rc)
             try:
@@ -206,10 +208,11 @@ class Guaranteed:
                 until = time.monotonic() + min(wait / 1000.0, left)
                 while True:
                     ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
-                    # As tenant's waiter: a release that cannot serve it does not wake it.
+                    # As tenant's waiter: a release that cannot serve it does not wake
+                    # it, and `seen` moves past it for the next slice.
                     rc = lib.fairshm_guaranteed_sleep_as(self._table._h, self._id,
                                                          self._tenant(tenant), hold_ms,
-                                                         seen.value, ms, c, byref(woken))
+                                                         byref(seen), ms, c, byref(woken))
                     if rc:
                         self._table._fail(rc)
                     if woken.value or time.monotonic() >= until:

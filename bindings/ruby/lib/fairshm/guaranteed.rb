@@ -94,11 +94,12 @@ module Fairshm
 
       # A time before the pool's clock reads at its clock: nothing moves.
       @keep_asking_ms ||= [stats(now_ms: 0)["stats"]["idle_after_ms"] / 2, 1].max
-      seen = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      seen = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       woken = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
       id = begin
-        # The pool's wake word before the ask: a release after it ends the sleep.
-        rc = Native::G_WAKE_SEEN.call(@table.handle, @id, seen)
+        # The pool's wake word (and the count of releases for this tenant's waiters)
+        # before the ask: a release after it that may serve it ends the sleep.
+        rc = Native::G_WAKE_SEEN_AS.call(@table.handle, @id, tenant(tenant_name), seen)
         @table.raise_for(rc) unless rc.zero?
         acquire(tenant_name, cost, hold_ms)
       rescue GuaranteedRefused => e
@@ -116,14 +117,14 @@ module Fairshm
 
     # Sleeps until units come back to the pool (a release or a reap since `seen` was
     # read) that may serve a request of tenant handle `tenant` to hold for `hold_ms`
-    # (a release that cannot does not wake it), until `wake_at` (monotonic seconds) or
+    # (a release that cannot does not wake it, and `seen` moves past it for the next
+    # slice), until `wake_at` (monotonic seconds) or
     # until `cancel` fires, in slices without the GVL, so that Thread#raise, Timeout and
     # Ctrl-C land between them.
     def sleep_until_freed(seen, woken, wake_at, cancel, tenant, hold_ms)
       loop do
         ms = ((wake_at - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).ceil.clamp(0, WAIT_SLICE_MS)
-        rc = Native::G_SLEEP_AS.call(@table.handle, @id, tenant, hold_ms, seen[0, 4].unpack1("L"), ms,
-                                     cancel&.ptr, woken)
+        rc = Native::G_SLEEP_AS.call(@table.handle, @id, tenant, hold_ms, seen, ms, cancel&.ptr, woken)
         @table.raise_for(rc) unless rc.zero?
         return if woken[0, 4].unpack1("L") != 0 || Process.clock_gettime(Process::CLOCK_MONOTONIC) >= wake_at
         return if cancel&.cancelled? # one more ask: a grant is kept, a refusal raised
