@@ -227,6 +227,31 @@ fn loom_catches_a_publisher_that_stores_instead_of_cas() {
     });
 }
 
+/// Each tenant holds its own unit (a's by slot 0, b's by 1, c's by 2), so nobody is
+/// idle to lend: a's second ask can only be served by a's own unit coming back.
+/// Returns a's lease.
+fn each_holds_its_own(r: &HeapRegion) -> crate::guaranteed::Grant {
+    let Effect::Granted(own) = acquire(r, 0, A, 1000, 0).unwrap() else {
+        panic!("a's own unit")
+    };
+    for (slot, t) in [(1, B), (2, C)] {
+        assert!(matches!(
+            acquire(r, slot, t, 1000, 0).unwrap(),
+            Effect::Granted(_)
+        ));
+    }
+    own
+}
+
+/// Releases lease `no` through slot 0's blocks, then gives the waiters what
+/// `after_freeing` does (the real one, or a broken one): whether it woke them.
+fn release_then(r: &HeapRegion, no: u32, after_freeing: impl FnOnce(&HeapRegion) -> bool) -> bool {
+    let rules = r.g_rules(0);
+    let call = Call::Release { lease: no, now: 1 };
+    shared::update(r, 0, 0, |st| st.apply(rules, call)).unwrap();
+    after_freeing(r)
+}
+
 /// One waiter's turn (`guaranteed::waiters`): `seen`, a refused ask, `announce`.
 /// Returns whether the ask was granted, and, refused, whether it would then sleep
 /// (`wake` unchanged since `seen`) and on what value.
@@ -245,31 +270,11 @@ fn waiter_turn(r: &HeapRegion, slot: usize, tenant: u16) -> (bool, Option<u32>) 
 fn release_races_a_waiter(after_freeing: fn(&HeapRegion) -> bool) {
     model(move || {
         let r = region();
-        // Each tenant holds its own unit, so nobody is idle to lend: a's second ask
-        // can only be served by a's own unit coming back.
-        let Effect::Granted(own) = acquire(&r, 0, A, 1000, 0).unwrap() else {
-            panic!("a's own unit")
-        };
-        assert!(matches!(
-            acquire(&r, 1, B, 1000, 0).unwrap(),
-            Effect::Granted(_)
-        ));
-        assert!(matches!(
-            acquire(&r, 2, C, 1000, 0).unwrap(),
-            Effect::Granted(_)
-        ));
+        let own = each_holds_its_own(&r);
         let rw = r.clone();
         let waiter = loom::thread::spawn(move || waiter_turn(&rw, 1, A));
         let rr = r.clone();
-        let releaser = loom::thread::spawn(move || {
-            let rules = rr.g_rules(0);
-            let call = Call::Release {
-                lease: own.lease,
-                now: 1,
-            };
-            shared::update(&*rr, 0, 0, |st| st.apply(rules, call)).unwrap();
-            after_freeing(&rr)
-        });
+        let releaser = loom::thread::spawn(move || release_then(&rr, own.lease, after_freeing));
         let (granted, sleeps_on) = waiter.join().unwrap();
         let woke = releaser.join().unwrap();
         if let Some(v) = sleeps_on {
@@ -307,15 +312,7 @@ fn loom_a_waiter_sleeps_on_past_others_releases_only() {
     };
     model(|| {
         let r = region();
-        let Effect::Granted(own) = acquire(&r, 0, A, 1000, 0).unwrap() else {
-            panic!("a's own unit")
-        };
-        for (slot, t) in [(1, B), (2, C)] {
-            assert!(matches!(
-                acquire(&r, slot, t, 1000, 0).unwrap(),
-                Effect::Granted(_)
-            ));
-        }
+        let own = each_holds_its_own(&r);
         let rw = r.clone();
         let waiter = loom::thread::spawn(move || {
             let cookie = seen_as(&*rw, 0, A);
@@ -334,13 +331,7 @@ fn loom_a_waiter_sleeps_on_past_others_releases_only() {
         let other = loom::thread::spawn(move || after_freeing(&*rb, 0, tenant_bit(B), || 1));
         let ra = r.clone();
         let releaser = loom::thread::spawn(move || {
-            let rules = ra.g_rules(0);
-            let call = Call::Release {
-                lease: own.lease,
-                now: 1,
-            };
-            shared::update(&*ra, 0, 0, |st| st.apply(rules, call)).unwrap();
-            after_freeing(&*ra, 0, tenant_bit(A), || 1)
+            release_then(&ra, own.lease, |r| after_freeing(r, 0, tenant_bit(A), || 1))
         });
         let (granted, sleeps_on) = waiter.join().unwrap();
         other.join().unwrap();
@@ -368,15 +359,7 @@ fn loom_catches_a_waiter_that_ignores_the_epochs() {
     use crate::guaranteed::waiters::{after_freeing, announce, seen, tenant_bit};
     model(|| {
         let r = region();
-        let Effect::Granted(own) = acquire(&r, 0, A, 1000, 0).unwrap() else {
-            panic!("a's own unit")
-        };
-        for (slot, t) in [(1, B), (2, C)] {
-            assert!(matches!(
-                acquire(&r, slot, t, 1000, 0).unwrap(),
-                Effect::Granted(_)
-            ));
-        }
+        let own = each_holds_its_own(&r);
         let rw = r.clone();
         let waiter = loom::thread::spawn(move || {
             let _ = seen(&*rw, 0);
@@ -387,13 +370,7 @@ fn loom_catches_a_waiter_that_ignores_the_epochs() {
         });
         let ra = r.clone();
         let releaser = loom::thread::spawn(move || {
-            let rules = ra.g_rules(0);
-            let call = Call::Release {
-                lease: own.lease,
-                now: 1,
-            };
-            shared::update(&*ra, 0, 0, |st| st.apply(rules, call)).unwrap();
-            after_freeing(&*ra, 0, tenant_bit(A), || 1)
+            release_then(&ra, own.lease, |r| after_freeing(r, 0, tenant_bit(A), || 1))
         });
         let sleeps_on = waiter.join().unwrap();
         releaser.join().unwrap();

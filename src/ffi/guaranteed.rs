@@ -349,24 +349,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen(
     pool: u32,
     seen: *mut u32,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let table = match unsafe { arg_table(t) } {
-            Ok(t) => t,
-            Err(rc) => return rc,
-        };
-        let Some(out) = std::ptr::NonNull::new(seen) else {
-            return invalid("argument `seen` is null".into());
-        };
-        match table.engine().guaranteed_wake_seen(GPoolId(pool)) {
-            Ok(v) => {
-                // SAFETY: non-null, and writable by this function's contract.
-                unsafe { out.as_ptr().write(v) };
-                FAIRSHM_OK
-            }
-            Err(e) => fail(e),
-        }
-    })
+    // SAFETY: per this function's contract, which is `put_seen`'s.
+    unsafe { put_seen(t, seen, |e| e.guaranteed_wake_seen(GPoolId(pool))) }
 }
 
 /// Before an ask of tenant `tenant` that may end in a `fairshm_guaranteed_sleep_as`:
@@ -382,6 +366,25 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen_as(
     tenant: u32,
     seen: *mut u64,
 ) -> i32 {
+    // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
+    let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
+    // SAFETY: per this function's contract, which is `put_seen`'s.
+    unsafe {
+        put_seen(t, seen, |e| {
+            e.guaranteed_wake_seen_as(GPoolId(pool), tenant)
+        })
+    }
+}
+
+/// The two wake_seen calls: `*seen` = what `read` gives from the table's engine.
+///
+/// # Safety
+/// `t` is null or an open table; `seen` null or writable.
+unsafe fn put_seen<T>(
+    t: *const fairshm_table,
+    seen: *mut T,
+    read: impl FnOnce(&Engine) -> crate::error::Result<T>,
+) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
         let table = match unsafe { arg_table(t) } {
@@ -391,12 +394,7 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen_as(
         let Some(out) = std::ptr::NonNull::new(seen) else {
             return invalid("argument `seen` is null".into());
         };
-        // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
-        let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
-        match table
-            .engine()
-            .guaranteed_wake_seen_as(GPoolId(pool), tenant)
-        {
+        match read(table.engine()) {
             Ok(v) => {
                 // SAFETY: non-null, and writable by this function's contract.
                 unsafe { out.as_ptr().write(v) };
