@@ -289,7 +289,19 @@ fn a_cancel_ends_a_guaranteed_wait_at_once() {
 /// one); the release of c's own lease wakes it and serves it at once.
 #[test]
 fn a_release_wakes_only_the_waiters_it_may_serve() {
-    let seg = Seg::new("gw-targeted");
+    sleeps_through_others_releases("gw-targeted", None);
+}
+
+/// The same with a cancel token, whose sleep (`futex_waitv`) every release wakes in the
+/// kernel: the epochs tell it that b's releases were not for it, and it sleeps on.
+#[test]
+fn a_cancellable_waiter_sleeps_on_past_others_releases() {
+    let cancel = fairshm::Cancel::new();
+    sleeps_through_others_releases("gw-targeted-c", Some(&cancel));
+}
+
+fn sleeps_through_others_releases(name: &str, cancel: Option<&fairshm::Cancel>) {
+    let seg = Seg::new(name);
     // idle_after 20 s: the waiter asks again on its own only every 10 s.
     let c = common::guaranteed(
         "ceiling",
@@ -312,7 +324,7 @@ fn a_release_wakes_only_the_waiters_it_may_serve() {
     };
     std::thread::scope(|s| {
         let waiter = s.spawn(|| {
-            let r = g.acquire_timeout("c", 10, 100, Duration::from_secs(30));
+            let r = g.acquire_timeout_cancellable("c", 10, 100, Duration::from_secs(30), cancel);
             (r, now_ns())
         });
         wait_until(

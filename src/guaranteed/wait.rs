@@ -118,15 +118,19 @@ impl Engine {
                 return Ok(true);
             }
             let on = waiters::cookie_wake(*seen);
-            if crate::waiting::guaranteed_sleep(seg, gp, on, bits, cancel, part_end) {
-                return Ok(true); // a wake for its bits
-            }
+            // A wake of the pool's word: for its bits, or for any release when it
+            // sleeps with a cancel token (`futex_waitv` matches every bitset). Either
+            // way the epochs say (a releaser's add and bump come before its wake).
+            let woken = crate::waiting::guaranteed_sleep(seg, gp, on, bits, cancel, part_end);
             let before = *seen;
             // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
             if for_me(seen, seg.g_head_rec(gp).wake.load(Acquire)) {
                 return Ok(true);
             }
-            if *seen != before && Instant::now() < part_end {
+            if (woken || *seen != before)
+                && Instant::now() < part_end
+                && !cancel.is_some_and(Cancel::is_cancelled)
+            {
                 continue; // past releases not for it, before its time: asleep again
             }
             // Back early (a signal, a cancel), or at the end: the caller decides.

@@ -46,9 +46,11 @@
 //! (`tests/guaranteed_props.rs`) checks it over random states. Anything that comes
 //! with time (a lender turning idle, a want lapsing) is each waiter's own retry-after,
 //! at most half `idle_after_ms` away. A reap of a dead holder, a reset by `repair`, and
-//! any sleeper that does not say who it is (`fairshm_guaranteed_sleep`, or a wait with
-//! a cancel token, on `futex_waitv`) use every bit: each such sleeper wakes, asks once,
-//! and sleeps again if refused.
+//! any sleeper that does not say who it is (`fairshm_guaranteed_sleep`) use every bit:
+//! each such sleeper wakes, asks once, and sleeps again if refused. A wait with a cancel
+//! token sleeps on `futex_waitv`, whose entries match every bitset: every release wakes
+//! it in the kernel, and its epochs (below) send it back to sleep when the release was
+//! not for it.
 //!
 //! A waiter back from its sleep (a timeout, a signal, a word that had moved before it
 //! slept) with `wake` moved tells a release for it from one that was not by the
