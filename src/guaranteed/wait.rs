@@ -118,10 +118,15 @@ impl Engine {
                 return Ok(true);
             }
             let on = waiters::cookie_wake(*seen);
-            // A wake of the pool's word: for its bits, or for any release when it
-            // sleeps with a cancel token (`futex_waitv` matches every bitset). Either
-            // way the epochs say (a releaser's add and bump come before its wake).
+            // A wake of the pool's word: for its bits (`FUTEX_WAIT_BITSET`: a release
+            // that may serve it, a reap, a reset, or a process of a library before the
+            // bits, which wakes every sleeper and adds no epochs), or, with a cancel
+            // token, for any release (`futex_waitv` matches every bitset), which the
+            // epochs tell apart (a releaser's add and bump come before its wake).
             let woken = crate::waiting::guaranteed_sleep(seg, gp, on, bits, cancel, part_end);
+            if woken && cancel.is_none() {
+                return Ok(true);
+            }
             let before = *seen;
             // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
             if for_me(seen, seg.g_head_rec(gp).wake.load(Acquire)) {
