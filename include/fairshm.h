@@ -508,8 +508,8 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
 // `hold_exceeds_reclaim_horizon` with no retry-after) is `FAIRSHM_REFUSED` with the
 // last refusal, written as `fairshm_guaranteed_acquire` writes it. Sleeps in the
 // calling thread without a way for signals to end the wait early; a caller that needs
-// that (an interpreter) loops with `fairshm_guaranteed_wake_seen` and
-// `fairshm_guaranteed_sleep` instead.
+// that (an interpreter) loops with `fairshm_guaranteed_wake_seen_as` and
+// `fairshm_guaranteed_sleep_as` instead.
 //
 // # Safety
 // As `fairshm_guaranteed_acquire`; `cancel` null or from `fairshm_cancel_new`, not

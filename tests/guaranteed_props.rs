@@ -186,7 +186,7 @@ fn random_sequences_keep_the_invariants_and_every_retry_after_is_honest() {
 /// cannot serve are not woken by it.
 #[test]
 fn a_release_wakes_every_waiter_it_can_serve() {
-    use fairshm::guaranteed::waiters::{refused_bits, release_bits};
+    use fairshm::guaranteed::waiters::{release_bits, waiter_bits};
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let (mut served, mut spared) = (0u64, 0u64);
     for _case in 0..1500 {
@@ -206,16 +206,17 @@ fn a_release_wakes_every_waiter_it_can_serve() {
             if !live.is_empty() && rng(&mut x) % 3 == 0 {
                 let no = live[(rng(&mut x) as usize) % live.len()];
                 let at = now.max(m.state.clock);
-                let bits = release_bits(&m.state, &m.rules, no, at);
+                let lease = m.state.leases.iter().find(|l| l.no == no).unwrap();
+                let bits = release_bits(&m.state, &m.rules, lease, at);
                 let mut after = m.clone();
                 after.release(no, at).unwrap();
                 for _ in 0..8 {
                     let (t, cost, hold, _) = ask(&mut x, at);
-                    let refused = match m.clone().acquire(t, cost, hold, at) {
-                        Ok(Effect::Refused(r)) => r,
-                        _ => continue,
-                    };
-                    let woken = refused_bits(&refused) & bits != 0;
+                    if !matches!(m.clone().acquire(t, cost, hold, at), Ok(Effect::Refused(_))) {
+                        continue;
+                    }
+                    let theirs = waiter_bits(t, hold, cfg.reclaim_horizon_ms as u64);
+                    let woken = theirs & bits != 0;
                     match after.clone().acquire(t, cost, hold, at) {
                         Ok(Effect::Granted(_)) => {
                             served += 1;
@@ -223,8 +224,7 @@ fn a_release_wakes_every_waiter_it_can_serve() {
                                 woken,
                                 "{cfg:?}: t{t} asking {cost} for {hold} at {at} is served by \
                                  the release of #{no}, which does not wake it (bits \
-                                 {bits:#x}, the waiter's {:#x}); state before: {:?}",
-                                refused_bits(&refused),
+                                 {bits:#x}, the waiter's {theirs:#x}); state before: {:?}",
                                 m.state
                             );
                         }

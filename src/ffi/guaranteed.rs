@@ -10,6 +10,7 @@ use super::{
 };
 use crate::engine::Engine;
 use crate::guaranteed::{GLeaseId, GOutcome, GPoolId};
+use crate::waiting::Cancel;
 
 /// Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 pub const FAIRSHM_GUARANTEED_BLOCKING: usize = 8;
@@ -168,8 +169,8 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
 /// `hold_exceeds_reclaim_horizon` with no retry-after) is `FAIRSHM_REFUSED` with the
 /// last refusal, written as `fairshm_guaranteed_acquire` writes it. Sleeps in the
 /// calling thread without a way for signals to end the wait early; a caller that needs
-/// that (an interpreter) loops with `fairshm_guaranteed_wake_seen` and
-/// `fairshm_guaranteed_sleep` instead.
+/// that (an interpreter) loops with `fairshm_guaranteed_wake_seen_as` and
+/// `fairshm_guaranteed_sleep_as` instead.
 ///
 /// # Safety
 /// As `fairshm_guaranteed_acquire`; `cancel` null or from `fairshm_cancel_new`, not
@@ -429,7 +430,11 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep(
     woken: *mut u32,
 ) -> i32 {
     // SAFETY: per this function's contract, which is `sleep`'s.
-    unsafe { sleep(t, pool, None, seen, timeout_ms, cancel, woken) }
+    unsafe {
+        sleep(t, timeout_ms, cancel, woken, |e, until, cancel| {
+            e.guaranteed_sleep(GPoolId(pool), seen, until, cancel)
+        })
+    }
 }
 
 /// `fairshm_guaranteed_sleep` after a refused request of tenant `tenant` to hold for
@@ -459,33 +464,33 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep_as(
     let Some(seen) = std::ptr::NonNull::new(seen) else {
         return guard(|| invalid("argument `seen` is null".into()));
     };
+    // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
+    let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
+    let slept = |e: &Engine, until, cancel: Option<&Cancel>| {
+        // SAFETY: non-null, readable and writable, by this function's contract.
+        let mut cookie = unsafe { seen.as_ptr().read() };
+        let slept =
+            e.guaranteed_sleep_as(GPoolId(pool), tenant, hold_ms, &mut cookie, until, cancel);
+        // SAFETY: as above.
+        unsafe { seen.as_ptr().write(cookie) };
+        slept
+    };
     // SAFETY: per this function's contract, which is `sleep`'s.
-    unsafe {
-        sleep(
-            t,
-            pool,
-            Some((tenant, hold_ms, seen)),
-            0,
-            timeout_ms,
-            cancel,
-            woken,
-        )
-    }
+    unsafe { sleep(t, timeout_ms, cancel, woken, slept) }
 }
 
-/// The two sleeps: as a waiter of `who` (tenant, hold, cookie) or of nobody said (from
-/// `seen`).
+/// The two sleeps' common part: checks the table, sleeps with `slept` for up to
+/// `timeout_ms` (with the token `cancel`), and writes whether units came back.
 ///
 /// # Safety
-/// As `fairshm_guaranteed_sleep`; the cookie readable and writable.
+/// `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;
+/// `woken` null or writable.
 unsafe fn sleep(
     t: *const fairshm_table,
-    pool: u32,
-    who: Option<(u32, u64, std::ptr::NonNull<u64>)>,
-    seen: u32,
     timeout_ms: u64,
     cancel: *const super::cancel::fairshm_cancel,
     woken: *mut u32,
+    slept: impl FnOnce(&Engine, std::time::Instant, Option<&Cancel>) -> crate::error::Result<bool>,
 ) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
@@ -499,28 +504,7 @@ unsafe fn sleep(
             std::time::Instant::now(),
             std::time::Duration::from_millis(timeout_ms),
         );
-        let engine = table.engine();
-        let slept = match who {
-            None => engine.guaranteed_sleep(GPoolId(pool), seen, until, cancel),
-            Some((tenant, hold_ms, cookie)) => {
-                // SAFETY: readable and writable, by this function's contract.
-                let mut c = unsafe { cookie.as_ptr().read() };
-                // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
-                let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
-                let slept = engine.guaranteed_sleep_as(
-                    GPoolId(pool),
-                    tenant,
-                    hold_ms,
-                    &mut c,
-                    until,
-                    cancel,
-                );
-                // SAFETY: as above.
-                unsafe { cookie.as_ptr().write(c) };
-                slept
-            }
-        };
-        match slept {
+        match slept(table.engine(), until, cancel) {
             Ok(w) => {
                 // SAFETY: null or writable, by this function's contract.
                 unsafe { super::calls::put(woken, w as u32) };

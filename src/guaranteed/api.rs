@@ -158,6 +158,8 @@ impl Engine {
         let bits = std::cell::Cell::new(super::waiters::EVERY_BIT);
         // A lease no longer outstanding is `AlreadyReleased`, by the rules.
         let owned = |st: &State, slot: usize| match st.leases.iter().find(|l| l.no == id.no) {
+            // Not outstanding: the rules answer `AlreadyReleased`, and nobody is woken.
+            None => Ok(()),
             Some(l) if owner_only && l.owner as usize != slot => Err(self.not_owner(
                 format!(
                     "#{} of guaranteed pool {:?}",
@@ -166,9 +168,9 @@ impl Engine {
                 ),
                 l.owner as usize,
             )),
-            _ => {
+            Some(l) => {
                 let rules = self.guaranteed_rules(GPoolId(id.pool))?;
-                bits.set(super::waiters::release_bits(st, rules, id.no, now));
+                bits.set(super::waiters::release_bits(st, rules, l, now));
                 Ok(())
             }
         };

@@ -165,12 +165,15 @@ impl Engine {
         cancel: Option<&Cancel>,
     ) -> Result<GOutcome> {
         let deadline = crate::clock::after(Instant::now(), timeout);
-        self.guaranteed_rules(pool)?;
+        let rules = self.guaranteed_tenant_checked(pool, tenant)?;
+        // The bits it sleeps with: the same for every refusal of this request.
+        let bits = waiters::waiter_bits(tenant, hold_ms, rules.horizon);
+        let (seg, gp) = (self.seg(), pool.index());
         // Asked again at least this often (half idle_after_ms), so that the tenant's
         // demand never lapses: the sleep's own announcement step.
-        let keep_asking = super::waiters::announce_step_ms(self.seg(), pool.index());
+        let keep_asking = waiters::announce_step_ms(seg, gp);
         loop {
-            let mut seen = self.guaranteed_wake_seen_as(pool, tenant)?;
+            let mut seen = waiters::seen_as(seg, gp, tenant);
             let refusal = match self.guaranteed_acquire(
                 pool,
                 tenant,
@@ -195,7 +198,6 @@ impl Engine {
             let until = now + Duration::from_millis(wait).min(left);
             // Asleep until the retry-after, or until units that may serve it come back,
             // if sooner.
-            let bits = waiters::refused_bits(&refusal.facts);
             self.guaranteed_sleep_bits(pool, &mut seen, (tenant, bits), until, cancel)?;
         }
     }

@@ -68,7 +68,7 @@ use crate::layout::GHeadRec;
 use crate::region::Region;
 use crate::sync::{Ordering::*, fence};
 
-use super::state::{GRefused, Rules, State};
+use super::state::{LeaseEntry, Rules, State};
 
 /// The bit of the waiters whose request may borrow (its hold is within the reclaim
 /// horizon).
@@ -88,20 +88,12 @@ pub fn waiter_bits(tenant: u16, hold_ms: u64, horizon_ms: u64) -> u32 {
     tenant_bit(tenant) | if hold_ms <= horizon_ms { BORROW_BIT } else { 0 }
 }
 
-/// [`waiter_bits`] of the waiter that `facts` refused.
-pub fn refused_bits(facts: &GRefused) -> u32 {
-    waiter_bits(facts.tenant, facts.hold_ms, facts.horizon_ms)
-}
-
-/// The bits that the release of lease `no` at `now` wakes, from the state `st` before
-/// it (module docs); every bit if `st` has no such lease.
-pub fn release_bits(st: &State, rules: &Rules, no: u32, now: u64) -> u32 {
-    let Some(lease) = st.leases.iter().find(|l| l.no == no) else {
-        return EVERY_BIT;
-    };
+/// The bits that the release of `lease` (outstanding in `st`) at `now` wakes, from the
+/// state `st` before it (module docs).
+pub fn release_bits(st: &State, rules: &Rules, lease: &LeaseEntry, now: u64) -> u32 {
     let now = now.max(st.clock).max(rules.started_at);
     let mut bits = tenant_bit(lease.tenant);
-    for s in st.slices.iter().filter(|s| s.lease == no) {
+    for s in st.slices.iter().filter(|s| s.lease == lease.no) {
         bits |= tenant_bit(s.lender);
         if st.lendable(rules, s.lender as usize, now) {
             bits |= BORROW_BIT;

@@ -233,18 +233,27 @@ pub fn wake(pool: &PoolRec, class: Class, n: u32) -> u32 {
 /// `FUTEX_WAKE` of up to `n` waiters of the u32 at `word` (process-shared); returns how
 /// many woke.
 pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
+    wake_bits(word, n, libc::FUTEX_BITSET_MATCH_ANY as u32)
+}
+
+/// Wakes up to `n` waiters of the u32 at `word` (process-shared) whose bitset shares a
+/// bit with `bits` (a sleeper of `futex_waitv`, or of plain `FUTEX_WAIT`, matches every
+/// bitset); returns how many woke. With every bit, this is `FUTEX_WAKE` (the kernel's
+/// `FUTEX_WAKE` is this call with `FUTEX_BITSET_MATCH_ANY`).
+fn wake_bits(word: *mut u32, n: u32, bits: u32) -> u32 {
     // SAFETY: `word` is an aligned u32 that lives at least as long as this call (a pool's
-    // `wake` or an owner word in a live mapping, or a `Cancel`'s word); FUTEX_WAKE only
-    // uses the address as a key and ignores the timeout, uaddr2 and val3 arguments.
+    // `wake` or an owner word in a live mapping, or a `Cancel`'s word); FUTEX_WAKE_BITSET
+    // only uses the address as a key, takes a non-zero bitset in val3 (`bits.max(1)`)
+    // and ignores the timeout and uaddr2 arguments; no FUTEX_PRIVATE_FLAG (shared word).
     let woke = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word,
-            libc::FUTEX_WAKE,
+            libc::FUTEX_WAKE_BITSET,
             n.min(i32::MAX as u32),
             std::ptr::null::<libc::timespec>(),
             std::ptr::null::<u32>(),
-            0,
+            bits.max(1),
         )
     };
     woke.max(0) as u32
@@ -264,21 +273,7 @@ pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
 /// whose bits share one with `bits`: `FUTEX_WAKE_BITSET` (a sleeper on `futex_waitv`
 /// matches every bitset).
 pub fn guaranteed_wake<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
-    let word = r.g_head_rec(gp).wake.as_ptr();
-    // SAFETY: `word` is an aligned u32 of the live mapping; FUTEX_WAKE_BITSET uses the
-    // address as a key, wakes up to `val` waiters whose bitset meets the non-zero
-    // `val3`, and ignores the timeout and uaddr2; no FUTEX_PRIVATE_FLAG (shared word).
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word,
-            libc::FUTEX_WAKE_BITSET,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            bits.max(1),
-        )
-    };
+    wake_bits(r.g_head_rec(gp).wake.as_ptr(), u32::MAX, bits);
 }
 
 /// Sleeps on guaranteed pool `gp`'s wake word while it holds `seen` (what

@@ -157,9 +157,6 @@ _sigs = {
         ],
     ),
     "fairshm_guaranteed_release": (c_int32, [c_void_p, c_uint64, c_uint64]),
-    "fairshm_guaranteed_wake_seen": (c_int32, [c_void_p, c_uint32, POINTER(c_uint32)]),
-    "fairshm_guaranteed_sleep": (
-        c_int32, [c_void_p, c_uint32, c_uint32, c_uint64, c_void_p, POINTER(c_uint32)]),
     "fairshm_guaranteed_wake_seen_as": (
         c_int32, [c_void_p, c_uint32, c_uint32, POINTER(c_uint64)]),
     "fairshm_guaranteed_sleep_as": (

@@ -78,8 +78,6 @@ module Fairshm
     G_TENANT = fn("fairshm_guaranteed_tenant", [P, U32, P, P], I32)
     G_ACQUIRE = fn("fairshm_guaranteed_acquire", [P, U32, U32, U64, U64, U64, P, P, P, SZ], I32)
     G_RELEASE = fn("fairshm_guaranteed_release", [P, U64, U64], I32)
-    G_WAKE_SEEN = fn("fairshm_guaranteed_wake_seen", [P, U32, P], I32)
-    G_SLEEP = fn("fairshm_guaranteed_sleep", [P, U32, U32, U64, P, P], I32, need_gvl: false)
     G_WAKE_SEEN_AS = fn("fairshm_guaranteed_wake_seen_as", [P, U32, U32, P], I32)
     G_SLEEP_AS = fn("fairshm_guaranteed_sleep_as", [P, U32, U32, U64, P, U64, P, P], I32, need_gvl: false)
     G_STATS_JSON = fn("fairshm_guaranteed_stats_json", [P, U32, U64], P)
