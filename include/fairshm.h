@@ -435,6 +435,11 @@ fairshm_cancel *fairshm_cancel_new(void);
 // Fires the token: every acquire waiting with it returns `cancelled` now, and later
 // ones at once, until `fairshm_cancel_reset`. Null is ignored.
 //
+// Async-signal-safe (one atomic store and one `FUTEX_WAKE`, nothing that allocates
+// or locks; `errno` is left as it was): a signal handler may fire it, and ends so a
+// wait of its own thread too (the kernel's restarted or interrupted sleep finds the
+// token's word changed). A signal alone does not end a wait.
+//
 // # Safety
 // `c` is null or a live token.
 void fairshm_cancel_fire(const fairshm_cancel *c);
@@ -507,9 +512,10 @@ int32_t fairshm_guaranteed_acquire(const fairshm_table *t,
 // (the time is up, the token fired, or at once a refusal that waiting cannot end:
 // `hold_exceeds_reclaim_horizon` with no retry-after) is `FAIRSHM_REFUSED` with the
 // last refusal, written as `fairshm_guaranteed_acquire` writes it. Sleeps in the
-// calling thread without a way for signals to end the wait early; a caller that needs
-// that (an interpreter) loops with `fairshm_guaranteed_wake_seen_as` and
-// `fairshm_guaranteed_sleep_as` instead.
+// calling thread, and a signal alone does not end the wait: a handler may fire
+// `cancel` (`fairshm_cancel_fire` is async-signal-safe), and a caller that must run
+// its own code between sleeps (an interpreter) loops with
+// `fairshm_guaranteed_wake_seen_as` and `fairshm_guaranteed_sleep_as` instead.
 //
 // # Safety
 // As `fairshm_guaranteed_acquire`; `cancel` null or from `fairshm_cancel_new`, not

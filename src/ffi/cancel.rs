@@ -17,13 +17,26 @@ pub extern "C" fn fairshm_cancel_new() -> *mut fairshm_cancel {
 /// Fires the token: every acquire waiting with it returns `cancelled` now, and later
 /// ones at once, until `fairshm_cancel_reset`. Null is ignored.
 ///
+/// Async-signal-safe (one atomic store and one `FUTEX_WAKE`, nothing that allocates
+/// or locks; `errno` is left as it was): a signal handler may fire it, and ends so a
+/// wait of its own thread too (the kernel's restarted or interrupted sleep finds the
+/// token's word changed). A signal alone does not end a wait.
+///
 /// # Safety
 /// `c` is null or a live token.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairshm_cancel_fire(c: *const fairshm_cancel) {
     // SAFETY: null or live, by the contract.
     if let Some(c) = unsafe { c.as_ref() } {
+        // SAFETY: `__errno_location` returns this thread's `errno`, valid for the
+        // thread's life; kept so that a signal handler firing the token does not change
+        // the `errno` of the code it interrupted.
+        let errno = unsafe { libc::__errno_location() };
+        // SAFETY: as above.
+        let saved = unsafe { *errno };
         c.c.cancel();
+        // SAFETY: as above.
+        unsafe { *errno = saved };
     }
 }
 

@@ -168,9 +168,10 @@ pub unsafe extern "C" fn fairshm_guaranteed_acquire(
 /// (the time is up, the token fired, or at once a refusal that waiting cannot end:
 /// `hold_exceeds_reclaim_horizon` with no retry-after) is `FAIRSHM_REFUSED` with the
 /// last refusal, written as `fairshm_guaranteed_acquire` writes it. Sleeps in the
-/// calling thread without a way for signals to end the wait early; a caller that needs
-/// that (an interpreter) loops with `fairshm_guaranteed_wake_seen_as` and
-/// `fairshm_guaranteed_sleep_as` instead.
+/// calling thread, and a signal alone does not end the wait: a handler may fire
+/// `cancel` (`fairshm_cancel_fire` is async-signal-safe), and a caller that must run
+/// its own code between sleeps (an interpreter) loops with
+/// `fairshm_guaranteed_wake_seen_as` and `fairshm_guaranteed_sleep_as` instead.
 ///
 /// # Safety
 /// As `fairshm_guaranteed_acquire`; `cancel` null or from `fairshm_cancel_new`, not

@@ -317,7 +317,9 @@ impl Cancel {
     pub fn new() -> Cancel {
         Cancel::default()
     }
-    /// Cancels every acquire waiting with this token, now and until `reset`.
+    /// Cancels every acquire waiting with this token, now and until `reset`. One atomic
+    /// store and one `FUTEX_WAKE`: async-signal-safe (the C ABI's `fairshm_cancel_fire`
+    /// keeps `errno` around it).
     pub fn cancel(&self) {
         // Release: the canceller's writes before it happen before the waiter's return.
         self.word.store(1, Release);

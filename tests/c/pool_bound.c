@@ -1,7 +1,8 @@
 /* fairshm's C ABI, used as a C program would: a table created from JSON, workers
  * forked after the open, each acquiring and releasing while a shared counter checks
  * that no more than the pool's capacity are ever held at once; then the errors, an
- * explanation, statistics and a cancelled blocking acquire.
+ * explanation, statistics and a blocking acquire cancelled from another thread and
+ * from a signal handler.
  *
  * Usage: pool_bound SEGMENT_NAME. Exit 0 when every check holds; each failure is
  * printed. Every wait has a deadline (alarm). */
@@ -80,6 +81,28 @@ static void *blocked(void *arg) {
 }
 
 static int about_to_wait;
+
+/* The token a SIGUSR1 handler fires (`fairshm_cancel_fire` is async-signal-safe). */
+static fairshm_cancel *on_signal;
+
+static void fire_on_signal(int sig) {
+  (void)sig;
+  fairshm_cancel_fire(on_signal);
+}
+
+/* Sleeps `ms`, then sends SIGUSR1 to the thread `arg` points at. */
+struct signal_later {
+  pthread_t to;
+  long ms;
+};
+
+static void *signal_later(void *arg) {
+  struct signal_later *s = arg;
+  struct timespec ts = {s->ms / 1000, (s->ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+  pthread_kill(s->to, SIGUSR1);
+  return NULL;
+}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -244,6 +267,34 @@ int main(int argc, char **argv) {
   CHECK(!fairshm_cancel_fired(w.cancel), "a reset token is not fired");
   fairshm_cancel_free(w.cancel);
   for (int i = 0; i < CAPACITY; i++) fairshm_release(t, held[i]);
+
+  /* A signal handler ends a blocking acquire of its own thread by firing the token it
+   * waits with: how a C server's SIGTERM stops a worker waiting for a permit. The pool
+   * is full (this thread holds all of it), so only the token can end the wait. */
+  uint64_t whole = 0;
+  CHECK(fairshm_try_acquire(t, pool, tenant, CAPACITY, 0, &whole, NULL) == FAIRSHM_OK,
+        "the whole pool");
+  on_signal = fairshm_cancel_new();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fire_on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+  struct signal_later later = {pthread_self(), 150};
+  pthread_create(&th, NULL, signal_later, &later);
+  fairshm_refusal sr;
+  uint64_t never = 0;
+  double asked = now_ms();
+  int src = fairshm_acquire(t, pool, tenant, 1, 0, 20000, 0, on_signal, &never, &sr);
+  double back = now_ms() - asked;
+  pthread_join(th, NULL);
+  CHECK(src == FAIRSHM_REFUSED && sr.reason == 4, "fired by a signal handler: rc %d reason %u",
+        src, sr.reason);
+  CHECK(back >= 100 && back < 5000, "ended %.0f ms after the ask (the signal at 150 ms)", back);
+  signal(SIGUSR1, SIG_DFL);
+  fairshm_cancel_free(on_signal);
+  CHECK(fairshm_release(t, whole) == FAIRSHM_OK, "release the whole pool");
 
   /* Workers forked after the open share the pool; it is never exceeded. */
   struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
