@@ -1,16 +1,16 @@
 /* A guaranteed pool's blocking acquire through the C ABI, as a C program uses it
  * (fairshm_guaranteed_acquire_wait): served as soon as another thread gives the loan
  * back, long before the retry-after it was given; ended at once by a cancel token
- * fired from another thread or from a signal handler, and by its timeout, each with the last refusal written
- * as fairshm_guaranteed_acquire writes it; and bad arguments as typed errors. A sleep
- * as a tenant's waiter (fairshm_guaranteed_sleep_as) sleeps through a release that
- * gives its tenant nothing, which wakes a sleep that says nobody.
+ * fired from another thread or from a signal handler, and by its timeout, each with
+ * the last refusal written as fairshm_guaranteed_acquire writes it; and bad arguments
+ * as typed errors. A sleep as a tenant's waiter (fairshm_guaranteed_sleep_as) sleeps
+ * through a release that gives its tenant nothing, which wakes a sleep that says
+ * nobody.
  *
  * Usage: guaranteed_wait SEGMENT_NAME. Exit 0 when every check holds; each failure is
  * printed. Every wait has a deadline (alarm). */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "fairshm.h"
+#include "on_signal.h"
 
 static int failures = 0;
 
@@ -48,21 +49,6 @@ static void *act_later(void *arg) {
     fairshm_cancel_fire(l->cancel);
   else
     fairshm_guaranteed_release(l->t, l->lease, FAIRSHM_NOW);
-  return NULL;
-}
-
-/* The token a SIGUSR1 handler fires (`fairshm_cancel_fire` is async-signal-safe). */
-static fairshm_cancel *on_signal;
-
-static void fire_on_signal(int sig) {
-  (void)sig;
-  fairshm_cancel_fire(on_signal);
-}
-
-/* After 200 ms: sends SIGUSR1 to the thread `*arg`. */
-static void *signal_later(void *arg) {
-  sleep_ms(200);
-  pthread_kill(*(pthread_t *)arg, SIGUSR1);
   return NULL;
 }
 
@@ -197,15 +183,9 @@ int main(int argc, char **argv) {
   CHECK(back - start >= 149 && back - start < 2000, "waited %.0f ms of 150", back - start);
 
   /* A signal handler of the waiting thread ends the wait by firing its token. */
-  on_signal = fairshm_cancel_new();
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = fire_on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
-  pthread_t self = pthread_self();
-  pthread_create(&th, NULL, signal_later, &self);
+  CHECK(fire_on_sigusr1(fairshm_cancel_new()) == 0, "sigaction");
+  struct signal_later later = {pthread_self(), 200};
+  pthread_create(&th, NULL, signal_later, &later);
   start = now_ms();
   rc = fairshm_guaranteed_acquire_wait(t, pool, a, 10, 50, 10000, on_signal, &none, &r, NULL, 0);
   back = now_ms();

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "fairshm.h"
+#include "on_signal.h"
 
 #define CAPACITY 3
 #define WORKERS 6
@@ -82,27 +83,6 @@ static void *blocked(void *arg) {
 
 static int about_to_wait;
 
-/* The token a SIGUSR1 handler fires (`fairshm_cancel_fire` is async-signal-safe). */
-static fairshm_cancel *on_signal;
-
-static void fire_on_signal(int sig) {
-  (void)sig;
-  fairshm_cancel_fire(on_signal);
-}
-
-/* Sleeps `ms`, then sends SIGUSR1 to the thread `arg` points at. */
-struct signal_later {
-  pthread_t to;
-  long ms;
-};
-
-static void *signal_later(void *arg) {
-  struct signal_later *s = arg;
-  struct timespec ts = {s->ms / 1000, (s->ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-  pthread_kill(s->to, SIGUSR1);
-  return NULL;
-}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -274,13 +254,7 @@ int main(int argc, char **argv) {
   uint64_t whole = 0;
   CHECK(fairshm_try_acquire(t, pool, tenant, CAPACITY, 0, &whole, NULL) == FAIRSHM_OK,
         "the whole pool");
-  on_signal = fairshm_cancel_new();
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = fire_on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+  CHECK(fire_on_sigusr1(fairshm_cancel_new()) == 0, "sigaction");
   struct signal_later later = {pthread_self(), 150};
   pthread_create(&th, NULL, signal_later, &later);
   fairshm_refusal sr;
