@@ -368,14 +368,19 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen_as(
     tenant: u32,
     seen: *mut u64,
 ) -> i32 {
-    // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
-    let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
+    let tenant = g_tenant(tenant);
     // SAFETY: per this function's contract, which is `put_seen`'s.
     unsafe {
         put_seen(t, seen, |e| {
             e.guaranteed_wake_seen_as(GPoolId(pool), tenant)
         })
     }
+}
+
+/// A guaranteed tenant handle as the engine takes it: one beyond u16 is beyond every
+/// pool's tenants, and u16::MAX (the engine's error names it) says so.
+fn g_tenant(tenant: u32) -> u16 {
+    u16::try_from(tenant).unwrap_or(u16::MAX)
 }
 
 /// The two wake_seen calls: `*seen` = what `read` gives from the table's engine.
@@ -465,8 +470,7 @@ pub unsafe extern "C" fn fairshm_guaranteed_sleep_as(
     let Some(seen) = std::ptr::NonNull::new(seen) else {
         return guard(|| invalid("argument `seen` is null".into()));
     };
-    // A handle beyond u16 is beyond every pool's tenants: u16::MAX says so.
-    let tenant = u16::try_from(tenant).unwrap_or(u16::MAX);
+    let tenant = g_tenant(tenant);
     let slept = |e: &Engine, until, cancel: Option<&Cancel>| {
         // SAFETY: non-null, readable and writable, by this function's contract.
         let mut cookie = unsafe { seen.as_ptr().read() };

@@ -81,13 +81,13 @@ impl Engine {
     }
 
     /// Applies `call` (whose owner is this process's slot) to a guaranteed pool, once
-    /// `check` (given the state it applies to and that slot) passes; publishes nothing
-    /// if it fails.
+    /// `check` (given the state it applies to, the pool's rules and that slot) passes;
+    /// publishes nothing if it fails.
     fn guaranteed_apply(
         &self,
         pool: GPoolId,
         call: impl Fn(u16) -> Call,
-        check: impl Fn(&State, usize) -> Result<()>,
+        check: impl Fn(&State, &Rules, usize) -> Result<()>,
     ) -> Result<(Effect, u64, Call)> {
         self.writable("a guaranteed pool's acquire or release")?;
         let rules = self.guaranteed_rules(pool)?;
@@ -95,7 +95,7 @@ impl Engine {
         let call = call(slot as u16);
         let _lock = BlockLock::take(&self.g_lock);
         let (effect, seq) = super::shared::update(self.seg(), pool.index(), slot, |st| {
-            check(st, slot)?;
+            check(st, rules, slot)?;
             st.apply(rules, call)
         })?;
         Ok((effect, seq, call))
@@ -118,7 +118,7 @@ impl Engine {
             owner,
             now,
         };
-        let (effect, seq, call) = self.guaranteed_apply(pool, acquire, |_, _| Ok(()))?;
+        let (effect, seq, call) = self.guaranteed_apply(pool, acquire, |_, _, _| Ok(()))?;
         let rules = self.guaranteed_rules(pool)?;
         Ok(match effect {
             Effect::Granted(grant) => GOutcome::Granted(GGrant {
@@ -157,23 +157,20 @@ impl Engine {
         // it applies to (the last one tried, which the CAS published).
         let bits = std::cell::Cell::new(super::waiters::EVERY_BIT);
         // A lease no longer outstanding is `AlreadyReleased`, by the rules.
-        let owned = |st: &State, slot: usize| match st.leases.iter().find(|l| l.no == id.no) {
-            // Not outstanding: the rules answer `AlreadyReleased`, and nobody is woken.
-            None => Ok(()),
-            Some(l) if owner_only && l.owner as usize != slot => Err(self.not_owner(
-                format!(
-                    "#{} of guaranteed pool {:?}",
-                    id.no,
-                    self.guaranteed_rules(GPoolId(id.pool))?.name
-                ),
-                l.owner as usize,
-            )),
-            Some(l) => {
-                let rules = self.guaranteed_rules(GPoolId(id.pool))?;
-                bits.set(super::waiters::release_bits(st, rules, l, now));
-                Ok(())
-            }
-        };
+        let owned =
+            |st: &State, rules: &Rules, slot: usize| match st.leases.iter().find(|l| l.no == id.no)
+            {
+                // Not outstanding: the rules answer `AlreadyReleased`, and nobody is woken.
+                None => Ok(()),
+                Some(l) if owner_only && l.owner as usize != slot => Err(self.not_owner(
+                    format!("#{} of guaranteed pool {:?}", id.no, rules.name),
+                    l.owner as usize,
+                )),
+                Some(l) => {
+                    bits.set(super::waiters::release_bits(st, rules, l, now));
+                    Ok(())
+                }
+            };
         let (effect, seq, call) = self.guaranteed_apply(
             GPoolId(id.pool),
             |_| Call::Release { lease: id.no, now },

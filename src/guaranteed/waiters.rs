@@ -70,16 +70,23 @@ use crate::sync::{Ordering::*, fence};
 
 use super::state::{LeaseEntry, Rules, State};
 
+/// The index of [`BORROW_BIT`]: bits 0..31 are the tenants'.
+const BORROW_INDEX: u32 = 31;
 /// The bit of the waiters whose request may borrow (its hold is within the reclaim
 /// horizon).
-pub const BORROW_BIT: u32 = 1 << 31;
+pub const BORROW_BIT: u32 = 1 << BORROW_INDEX;
 /// Every waiter: a sleeper that does not say who it is, or a wake for every sleeper.
 pub const EVERY_BIT: u32 = u32::MAX;
 
 /// Tenant `t`'s bit. Tenants beyond 31 share bits (`t % 31`): a shared bit only wakes
 /// a sleeper that then asks once more than it needed to.
 pub fn tenant_bit(t: u16) -> u32 {
-    1 << (t as u32 % 31)
+    1 << tenant_index(t)
+}
+
+/// The index of tenant `t`'s bit (and of its epoch byte).
+fn tenant_index(t: u16) -> u32 {
+    t as u32 % BORROW_INDEX
 }
 
 /// The bits a waiter of `tenant` asking to hold for `hold_ms` sleeps with, on a pool
@@ -126,8 +133,8 @@ fn epoch(r: &impl Region, gp: usize, bit: u32) -> u8 {
 /// (40..48), read after it, for [`for_me`] and [`moved_on`] after the sleep.
 pub fn seen_as<R: Region>(r: &R, gp: usize, tenant: u16) -> u64 {
     let w = seen(r, gp);
-    let mine = epoch(r, gp, tenant as u32 % 31) as u64;
-    let borrow = epoch(r, gp, 31) as u64;
+    let mine = epoch(r, gp, tenant_index(tenant)) as u64;
+    let borrow = epoch(r, gp, BORROW_INDEX) as u64;
     w as u64 | mine << 32 | borrow << 40 | COOKIE_EPOCHS
 }
 
@@ -151,8 +158,8 @@ pub fn for_me<R: Region>(r: &R, gp: usize, cookie: u64, tenant: u16, bits: u32, 
     if cookie & COOKIE_EPOCHS == 0 || now.wrapping_sub(was) >= 256 {
         return true;
     }
-    let mine = epoch(r, gp, tenant as u32 % 31) != (cookie >> 32) as u8;
-    let borrow = bits & BORROW_BIT != 0 && epoch(r, gp, 31) != (cookie >> 40) as u8;
+    let mine = epoch(r, gp, tenant_index(tenant)) != (cookie >> 32) as u8;
+    let borrow = bits & BORROW_BIT != 0 && epoch(r, gp, BORROW_INDEX) != (cookie >> 40) as u8;
     mine || borrow
 }
 

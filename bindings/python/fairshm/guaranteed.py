@@ -189,11 +189,12 @@ class Guaranteed:
             # A time before the pool's clock reads at its clock: nothing moves.
             self._keep_asking_ms = max(1, self.stats(0)["stats"]["idle_after_ms"] // 2)
         seen, woken = c_uint64(), c_uint32()
+        handle = self._tenant(tenant)
         while True:
             # The pool's wake word (and the count of releases for this tenant's waiters)
             # before the ask: a release after it that may serve it ends the sleep.
-            rc = lib.fairshm_guaranteed_wake_seen_as(self._table._h, self._id,
-                                                     self._tenant(tenant), byref(seen))
+            rc = lib.fairshm_guaranteed_wake_seen_as(self._table._h, self._id, handle,
+                                                     byref(seen))
             if rc:
                 self._table._fail(rc)
             try:
@@ -210,9 +211,9 @@ class Guaranteed:
                     ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
                     # As tenant's waiter: a release that cannot serve it does not wake
                     # it, and `seen` moves past it for the next slice.
-                    rc = lib.fairshm_guaranteed_sleep_as(self._table._h, self._id,
-                                                         self._tenant(tenant), hold_ms,
-                                                         byref(seen), ms, c, byref(woken))
+                    rc = lib.fairshm_guaranteed_sleep_as(self._table._h, self._id, handle,
+                                                         hold_ms, byref(seen), ms, c,
+                                                         byref(woken))
                     if rc:
                         self._table._fail(rc)
                     if woken.value or time.monotonic() >= until:

@@ -96,10 +96,11 @@ module Fairshm
       @keep_asking_ms ||= [stats(now_ms: 0)["stats"]["idle_after_ms"] / 2, 1].max
       seen = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
       woken = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
+      handle = tenant(tenant_name)
       id = begin
         # The pool's wake word (and the count of releases for this tenant's waiters)
         # before the ask: a release after it that may serve it ends the sleep.
-        rc = Native::G_WAKE_SEEN_AS.call(@table.handle, @id, tenant(tenant_name), seen)
+        rc = Native::G_WAKE_SEEN_AS.call(@table.handle, @id, handle, seen)
         @table.raise_for(rc) unless rc.zero?
         acquire(tenant_name, cost, hold_ms)
       rescue GuaranteedRefused => e
@@ -109,7 +110,7 @@ module Fairshm
 
         wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
         sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min,
-                          cancel, tenant(tenant_name), hold_ms)
+                          cancel, handle, hold_ms)
         retry
       end
       block ? held(id, &block) : id
@@ -118,9 +119,8 @@ module Fairshm
     # Sleeps until units come back to the pool (a release or a reap since `seen` was
     # read) that may serve a request of tenant handle `tenant` to hold for `hold_ms`
     # (a release that cannot does not wake it, and `seen` moves past it for the next
-    # slice), until `wake_at` (monotonic seconds) or
-    # until `cancel` fires, in slices without the GVL, so that Thread#raise, Timeout and
-    # Ctrl-C land between them.
+    # slice), until `wake_at` (monotonic seconds) or until `cancel` fires, in slices
+    # without the GVL, so that Thread#raise, Timeout and Ctrl-C land between them.
     def sleep_until_freed(seen, woken, wake_at, cancel, tenant, hold_ms)
       loop do
         ms = ((wake_at - Process.clock_gettime(Process::CLOCK_MONOTONIC)) * 1000).ceil.clamp(0, WAIT_SLICE_MS)
