@@ -427,6 +427,104 @@ fn a_refusals_retry_after_says_what_it_waits_for() {
     );
 }
 
+/// A refusal's ways out are ones that can help: "ask for less" only when some of the
+/// tenant's own guarantee is free and the unit is cost. Under `requests` every lease
+/// counts one whatever its work (a refusal there never has any of its own free), so no
+/// text may tell it to ask for "no more than the 0 requests free" or to split the work;
+/// nor may a tenant with no guarantee be told to fit inside it.
+#[test]
+fn a_refusal_offers_no_way_out_that_cannot_help() {
+    let seg = Seg::new("g-ways-req");
+    let t: Table = seg.create(&pool(
+        4,
+        FairnessUnit::Requests,
+        &[("a", 1), ("b", 1)],
+        100,
+        150,
+    ));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "a", 1000, 1000, 0);
+    grant(&g, "a", 1000, 1000, 0);
+    grant(&g, "a", 1000, 50, 0);
+    grant(&g, "a", 1000, 50, 0); // b's 2 lent
+    let texts = [
+        refuse(&g, "b", 5, 50, 10),  // guarantee_on_loan
+        refuse(&g, "a", 5, 50, 10),  // guarantee_exhausted: b is asking
+        refuse(&g, "a", 5, 500, 10), // hold_exceeds_reclaim_horizon
+    ]
+    .map(|r| {
+        assert_eq!(r.facts.own_free, 0, "{r}");
+        r.to_string()
+    });
+    for text in &texts {
+        for wrong in ["no more than the 0", "fit the 0", "split the work"] {
+            assert!(!text.contains(wrong), "{wrong:?} in {text}");
+        }
+    }
+    assert!(texts[0].starts_with("guarantee_on_loan"), "{}", texts[0]);
+    assert!(
+        texts[0].contains("(when the blocking leases are due); or lower reclaim_horizon_ms"),
+        "{}",
+        texts[0]
+    );
+    assert!(texts[1].starts_with("guarantee_exhausted"), "{}", texts[1]);
+    assert!(
+        texts[1].contains("turns idle); or give \"a\" a larger weight"),
+        "{}",
+        texts[1]
+    );
+    assert!(
+        texts[2].contains("wait until one of its own leases ends"),
+        "{}",
+        texts[2]
+    );
+
+    // Cost: with some of its own free, asking for that much is offered; with none, not.
+    let seg = Seg::new("g-ways-cost");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    grant(&g, "b", 40, 10_000, 0);
+    grant(&g, "b", 50, 50, 0); // 40 of a's 50 lent, 10 left to lend
+    let some = refuse(&g, "a", 50, 50, 10).explanation();
+    assert!(
+        some.contains("; ask for no more than the 10 cost units free now; or lower"),
+        "{some}"
+    );
+    // b holds its own 50 (40, and 10 of the loan); a is asking, so lends nothing.
+    let exhausted = refuse(&g, "b", 20, 50, 20);
+    assert_eq!(
+        (exhausted.reason, exhausted.facts.own_free),
+        (Reason::GuaranteeExhausted, 0)
+    );
+    let exhausted = exhausted.explanation();
+    assert!(!exhausted.contains("split the work"), "{exhausted}");
+    let seg = Seg::new("g-ways-none");
+    let t: Table = seg.create(&pool(
+        1,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1)],
+        100,
+        150,
+    ));
+    let g = t.guaranteed("ceiling").unwrap();
+    let nothing = g
+        .stats(0)
+        .unwrap()
+        .tenants
+        .iter()
+        .find(|t| t.guarantee == 0)
+        .map(|t| t.name.clone())
+        .unwrap();
+    let r = refuse(&g, &nothing, 1, 500, 0);
+    assert_eq!(r.reason, Reason::HoldExceedsReclaimHorizon);
+    let text = r.explanation();
+    assert!(!text.contains("fits inside"), "{text}");
+    assert!(
+        text.contains("give the tenant a weight that guarantees it some units"),
+        "{text}"
+    );
+}
+
 /// The longest explanations there can be (names of 48 bytes that each print as six
 /// characters, numbers of 10 to 20 digits, overrunning loans, more blocking leases than
 /// are named) fit the C ABI's `FAIRSHM_GUARANTEED_WHY_MAX`, which the bindings'

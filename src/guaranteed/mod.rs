@@ -164,7 +164,7 @@ impl GRefusal {
         }
     }
 
-    /// What was asked, what blocked it, and the three ways out.
+    /// What was asked, what blocked it, and the ways out that can help (see `smaller`).
     pub fn explanation(&self) -> String {
         let x = &self.facts;
         let (t, u) = (&self.tenant, self.unit);
@@ -180,10 +180,28 @@ impl GRefusal {
                  {} of its own guarantee is free. Borrowed capacity may not be committed \
                  for longer than the horizon, because nothing here is preempted and a \
                  lender that comes back would otherwise wait for the whole hold. Retry \
-                 with hold_ms of {} or less, split the work so it fits inside the \
-                 tenant's own guarantee, or raise reclaim_horizon_ms if the tenants \
-                 really can tolerate waiting that long for their share.",
-                x.hold_ms, x.horizon_ms, x.own_free, x.horizon_ms
+                 with hold_ms of {} or less, {}, or raise reclaim_horizon_ms if the \
+                 tenants really can tolerate waiting that long for their share.",
+                x.hold_ms,
+                x.horizon_ms,
+                x.own_free,
+                x.horizon_ms,
+                match (u, x.guarantee) {
+                    // Weights that apportion nothing to it (a ceiling smaller than the
+                    // tenants): it has nothing of its own to fit in.
+                    (_, 0) =>
+                        "give the tenant a weight that guarantees it some units \
+                               when the segment is next created",
+                    (FairnessUnit::Cost, _) => {
+                        "split the work so it fits inside the tenant's own guarantee"
+                    }
+                    // Every lease counts one request whatever its cost: splitting the
+                    // work would ask for more, not less.
+                    (FairnessUnit::Requests, _) => {
+                        "wait until one of its own leases ends so that the request fits \
+                         inside the tenant's own guarantee"
+                    }
+                },
             ),
             Reason::GuaranteeOnLoan => {
                 // The earliest due first (as `blocking` is ordered), at most
@@ -228,8 +246,8 @@ impl GRefusal {
                      {} are free: {} are on loan to other tenants, {in_leases}. Nothing \
                      here is preempted, so the loan comes back as those leases end, and \
                      while {t:?} keeps asking no new loan is written against its \
-                     guarantee.{} {}; ask for no more than the {} free now; or lower \
-                     reclaim_horizon_ms so that loans come back sooner.",
+                     guarantee.{} {}{}; or lower reclaim_horizon_ms so that loans come \
+                     back sooner.",
                     x.hold_ms,
                     amount(u, x.guarantee),
                     x.own_free,
@@ -242,16 +260,16 @@ impl GRefusal {
                         ""
                     },
                     retry(when_due(x)),
-                    amount(u, x.own_free),
+                    smaller(u, x.own_free, "ask for no more than the", "free now"),
                 )
             }
             _ => format!(
                 "Tenant {t:?} asked for {asked} for {}ms. Its guarantee is {}; its own \
                  leases use {}, so {} are free, and idle tenants can lend {} of the {} it \
                  would have to borrow (a tenant lends only when it holds nothing and has \
-                 neither asked nor released for idle_after_ms). {}; split the work to fit \
-                 the {} free; or give {t:?} a larger weight when the segment is next \
-                 created (guarantees are fixed for its life).",
+                 neither asked nor released for idle_after_ms). {}{}; or give {t:?} a \
+                 larger weight when the segment is next created (guarantees are fixed for \
+                 its life).",
                 x.hold_ms,
                 amount(u, x.guarantee),
                 x.own_used,
@@ -259,9 +277,22 @@ impl GRefusal {
                 x.lendable,
                 x.need,
                 retry("when leases are due or a tenant turns idle"),
-                amount(u, x.own_free),
+                smaller(u, x.own_free, "split the work to fit the", "free"),
             ),
         }
+    }
+}
+
+/// The way out of a refusal by asking for less (`"; {before} N units {after}"`), only
+/// where one exists: a request of cost units when some of the tenant's own guarantee is
+/// free. With none free no smaller request fits either, and under `requests` every lease
+/// counts one however small its work, so a refusal there always has none free.
+fn smaller(unit: FairnessUnit, own_free: u64, before: &str, after: &str) -> String {
+    match unit {
+        FairnessUnit::Cost if own_free > 0 => {
+            format!("; {before} {} {after}", amount(unit, own_free))
+        }
+        _ => String::new(),
     }
 }
 
