@@ -132,6 +132,14 @@
 // on a last call after slices.
 #define FAIRSHM_WAIT_CONTINUED 2
 
+// `fairshm_acquire`'s `flags`: this call continues a wait whose earlier call passed
+// the tenant's rates (its refusal's `rule` was neither `rate_limited` nor
+// `work_debt`), so the request took its token of the request rate then: this call's
+// tries take none, and are not refused by the rates (a wait is one request). Implies
+// `FAIRSHM_WAIT_CONTINUED`. Without it, every slice of a wait on a full pool took a
+// token at each of its tries.
+#define FAIRSHM_WAIT_RATED 4
+
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
 #define FAIRSHM_GUARANTEED_BLOCKING 8
 
@@ -369,7 +377,8 @@ int32_t fairshm_note_queue(const fairshm_table *t, uint32_t pool, uint64_t queue
 // ends early when `cancel` (may be null) is fired. A wait that ends unserved is
 // `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`, or (at once) `rate_limited`
 // or `work_debt` when the tenant's next token comes after the deadline.
-// `flags`: 0, or `FAIRSHM_WAIT_SLICE` and `FAIRSHM_WAIT_CONTINUED`, or'd.
+// `flags`: 0, or `FAIRSHM_WAIT_SLICE`, `FAIRSHM_WAIT_CONTINUED` and
+// `FAIRSHM_WAIT_RATED`, or'd.
 //
 // # Safety
 // As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::clock;
-use crate::engine::{Engine, LeaseId, Outcome, PoolId, TenantId};
+use crate::engine::{Asked, Engine, LeaseId, Outcome, PoolId, TenantId};
 use crate::error::Result;
 use crate::layout::PoolRec;
 use crate::liveness;
@@ -80,10 +80,12 @@ impl Drop for Announced<'_> {
 ///
 /// A waiting acquire is one request, refused when it first asked: only its first try
 /// counts a refusal, takes a turn of its tenant's and is logged; its later tries (and,
-/// with `continued`, every try of a slice that continues a wait whose earlier slice
-/// asked) are quiet (see `admission::Attempt::quiet`), though each marks its tenant
-/// active as any ask does. A grant counts as any grant, and an end unserved once more
-/// (`timed_out`, `cancelled`).
+/// with `asked` other than [`Asked::No`], every try of a slice that continues a wait
+/// whose earlier slice asked) are quiet (see `admission::Attempt::quiet`), though each
+/// marks its tenant active as any ask does. It takes one token of its tenant's request
+/// rate, at the first try that passes the rates (`Asked::Rated`: an earlier slice's
+/// did). A grant counts as any grant, and an end unserved once more (`timed_out`,
+/// `cancelled`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire(
     engine: &Engine,
@@ -95,7 +97,7 @@ pub(crate) fn acquire(
     sweep: Duration,
     cancel: Option<&Cancel>,
     sliced: bool,
-    continued: bool,
+    asked: Asked,
 ) -> Result<std::result::Result<LeaseId, (Ended, Duration)>> {
     let start = Instant::now();
     let seg = engine.seg();
@@ -126,7 +128,7 @@ pub(crate) fn acquire(
     // blocking acquire costs what a `try_acquire` does; refused by the pool, it
     // announces itself and tries again before any sleep.
     let mut announced: Option<Announced> = None;
-    let mut asked = continued;
+    let mut asked = asked;
     loop {
         // SeqCst: the handshake in `waiting`. Woken, we read it with an RMW (adding
         // 0): the releaser bumped it last, and our `waiters` decrement on a grant
@@ -139,11 +141,11 @@ pub(crate) fn acquire(
         };
         let tried =
             engine.acquire_at(pool, tenant, units, hold_ms, clock::now_ms(), None, asked)?;
-        asked = true;
         let last = match tried {
             Outcome::Granted(id) => return Ok(Ok(id)),
             Outcome::Refused(r) => r,
         };
+        asked = asked.after(last.reason);
         let now = Instant::now();
         // Refused by the tenant's rates, whose next token comes after the deadline: no
         // release changes that, so the wait ends now, with this refusal.

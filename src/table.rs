@@ -270,7 +270,7 @@ impl Table {
             sweep,
             cancel,
             false,
-            false,
+            crate::engine::Asked::No,
         )?;
         match outcome {
             Ok(id) => Ok(Ok(Lease {

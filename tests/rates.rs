@@ -300,6 +300,48 @@ fn a_blocking_acquire_waits_for_its_token() {
     assert_eq!(r.reason, Reason::RateLimited, "{r}");
 }
 
+/// A wait for room is one request: it takes one token of its tenant's request rate,
+/// however often it tries (its announcement's second try, each wake and sweep), so a
+/// tenant of one request a second waiting on a full pool is served at the release, not
+/// refused by its own rate at its second try and served only when a second token comes.
+#[test]
+fn a_wait_for_room_takes_one_token() {
+    let seg = Seg::new("rates-one-wait");
+    let t = seg.create(&one_pool(1));
+    t.set_rates("light", 1, 0).unwrap();
+    let held = t
+        .try_acquire(&Request::new("requests", "heavy"))
+        .unwrap()
+        .expect("room");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let lease = t
+            .acquire(&Request::new("requests", "light"), Duration::from_secs(20))
+            .unwrap();
+        assert!(lease.is_ok(), "granted at the release: {:?}", lease.err());
+    });
+    let s = t.snapshot();
+    let light = s.tenants.iter().find(|x| x.name == "light").unwrap();
+    assert_eq!(
+        light.rates.rate_limited, 0,
+        "the wait's own tries were refused by its rate"
+    );
+    assert_eq!(light.rates.request_tokens, 0, "the wait took its one token");
+    let mine = s.pools[0]
+        .tenants
+        .iter()
+        .find(|x| x.name == "light")
+        .unwrap();
+    assert_eq!(
+        mine.refusals,
+        vec![("pool_full".to_string(), 1)],
+        "one request"
+    );
+}
+
 /// A wait that no token can end in time ends at once with the rate's refusal: a tenant
 /// 100 s in work debt, asking with a 20 s timeout, is told so now, with the debt's
 /// retry-after, and the refusal is counted once, as `work_debt`, not as a timeout.

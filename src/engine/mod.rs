@@ -28,6 +28,38 @@ mod upkeep;
 pub use ids::{LeaseId, Outcome, PoolId, Repaired, TenantId};
 use spare::{LIVE, NEXT_ENGINE, SPARE, Spare, free_spare, keep_spare};
 
+/// How far a request got before this try of it. A waiting acquire is one request,
+/// however often it tries: its first try is counted, logged, given a turn of its
+/// tenant's and takes a token of the tenant's request rate; its later tries are decided
+/// as any and mark the tenant active, but are quiet (see `admission::Attempt::quiet`),
+/// and once one of them has passed the tenant's rates the request has its token and
+/// takes no other (before, a wait on a full pool took a token at every try: a tenant of
+/// 1 request a second waiting one second for a release was served a second late, after
+/// 40 `rate_limited` refusals of its own tries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// This try is the request's first.
+    No,
+    /// It asked before and has not yet passed its rates (a rate refused it, or it has
+    /// not reached them): quiet, and it takes a token.
+    Unrated,
+    /// It asked before and passed its rates (took its token, or the pool has none):
+    /// quiet, and its rates are not asked again.
+    Rated,
+}
+
+impl Asked {
+    /// After a try refused for `reason`: a refusal by the rates leaves the request
+    /// `Unrated` (it took no token); one by the pool's rule says it passed them.
+    pub(crate) fn after(self, reason: crate::refusal::Reason) -> Asked {
+        match self {
+            Asked::Rated => Asked::Rated,
+            _ if reason.is_rate() => Asked::Unrated,
+            _ => Asked::Rated,
+        }
+    }
+}
+
 /// A shared table as one process sees it: the mapping and this process's registration.
 pub struct Engine {
     seg: Segment,
@@ -157,7 +189,7 @@ impl Engine {
         hold_ms: u64,
         now: u64,
     ) -> Result<Outcome> {
-        self.acquire_at(pool, tenant, units, hold_ms, now, None, false)
+        self.acquire_at(pool, tenant, units, hold_ms, now, None, Asked::No)
     }
 
     /// [`Engine::acquire`] of a request that waited `queued_us` in the server's own
@@ -173,15 +205,14 @@ impl Engine {
         now: u64,
         queued_us: Option<u64>,
     ) -> Result<Outcome> {
-        self.acquire_at(pool, tenant, units, hold_ms, now, queued_us, false)
+        self.acquire_at(pool, tenant, units, hold_ms, now, queued_us, Asked::No)
     }
 
     /// The body of [`Engine::acquire`] and [`Engine::acquire_queued`], inlined into
     /// each: the plain acquire, the uncontended pair's half, then neither passes nor
-    /// tests a queue wait it does not have, and its `quiet` is a constant `false`. The
-    /// waiting acquire (`blocking`) calls it too: `quiet` for its later tries, which
-    /// are decided and mark the tenant active as any, but whose refusals are not
-    /// counted, logged or given a turn again (see `admission::Attempt::quiet`).
+    /// tests a queue wait it does not have, and its `asked` is a constant
+    /// [`Asked::No`]. The waiting acquire (`blocking`) calls it too, saying how far its
+    /// request got before this try (see [`Asked`]).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_at(
@@ -192,7 +223,7 @@ impl Engine {
         hold_ms: u64,
         now: u64,
         queued_us: Option<u64>,
-        quiet: bool,
+        asked: Asked,
     ) -> Result<Outcome> {
         let p = pool.index();
         let geo = self.seg.geometry();
@@ -210,7 +241,7 @@ impl Engine {
         // The tenant's rates first: over them, nothing else is done (no pool is
         // touched, nothing is registered). One load when they are unbounded. A pool
         // without rates (`PoolConfig::rates`) takes no token and refuses no debt.
-        if pc.rates {
+        if pc.rates && asked != Asked::Rated {
             if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
                 return Ok(self.rate_refusal(p, tenant, units, now, &l));
             }
@@ -250,7 +281,7 @@ impl Engine {
                 }
                 None => crate::server_queue::UNKNOWN,
             },
-            quiet,
+            quiet: asked != Asked::No,
         };
         // Relaxed: a hint only, where the last release left a free slot (threads that
         // race may start at the same lease; any start finds a free one if there is one).

@@ -9,7 +9,7 @@ use super::{
     fail, fairshm_cancel, fairshm_refusal, fairshm_table, guard, invalid, not_utf8_tenant,
 };
 use crate::clock;
-use crate::engine::{Outcome, PoolId, TenantId};
+use crate::engine::{Asked, Outcome, PoolId, TenantId};
 use crate::error::Error;
 use crate::table::Table;
 
@@ -26,6 +26,14 @@ pub const FAIRSHM_WAIT_SLICE: u32 = 1;
 /// active). With `FAIRSHM_WAIT_SLICE` on every slice after the first, and without it
 /// on a last call after slices.
 pub const FAIRSHM_WAIT_CONTINUED: u32 = 2;
+
+/// `fairshm_acquire`'s `flags`: this call continues a wait whose earlier call passed
+/// the tenant's rates (its refusal's `rule` was neither `rate_limited` nor
+/// `work_debt`), so the request took its token of the request rate then: this call's
+/// tries take none, and are not refused by the rates (a wait is one request). Implies
+/// `FAIRSHM_WAIT_CONTINUED`. Without it, every slice of a wait on a full pool took a
+/// token at each of its tries.
+pub const FAIRSHM_WAIT_RATED: u32 = 4;
 
 /// Writes `v` to `*p` unless `p` is null.
 ///
@@ -336,7 +344,8 @@ pub unsafe extern "C" fn fairshm_note_queue(
 /// ends early when `cancel` (may be null) is fired. A wait that ends unserved is
 /// `FAIRSHM_REFUSED` with reason `timed_out` or `cancelled`, or (at once) `rate_limited`
 /// or `work_debt` when the tenant's next token comes after the deadline.
-/// `flags`: 0, or `FAIRSHM_WAIT_SLICE` and `FAIRSHM_WAIT_CONTINUED`, or'd.
+/// `flags`: 0, or `FAIRSHM_WAIT_SLICE`, `FAIRSHM_WAIT_CONTINUED` and
+/// `FAIRSHM_WAIT_RATED`, or'd.
 ///
 /// # Safety
 /// As `fairshm_try_acquire`; `cancel` null or from `fairshm_cancel_new`, not freed.
@@ -354,7 +363,7 @@ pub unsafe extern "C" fn fairshm_acquire(
     refusal: *mut fairshm_refusal,
 ) -> i32 {
     guard(|| {
-        if flags & !(FAIRSHM_WAIT_SLICE | FAIRSHM_WAIT_CONTINUED) != 0 {
+        if flags & !(FAIRSHM_WAIT_SLICE | FAIRSHM_WAIT_CONTINUED | FAIRSHM_WAIT_RATED) != 0 {
             return invalid(format!("flags {flags:#x} has bits no FAIRSHM_ flag names"));
         }
         // SAFETY: per this function's contract.
@@ -374,7 +383,13 @@ pub unsafe extern "C" fn fairshm_acquire(
             table.sweep_interval(),
             cancel,
             flags & FAIRSHM_WAIT_SLICE != 0,
-            flags & FAIRSHM_WAIT_CONTINUED != 0,
+            if flags & FAIRSHM_WAIT_RATED != 0 {
+                Asked::Rated
+            } else if flags & FAIRSHM_WAIT_CONTINUED != 0 {
+                Asked::Unrated
+            } else {
+                Asked::No
+            },
         );
         match waited {
             Ok(Ok(id)) => {

@@ -159,9 +159,14 @@ int main(int argc, char **argv) {
   CHECK(fairshm_acquire(t, 7, tenant, 1, 0, 10, 0, NULL, &lease, NULL) ==
             FAIRSHM_E_INVALID_REQUEST,
         "a blocking acquire with a pool handle of no pool");
-  CHECK(fairshm_acquire(t, pool, tenant, 1, 0, 10, 4, NULL, &lease, NULL) ==
+  CHECK(fairshm_acquire(t, pool, tenant, 1, 0, 10, 8, NULL, &lease, NULL) ==
             FAIRSHM_E_INVALID_REQUEST,
         "a flag no FAIRSHM_WAIT_ name has");
+  CHECK(fairshm_acquire(t, pool, tenant, 1, 0, 10,
+                        FAIRSHM_WAIT_SLICE | FAIRSHM_WAIT_CONTINUED | FAIRSHM_WAIT_RATED, NULL,
+                        &lease, NULL) == FAIRSHM_OK &&
+            fairshm_release(t, lease) == FAIRSHM_OK,
+        "a continued slice that passed its rates, with room");
   CHECK(fairshm_acquire(t, pool, tenant, 1, 0, 10, FAIRSHM_WAIT_SLICE | FAIRSHM_WAIT_CONTINUED,
                         NULL, &lease, NULL) == FAIRSHM_OK &&
             fairshm_release(t, lease) == FAIRSHM_OK,

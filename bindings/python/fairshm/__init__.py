@@ -478,17 +478,20 @@ class Table:
             deadline = cap if deadline is None else min(deadline, cap)
         hopeless = False
         # Every call after the first continues the wait: the request's refusal was
-        # counted by the first (one request, however many slices).
+        # counted by the first (one request, however many slices), and once a call has
+        # passed the tenant's rates (its rule was the pool's) the request has its token.
         continued = 0
         while True:
             left = WAIT_SLICE_MS if deadline is None else _left_ms(deadline)
             last = hopeless or (deadline is not None and left <= WAIT_SLICE_MS)
             rc = _acquire(self._h, p, t, units, hold_ms, min(left, WAIT_SLICE_MS),
                           (0 if last else _lib.WAIT_SLICE) | continued, c, lref, rref)
-            continued = _lib.WAIT_CONTINUED
+            continued = _lib.WAIT_CONTINUED | (continued & _lib.WAIT_RATED)
             if rc == 0:
                 return Lease(self, lease.value, pool, tenant, units)
             if rc == 1:
+                if refusal.rule not in (5, 6):
+                    continued |= _lib.WAIT_RATED
                 if hopeless and refusal.reason not in (4, 5, 6) and _left_ms(deadline) > 0:
                     hopeless = False  # its rates changed meanwhile: wait on
                     continue

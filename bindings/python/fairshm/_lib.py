@@ -79,6 +79,7 @@ WAIT_SLICE = 1
 # How long one slice of a blocking wait lasts, in ms (``fairshm.WAIT_SLICE_MS``).
 WAIT_SLICE_MS = 100
 WAIT_CONTINUED = 2
+WAIT_RATED = 4
 
 
 def _find():

@@ -40,6 +40,28 @@ def test_acquire_times_out_with_a_timed_out_refusal(table):
         lease.release()
 
 
+def test_a_wait_for_room_takes_one_token_across_its_slices(table):
+    # One request a second, and a wait of 350 ms (four slices of the library's) on a
+    # full pool: one request, so one token, taken at its first call. Before, each
+    # slice's first try took another and was refused by the tenant's own rate, and the
+    # wait, put to sleep until the next token, was served a second late.
+    table.set_rates("light", requests_per_s=1)
+    held = fill(table)
+    freed = threading.Timer(0.35, held[0].release)
+    freed.start()
+    try:
+        table.acquire("requests", "light", timeout=20).release()
+    finally:
+        freed.join()
+    (light,) = [t for t in table.stats()["tenants"] if t["name"] == "light"]
+    assert light["rates"]["rate_limited"] == 0, light
+    assert light["rates"]["request_tokens"] == 0, light
+    (mine,) = [t for t in table.stats()["pools"][0]["tenants"] if t["name"] == "light"]
+    assert mine["refusals"] == [["pool_full", 1]], mine
+    for lease in held[1:]:
+        lease.release()
+
+
 def test_a_wait_never_ends_before_its_timeout(table):
     # The wait goes in slices of whole ms; the last one is rounded up, so the wait
     # ends at its timeout or after it (rounded down, 50 ms was over after 49).

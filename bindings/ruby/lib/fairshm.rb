@@ -467,19 +467,21 @@ module Fairshm
       end
       hopeless = false
       # Every call after the first continues the wait: the request's refusal was
-      # counted by the first (one request, however many slices).
+      # counted by the first (one request, however many slices), and once a call has
+      # passed the tenant's rates (its rule was the pool's) the request has its token.
       continued = 0
       loop do
         left = deadline ? Fairshm.left_ms(deadline) : WAIT_SLICE_MS
         last = hopeless || (deadline && left <= WAIT_SLICE_MS)
         rc = Native::ACQUIRE.call(@handle, p, t, units, hold_ms, [left, WAIT_SLICE_MS].min,
                                   (last ? 0 : Native::WAIT_SLICE) | continued, c, lease, refusal)
-        continued = Native::WAIT_CONTINUED
+        continued = Native::WAIT_CONTINUED | (continued & Native::WAIT_RATED)
         if rc.zero?
           got = Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units)
           return block ? Fairshm.holding(got, &block) : got
         end
         reason = refusal[0, 4].unpack1("L")
+        continued |= Native::WAIT_RATED if rc == 1 && ![5, 6].include?(refusal[4, 4].unpack1("L"))
         if rc == 1 && hopeless && ![4, 5, 6].include?(reason) && Fairshm.left_ms(deadline).positive?
           hopeless = false # its rates changed meanwhile: wait on
           next

@@ -26,6 +26,31 @@ class TestBlocking < Minitest::Test
     held.each(&:release)
   end
 
+  # One request a second, and a wait of 350 ms (seven slices of 50 ms) on a full pool:
+  # one request, so one token, taken at its first call. Before, each slice's first try
+  # took another and was refused by the tenant's own rate, and the wait, put to sleep
+  # until the next token, was served a second late.
+  def test_a_wait_for_room_takes_one_token_across_its_slices
+    @table.set_rates("light", requests_per_s: 1)
+    held = fill
+    freer = Thread.new do
+      sleep 0.35
+      held[0].release
+    end
+    begin
+      @table.acquire("requests", "light", timeout: 20).release
+    ensure
+      freer.join
+    end
+    stats = @table.stats
+    light = stats["tenants"].find { |t| t["name"] == "light" }
+    assert_equal 0, light["rates"]["rate_limited"], light.inspect
+    assert_equal 0, light["rates"]["request_tokens"], light.inspect
+    mine = stats["pools"][0]["tenants"].find { |t| t["name"] == "light" }
+    assert_equal [["pool_full", 1]], mine["refusals"]
+    held[1..].each(&:release)
+  end
+
   # The wait goes in slices of whole ms; the last one is rounded up, so the wait ends
   # at its timeout or after it (rounded down, 50 ms was over after 49).
   def test_a_wait_never_ends_before_its_timeout

@@ -103,6 +103,7 @@ module Fairshm
     CONFIG_FILE = 3
     WAIT_SLICE = 1
     WAIT_CONTINUED = 2
+    WAIT_RATED = 4
 
     # fairshm_refusal: reason, rule, units, queued, retry_after_ms, in_use, held,
     # capacity, floor, weight, short_units, active_weight, waited_ms, pool, tenant,
