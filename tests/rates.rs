@@ -300,6 +300,29 @@ fn a_blocking_acquire_waits_for_its_token() {
     assert_eq!(r.reason, Reason::RateLimited, "{r}");
 }
 
+/// A request that passes its rate and is refused by the pool has used its token (the
+/// rate counts the requests that arrive): the next one, at the same instant, with room
+/// in the pool, is refused by the rate.
+#[test]
+fn a_pool_refusal_uses_the_requests_token() {
+    let seg = Seg::new("rates-pool-refusal");
+    let t = seg.create(&one_pool(1));
+    t.set_rates("light", 1, 0).unwrap();
+    let held = t
+        .try_acquire_at(&Request::new("requests", "heavy"), 10_000)
+        .unwrap()
+        .expect("room");
+    assert_eq!(refusal(&t, "light", 10_000).reason, Reason::PoolFull);
+    held.release_at(10_000).unwrap();
+    let r = refusal(&t, "light", 10_000);
+    assert_eq!(r.reason, Reason::RateLimited, "{r}");
+    assert_eq!(r.retry_after_ms, Some(1000), "{r}");
+    assert!(
+        granted(&t, "light", 11_000),
+        "the next token, a second later"
+    );
+}
+
 /// A wait for room is one request: it takes one token of its tenant's request rate,
 /// however often it tries (its announcement's second try, each wake and sweep), so a
 /// tenant of one request a second waiting on a full pool is served at the release, not
