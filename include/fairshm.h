@@ -136,8 +136,8 @@
 // the tenant's rates (its refusal's `rule` was neither `rate_limited` nor
 // `work_debt`), so the request took its token of the request rate then: this call's
 // tries take none, and are not refused by the rates (a wait is one request). Implies
-// `FAIRSHM_WAIT_CONTINUED`. Without it, every slice of a wait on a full pool took a
-// token at each of its tries.
+// `FAIRSHM_WAIT_CONTINUED`. Without it, each slice of the wait takes a token again
+// (within one call, only its first try that passes the rates takes one).
 #define FAIRSHM_WAIT_RATED 4
 
 // Blocking leases a `fairshm_guaranteed_refusal` carries (`n_blocking` counts all).
