@@ -16,14 +16,14 @@ fn loom_two_processes_cannot_both_take_the_last_token() {
     loom::model(|| {
         let r = Arc::new(HeapRegion::new(1, 1, 2, 1));
         rates::set(&*r, 0, 2, 0); // a burst of 2, one every 500 ms
-        assert_eq!(rates::admit(&*r, 0, 1_000), Ok(()));
+        assert!(rates::admit(&*r, 0, 1_000).is_ok());
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 let r = r.clone();
                 loom::thread::spawn(move || rates::admit(&*r, 0, 1_000))
             })
             .collect();
-        let got: Vec<Result<(), Limited>> =
+        let got: Vec<Result<Option<rates::Token>, Limited>> =
             threads.into_iter().map(|h| h.join().unwrap()).collect();
         let won = got.iter().filter(|g| g.is_ok()).count();
         assert_eq!(won, 1, "{got:?}");
@@ -61,5 +61,29 @@ fn loom_racing_charges_both_count() {
         assert_eq!(rates::state(&*r, 0, 1_000).work_debt_ms, 2_000);
         let e = rates::admit(&*r, 0, 1_000).unwrap_err();
         assert_eq!((e.reason, e.retry_after_ms), (Reason::WorkDebt, 2_000));
+    });
+}
+
+/// A token given back (its request erred) while another process takes one: however
+/// they interleave, the bucket ends with exactly the one token left that neither moved
+/// (a give-back that wrote over the other's take would leave two).
+#[test]
+fn loom_a_token_given_back_while_another_is_taken() {
+    loom::model(|| {
+        let r = Arc::new(HeapRegion::new(1, 1, 2, 1));
+        rates::set(&*r, 0, 2, 0); // a burst of 2, one every 500 ms
+        let token = rates::admit(&*r, 0, 1_000).unwrap().unwrap();
+        let giver = {
+            let r = r.clone();
+            loom::thread::spawn(move || rates::give_back(&*r, 0, token))
+        };
+        let taker = {
+            let r = r.clone();
+            loom::thread::spawn(move || rates::admit(&*r, 0, 1_000).is_ok())
+        };
+        giver.join().unwrap();
+        assert!(taker.join().unwrap(), "one of two tokens was always left");
+        assert!(rates::admit(&*r, 0, 1_000).is_ok(), "the token given back");
+        assert!(rates::admit(&*r, 0, 1_000).is_err(), "a burst of 2, not 3");
     });
 }

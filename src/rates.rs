@@ -102,22 +102,55 @@ pub fn refuses(reason: Reason, rate: u32, lead_ns: u64) -> bool {
     }
 }
 
-/// Admits one request of tenant `t` at `now_ms` against its rates: `Ok` took a request
-/// token (if its request rate is bounded); `Err` took nothing. Costs no RMW when both
-/// rates are unbounded, one CAS (uncontended) when the request rate is bounded.
+/// A request token taken by [`admit`]: the emission interval (ns) it moved the
+/// tenant's request bucket by, which [`give_back`] moves back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a token taken for a request that errs is given back"]
+pub struct Token(pub u64);
+
+/// Admits one request of tenant `t` at `now_ms` against its rates: `Ok` passed them,
+/// with the request token it took (`None` when the request rate is unbounded); `Err`
+/// took nothing. Costs no RMW when both rates are unbounded, one CAS (uncontended) when
+/// the request rate is bounded.
 #[inline]
-pub fn admit<R: Region>(r: &R, t: usize, now_ms: u64) -> Result<(), Limited> {
+pub fn admit<R: Region>(r: &R, t: usize, now_ms: u64) -> Result<Option<Token>, Limited> {
     let rec = r.rate(t);
     // Relaxed: module docs.
     let w = rec.limits.load(Relaxed);
     if w == 0 {
-        return Ok(());
+        return Ok(None);
     }
     admit_slow(r, t, pair::lo(w), pair::hi(w), now_ms)
 }
 
+/// Gives back a token [`admit`] took for a request that was then never decided (an
+/// error: bad input, a full table), so that bad input loses nothing: the bucket's
+/// theoretical arrival time moves back the interval the token moved it, as if it had
+/// not been taken (tokens others took meanwhile stay taken; a bucket that has refilled
+/// since is full either way).
 #[cold]
-fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> Result<(), Limited> {
+pub fn give_back<R: Region>(r: &R, t: usize, token: Token) {
+    let word = &r.rate(t).req_tat_ns;
+    // Relaxed: the word publishes nothing but itself (module docs).
+    let mut cur = word.load(Relaxed);
+    loop {
+        let back = cur.saturating_sub(token.0);
+        // Relaxed: as above; the CAS moves back exactly what this token moved.
+        match word.compare_exchange_weak(cur, back, Relaxed, Relaxed) {
+            Ok(_) => return,
+            Err(x) => cur = x,
+        }
+    }
+}
+
+#[cold]
+fn admit_slow<R: Region>(
+    r: &R,
+    t: usize,
+    req: u32,
+    work: u32,
+    now_ms: u64,
+) -> Result<Option<Token>, Limited> {
     let rec = r.rate(t);
     let now = now_ms.saturating_mul(1_000_000);
     if interval_ns(work).is_some() {
@@ -135,7 +168,7 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
         }
     }
     let Some(every) = interval_ns(req) else {
-        return Ok(());
+        return Ok(None);
     };
     // Relaxed: module docs; the CAS below makes each token taken once.
     let mut cur = rec.req_tat_ns.load(Relaxed);
@@ -157,7 +190,7 @@ fn admit_slow<R: Region>(r: &R, t: usize, req: u32, work: u32, now_ms: u64) -> R
             .req_tat_ns
             .compare_exchange_weak(cur, next, Relaxed, Relaxed)
         {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(Some(Token(every))),
             Err(x) => cur = x,
         }
     }
@@ -262,7 +295,7 @@ mod tests {
         let r = region();
         set(&r, 0, 4, 0);
         for i in 0..4 {
-            assert_eq!(admit(&r, 0, 10_000), Ok(()), "burst token {i}");
+            assert!(admit(&r, 0, 10_000).is_ok(), "burst token {i}");
         }
         // The fifth, in the same instant: the next token comes 250 ms later.
         let e = admit(&r, 0, 10_000).unwrap_err();
@@ -283,11 +316,11 @@ mod tests {
         assert!(refuses(e.reason, e.rate, e.lead_ns - 250_000_000 + 1));
         assert!(!refuses(e.reason, 0, e.lead_ns), "an unbounded rate refuses nothing");
         assert_eq!(admit(&r, 0, 10_249).unwrap_err().retry_after_ms, 1);
-        assert_eq!(admit(&r, 0, 10_250), Ok(()));
+        assert!(admit(&r, 0, 10_250).is_ok());
         assert!(admit(&r, 0, 10_250).is_err());
         // Steady: one every 250 ms.
         for k in 2..10 {
-            assert_eq!(admit(&r, 0, 10_000 + 250 * k), Ok(()), "steady {k}");
+            assert!(admit(&r, 0, 10_000 + 250 * k).is_ok(), "steady {k}");
             assert!(admit(&r, 0, 10_000 + 250 * k).is_err());
         }
         assert_eq!(state(&r, 0, 20_000).rate_limited, 11);
@@ -295,7 +328,7 @@ mod tests {
         assert_eq!(state(&r, 0, 60_000).request_tokens, 4);
         // Tenant 1 is unbounded.
         for _ in 0..1000 {
-            assert_eq!(admit(&r, 1, 10_000), Ok(()));
+            assert!(admit(&r, 1, 10_000).is_ok());
         }
     }
 
@@ -304,7 +337,7 @@ mod tests {
         let r = region();
         set(&r, 0, 0, 100); // 10 ms a unit
         assert_eq!(charge(&r, 0, 50, 1_000), 0, "half a second's worth: no debt");
-        assert_eq!(admit(&r, 0, 1_000), Ok(()));
+        assert!(admit(&r, 0, 1_000).is_ok());
         // 250 more: tat = 1,000 + 3,000 ms, 2,000 ms past the burst's horizon.
         assert_eq!(charge(&r, 0, 250, 1_000), 2_000);
         let e = admit(&r, 0, 1_000).unwrap_err();
@@ -322,7 +355,7 @@ mod tests {
         assert!(refuses(Reason::WorkDebt, 100, 1_000_000_001));
         assert!(!refuses(Reason::WorkDebt, 100, 1_000_000_000), "a full burst is no debt");
         assert_eq!(admit(&r, 0, 2_999).unwrap_err().retry_after_ms, 1);
-        assert_eq!(admit(&r, 0, 3_000), Ok(()));
+        assert!(admit(&r, 0, 3_000).is_ok());
         let s = state(&r, 0, 2_500);
         assert_eq!((s.work_debt_ms, s.work_debt_refusals, s.work_charged), (500, 2, 300));
     }
@@ -360,11 +393,31 @@ mod tests {
     fn zero_is_unbounded_and_a_change_applies_at_once() {
         let r = region();
         assert_eq!(charge(&r, 0, 1_000_000, 5), 0);
-        assert_eq!(admit(&r, 0, 5), Ok(()));
+        assert!(admit(&r, 0, 5).is_ok());
         set(&r, 0, 1, 0);
-        assert_eq!(admit(&r, 0, 5), Ok(()));
+        assert!(admit(&r, 0, 5).is_ok());
         assert_eq!(admit(&r, 0, 5).unwrap_err().retry_after_ms, 1_000);
         set(&r, 0, 0, 0);
-        assert_eq!(admit(&r, 0, 5), Ok(()));
+        assert_eq!(admit(&r, 0, 5), Ok(None), "unbounded: no token taken");
+    }
+
+    #[test]
+    fn a_token_given_back_is_as_if_never_taken() {
+        let r = region();
+        set(&r, 0, 2, 0); // a burst of 2, one every 500 ms
+        let first = admit(&r, 0, 1_000).unwrap();
+        assert_eq!(first, Some(Token(500_000_000)));
+        let second = admit(&r, 0, 1_000).unwrap().unwrap();
+        assert!(admit(&r, 0, 1_000).is_err(), "the burst is spent");
+        give_back(&r, 0, second);
+        assert!(admit(&r, 0, 1_000).is_ok(), "the token given back");
+        assert_eq!(admit(&r, 0, 1_000).unwrap_err().retry_after_ms, 500);
+        // Given back after the bucket refilled: still a burst of 2, not 3.
+        give_back(&r, 0, second);
+        give_back(&r, 0, second);
+        give_back(&r, 0, second);
+        assert!(admit(&r, 0, 5_000).is_ok());
+        assert!(admit(&r, 0, 5_000).is_ok());
+        assert!(admit(&r, 0, 5_000).is_err(), "a burst of 2");
     }
 }

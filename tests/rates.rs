@@ -323,6 +323,46 @@ fn a_pool_refusal_uses_the_requests_token() {
     );
 }
 
+/// An acquire that errs (bad input, a full table) was never decided: it gives back the
+/// token it took, so bad input loses nothing and the tenant's next request, at the
+/// same instant, is admitted.
+#[test]
+fn an_error_gives_the_requests_token_back() {
+    let seg = Seg::new("rates-error-back");
+    let mut cfg = one_pool(4);
+    cfg.leases_per_process = 1;
+    let t = seg.create(&cfg);
+    t.set_rates("light", 1, 0).unwrap();
+    let err = t
+        .try_acquire_at(&Request::new("requests", "light").units(5), 10_000)
+        .unwrap_err();
+    assert!(
+        matches!(err, fairshm::Error::UnitsExceedCapacity { .. }),
+        "{err}"
+    );
+    let held = t
+        .try_acquire_at(&Request::new("requests", "light"), 10_000)
+        .unwrap()
+        .expect("its token is still there");
+    // Its next token comes at 11,000; there its one lease slot is full.
+    let err = t
+        .try_acquire_at(&Request::new("requests", "light"), 11_000)
+        .unwrap_err();
+    assert!(
+        matches!(err, fairshm::Error::LeaseTableFull { .. }),
+        "{err}"
+    );
+    held.release_at(11_000).unwrap();
+    assert!(
+        granted(&t, "light", 11_000),
+        "the token the error took came back"
+    );
+    assert_eq!(refusal(&t, "light", 11_000).reason, Reason::RateLimited);
+    let s = t.snapshot_at(11_000);
+    let light = s.tenants.iter().find(|x| x.name == "light").unwrap();
+    assert_eq!(light.rates.rate_limited, 1, "only the last");
+}
+
 /// A wait for room is one request: it takes one token of its tenant's request rate,
 /// however often it tries (its announcement's second try, each wake and sweep), so a
 /// tenant of one request a second waiting on a full pool is served at the release, not

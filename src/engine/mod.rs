@@ -241,11 +241,40 @@ impl Engine {
         // The tenant's rates first: over them, nothing else is done (no pool is
         // touched, nothing is registered). One load when they are unbounded. A pool
         // without rates (`PoolConfig::rates`) takes no token and refuses no debt.
-        if pc.rates && asked != Asked::Rated {
-            if let Err(l) = crate::rates::admit(&self.seg, tenant.index(), now) {
-                return Ok(self.rate_refusal(p, tenant, units, now, &l));
+        let token = if pc.rates && asked != Asked::Rated {
+            match crate::rates::admit(&self.seg, tenant.index(), now) {
+                Ok(token) => token,
+                Err(l) => return Ok(self.rate_refusal(p, tenant, units, now, &l)),
             }
+        } else {
+            None
+        };
+        let decided = self.decide(pool, tenant, units, hold_ms, now, queued_us, asked);
+        if let (Some(token), Err(_)) = (token, &decided) {
+            // Never decided (bad input, a full table, a broken segment): the token goes
+            // back, so that an error loses nothing (a refusal has used it: the rate
+            // counts the requests that arrive).
+            crate::rates::give_back(&self.seg, tenant.index(), token);
         }
+        decided
+    }
+
+    /// [`Engine::acquire_at`] past the tenant's rates: registers, reads the pool's
+    /// limits and applies its rule. `now` is the segment's time.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        pool: PoolId,
+        tenant: TenantId,
+        units: u32,
+        hold_ms: u64,
+        now: u64,
+        queued_us: Option<u64>,
+        asked: Asked,
+    ) -> Result<Outcome> {
+        let p = pool.index();
+        let pc = &self.config().pools[p];
         // Registered first: a per_worker pool counts this process before sizing.
         let slot = self.process_slot()?;
         // SeqCst: capacity and floor are inputs, frozen into the lease descriptor, and a
