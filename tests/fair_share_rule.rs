@@ -211,6 +211,18 @@ fn bad_requests_are_typed_errors() {
     assert!(matches!(e, fairshm::Error::InvalidTenant { .. }), "{e}");
     let long = "x".repeat(49);
     assert!(t.try_acquire(&Request::new("requests", &long)).is_err());
+    // A request that can never be granted claims no tenant slot for its name (a slot
+    // is kept for the segment's life): neither through the façade's try nor its wait.
+    let before = t.snapshot().tables.tenants;
+    for units in [0, 9] {
+        let req = Request::new("requests", "newcomer").units(units);
+        assert!(t.try_acquire(&req).is_err(), "{units} units");
+        let waited = t.acquire(&req, std::time::Duration::from_millis(5));
+        assert!(waited.is_err(), "{units} units, waiting");
+    }
+    let after = t.snapshot();
+    assert_eq!(after.tables.tenants, before, "slots claimed by bad requests");
+    assert!(!after.tenants.iter().any(|x| x.name == "newcomer"));
 }
 
 #[test]

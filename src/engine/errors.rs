@@ -67,7 +67,7 @@ impl Engine {
     /// workers have registered, unless even a worker in every process slot is too few.
     #[cold]
     #[inline(never)]
-    pub(super) fn units_exceed(&self, pool: PoolId, units: u32, cap: u32) -> Error {
+    pub(crate) fn units_exceed(&self, pool: PoolId, units: u32, cap: u32) -> Error {
         let per_worker = self
             .config()
             .pools
