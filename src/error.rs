@@ -71,7 +71,7 @@ pub enum Error {
     InvalidTenant { name: String, why: &'static str },
 
     #[error(
-        "the tenant table is full ({max} tenants), so tenant {name:?} cannot be added: a \
+        "the tenant table is full (max_tenants = {max}), so tenant {name:?} cannot be added: a \
          name keeps its slot for the segment's life, so raise max_tenants in the config \
          (at most {max_tenants}) and recreate the segment (shmtool clean, then a new \
          master)",
@@ -80,13 +80,13 @@ pub enum Error {
     TenantTableFull { name: String, max: usize },
 
     #[error(
-        "all {max} lease slots of this process are in use; release a lease first, or \
-         raise leases_per_process in the config"
+        "every lease slot of this process is in use (leases_per_process = {max}); release \
+         a lease first, or raise leases_per_process in the config"
     )]
     LeaseTableFull { max: usize },
 
     #[error(
-        "the process table is full ({max} slots, none free or reapable): raise \
+        "the process table is full (max_processes = {max}, none free or reapable): raise \
          max_processes in the config, or end processes that opened the table and no \
          longer use it"
     )]
@@ -95,7 +95,7 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
 
-    #[error("asked for {units} units of pool {pool:?}, whose capacity is {capacity}{when}")]
+    #[error("asked for {units} unit{} of pool {pool:?}, whose capacity is {capacity}{when}", if *.units == 1 { "" } else { "s" })]
     UnitsExceedCapacity {
         pool: String,
         /// As asked (a guaranteed pool's cost may be any `u64`).
@@ -388,5 +388,40 @@ mod tests {
             let name = unsafe { std::ffi::CStr::from_ptr(name) };
             assert_eq!(name.to_str().unwrap(), e.kind());
         }
+    }
+
+    /// The table-full errors name the config key and its value rather than counting
+    /// (no "1 slots"); one unit is "1 unit".
+    #[test]
+    fn messages_read_right_for_one() {
+        let said = [
+            Error::TenantTableFull {
+                name: "c".into(),
+                max: 1,
+            }
+            .to_string(),
+            Error::LeaseTableFull { max: 1 }.to_string(),
+            Error::ProcessTableFull { max: 1 }.to_string(),
+        ];
+        assert!(said[0].starts_with("the tenant table is full (max_tenants = 1)"));
+        assert!(said[1].contains("(leases_per_process = 1)"));
+        assert!(said[2].starts_with("the process table is full (max_processes = 1,"));
+        let units = |units| {
+            Error::UnitsExceedCapacity {
+                pool: "p".into(),
+                units,
+                capacity: 0,
+                when: String::new(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            units(1),
+            "asked for 1 unit of pool \"p\", whose capacity is 0"
+        );
+        assert_eq!(
+            units(2),
+            "asked for 2 units of pool \"p\", whose capacity is 0"
+        );
     }
 }

@@ -221,7 +221,10 @@ fn bad_requests_are_typed_errors() {
         assert!(waited.is_err(), "{units} units, waiting");
     }
     let after = t.snapshot();
-    assert_eq!(after.tables.tenants, before, "slots claimed by bad requests");
+    assert_eq!(
+        after.tables.tenants, before,
+        "slots claimed by bad requests"
+    );
     assert!(!after.tenants.iter().any(|x| x.name == "newcomer"));
 }
 
