@@ -249,34 +249,12 @@ impl Engine {
         } else {
             None
         };
-        let decided = self.decide(pool, tenant, units, hold_ms, now, queued_us, asked);
-        if let (Some(token), Err(_)) = (token, &decided) {
-            // Never decided (bad input, a full table, a broken segment): the token goes
-            // back, so that an error loses nothing (a refusal has used it: the rate
-            // counts the requests that arrive).
-            crate::rates::give_back(&self.seg, tenant.index(), token);
-        }
-        decided
-    }
-
-    /// [`Engine::acquire_at`] past the tenant's rates: registers, reads the pool's
-    /// limits and applies its rule. `now` is the segment's time.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn decide(
-        &self,
-        pool: PoolId,
-        tenant: TenantId,
-        units: u32,
-        hold_ms: u64,
-        now: u64,
-        queued_us: Option<u64>,
-        asked: Asked,
-    ) -> Result<Outcome> {
-        let p = pool.index();
-        let pc = &self.config().pools[p];
-        // Registered first: a per_worker pool counts this process before sizing.
-        let slot = self.process_slot()?;
+        // Registered first: a per_worker pool counts this process before sizing. (Each
+        // error from here on gives the token back: see `undecided`.)
+        let slot = match self.process_slot() {
+            Ok(slot) => slot,
+            Err(e) => return Err(self.undecided(tenant, token, e)),
+        };
         // SeqCst: capacity and floor are inputs, frozen into the lease descriptor, and a
         // per_worker pool grows by a store here that wakes waiters (`capacity`): a
         // blocked acquire's try follows its announcement in `waiters`, so either the
@@ -285,10 +263,10 @@ impl Engine {
         let limits = self.seg.pool(p).limits.load(SeqCst);
         let cap = pair::lo(limits);
         if cap > crate::layout::op_word::MAX_COUNT {
-            return Err(self.garbage_capacity(p, cap));
+            return Err(self.undecided(tenant, token, self.garbage_capacity(p, cap)));
         }
         if units > cap {
-            return Err(self.units_exceed(pool, units, cap));
+            return Err(self.undecided(tenant, token, self.units_exceed(pool, units, cap)));
         }
         let attempt = Attempt {
             pool: p,
@@ -348,7 +326,10 @@ impl Engine {
         }
         let admitted = match admitted {
             Ok(a) => a,
-            Err(e) => return Err(self.after_error(slot, p, None, e)),
+            Err(e) => {
+                let e = self.after_error(slot, p, None, e);
+                return Err(self.undecided(tenant, token, e));
+            }
         };
         match admitted {
             Admitted::Granted { lease, desc } => Ok(Outcome::Granted(LeaseId {
@@ -359,6 +340,19 @@ impl Engine {
                 Ok(Outcome::Refused(Refused::from_facts(units, &facts)))
             }
         }
+    }
+
+    /// An acquire that errs after it passed the tenant's rates was never decided (bad
+    /// input, a full table, a broken segment): it gives back the request token it took
+    /// (`token`), so that an error loses nothing (a refusal has used its token: the rate
+    /// counts the requests that arrive). Returns `e`. Cold, and called only on the
+    /// error paths, so that the pair pays nothing for it.
+    #[cold]
+    fn undecided(&self, tenant: TenantId, token: Option<crate::rates::Token>, e: Error) -> Error {
+        if let Some(token) = token {
+            crate::rates::give_back(&self.seg, tenant.index(), token);
+        }
+        e
     }
 
     /// Releases a lease of this process at `now`. A second release of the same lease is
