@@ -204,21 +204,20 @@ impl Table {
     }
 
     /// The handles of a request's names. (Registration, which a `per_worker` pool
-    /// needs before it is sized, is the engine's first step of every acquire.)
-    /// The request's handles. A request that can never be granted (no units, or more
-    /// than a fixed pool has) is refused before its tenant's name is claimed: a
-    /// directory slot is kept for the segment's life, and bad input must not use one up.
-    /// (The engine checks both again, on the pool's limits as the segment has them.)
+    /// needs before it is sized, is the engine's first step of every acquire.) A new
+    /// tenant name claims a directory slot, kept for the segment's life, only for a
+    /// request that could be granted (`Engine::never_granted`); a known name costs one
+    /// lookup, as before, and the engine's acquire checks the request itself.
     fn resolve(&self, req: &Request<'_>) -> Result<(PoolId, TenantId)> {
         let pool = self.engine.pool(req.pool)?;
-        if req.units == 0 {
-            return Err(Error::InvalidRequest("asked for 0 units".into()));
-        }
-        let pc = &self.engine.config().pools[pool.index()];
-        if pc.per_worker.is_none() && req.units > pc.capacity {
-            return Err(self.engine.units_exceed(pool, req.units, pc.capacity));
-        }
-        Ok((pool, self.engine.tenant(req.tenant)?))
+        let tenant = match self.engine.lookup_tenant(req.tenant)? {
+            Some(t) => t,
+            None => {
+                self.engine.never_granted(pool, req.units)?;
+                self.engine.tenant(req.tenant)?
+            }
+        };
+        Ok((pool, tenant))
     }
 
     fn acquire_inner(

@@ -62,6 +62,22 @@ impl Engine {
         Error::NotOwner { lease, why }
     }
 
+    /// `Err` for a request of `units` of `pool` that its config says can never be
+    /// granted: none (`InvalidRequest`), or more than a fixed capacity
+    /// (`UnitsExceedCapacity`). What a new tenant name is checked against before it
+    /// claims a directory slot; the acquire itself checks against the segment's limits.
+    pub(crate) fn never_granted(&self, pool: PoolId, units: u32) -> crate::error::Result<()> {
+        if units == 0 {
+            return Err(zero_units());
+        }
+        match self.config().pools.get(pool.index()) {
+            Some(pc) if pc.per_worker.is_none() && units > pc.capacity => {
+                Err(self.units_exceed(pool, units, pc.capacity))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// `UnitsExceedCapacity` for `units` over capacity `cap`, saying whether it ever can
     /// be granted: never for a fixed capacity; for a `per_worker` pool, once more
     /// workers have registered, unless even a worker in every process slot is too few.
@@ -161,4 +177,10 @@ impl Engine {
         crate::peers::announce(&self.seg, &[out]);
         e
     }
+}
+
+/// A request for no units (`InvalidRequest`).
+#[cold]
+pub(crate) fn zero_units() -> Error {
+    Error::InvalidRequest("asked for 0 units".into())
 }

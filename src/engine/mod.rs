@@ -231,7 +231,7 @@ impl Engine {
             return Err(self.bad_handles(p, tenant.index()));
         }
         if units == 0 {
-            return Err(Error::InvalidRequest("asked for 0 units".into()));
+            return Err(errors::zero_units());
         }
         // The pool's config, this process's own copy (a pool handle below `geo.pools`
         // is one of its pools).
