@@ -327,6 +327,19 @@ int32_t fairshm_tenant(const fairshm_table *t, const char *name, uint32_t *out);
 // As `fairshm_pool`.
 int32_t fairshm_find_tenant(const fairshm_table *t, const char *name, uint32_t *out);
 
+// Checks a request of `units` from `pool` against the table's config, claiming
+// nothing and registering nothing: `FAIRSHM_OK` if it can be granted some day, else
+// the error its acquire would return: `FAIRSHM_E_INVALID_REQUEST` for 0 units or a
+// pool handle not of this table, `FAIRSHM_E_UNITS_EXCEED_CAPACITY` for more than a
+// fixed pool holds, or than a `per_worker` pool holds with a worker in every process
+// slot. A binding calls it before `fairshm_tenant` claims a new name's directory slot
+// (kept for the segment's life), so that a request that can never be granted claims
+// none.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_check_units(const fairshm_table *t, uint32_t pool, uint32_t units);
+
 // Registers this process as a worker now (per_worker pools count it). Returns its
 // process slot (>= 0) or an error code.
 //

@@ -226,6 +226,43 @@ fn bad_requests_are_typed_errors() {
         "slots claimed by bad requests"
     );
     assert!(!after.tenants.iter().any(|x| x.name == "newcomer"));
+    // So for a per_worker pool: more than a worker in each of its 4 process slots
+    // could ever have (1 ticket each) is never granted, and claims nothing either;
+    // what the live workers lack today but more would have claims its name.
+    let seg = Seg::new("badreq-pw");
+    let mut cfg = fairshm::Config::with_pools(vec![fairshm::PoolConfig::per_worker("db", 1.0, 0)]);
+    cfg.max_processes = 4;
+    let t = seg.create(&cfg);
+    let before = t.snapshot().tables.tenants;
+    let e = t
+        .try_acquire(&Request::new("db", "newcomer").units(5))
+        .unwrap_err();
+    assert!(
+        matches!(e, fairshm::Error::UnitsExceedCapacity { units: 5, .. })
+            && e.to_string()
+                .contains("at most 4 with every process slot a worker"),
+        "{e}"
+    );
+    assert_eq!(
+        t.snapshot().tables.tenants,
+        before,
+        "a slot claimed by 5 of at most 4"
+    );
+    let e = t
+        .try_acquire(&Request::new("db", "newcomer").units(4))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            fairshm::Error::UnitsExceedCapacity {
+                units: 4,
+                capacity: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(t.snapshot().tenants.iter().any(|x| x.name == "newcomer"));
 }
 
 #[test]

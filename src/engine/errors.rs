@@ -63,16 +63,26 @@ impl Engine {
     }
 
     /// `Err` for a request of `units` of `pool` that its config says can never be
-    /// granted: none (`InvalidRequest`), or more than a fixed capacity
-    /// (`UnitsExceedCapacity`). What a new tenant name is checked against before it
-    /// claims a directory slot; the acquire itself checks against the segment's limits.
+    /// granted: none (`InvalidRequest`), more than a fixed capacity, or more than a
+    /// `per_worker` pool holds with a worker in every process slot
+    /// (`UnitsExceedCapacity`, as the acquire's). What a new tenant name is checked
+    /// against before it claims a directory slot; the acquire itself checks against the
+    /// segment's limits. A pool handle not of this table is `InvalidRequest`.
     pub(crate) fn never_granted(&self, pool: PoolId, units: u32) -> crate::error::Result<()> {
         if units == 0 {
             return Err(zero_units());
         }
-        match self.config().pools.get(pool.index()) {
-            Some(pc) if pc.per_worker.is_none() && units > pc.capacity => {
-                Err(self.units_exceed(pool, units, pc.capacity))
+        let Some(pc) = self.config().pools.get(pool.index()) else {
+            return Err(self.bad_handles(pool.index(), 0));
+        };
+        match pc.per_worker {
+            None if units > pc.capacity => Err(self.units_exceed(pool, units, pc.capacity)),
+            Some(pw) if units > pw.most_tickets(self.seg.geometry().procs) => {
+                // Reported with the capacity an acquire would see now, as its error.
+                // Relaxed: a figure for the message, not an input to a decision.
+                let live =
+                    crate::layout::pair::lo(self.seg.pool(pool.index()).limits.load(Relaxed));
+                Err(self.units_exceed(pool, units, live))
             }
             _ => Ok(()),
         }

@@ -199,6 +199,36 @@ pub unsafe extern "C" fn fairshm_find_tenant(
     })
 }
 
+/// Checks a request of `units` from `pool` against the table's config, claiming
+/// nothing and registering nothing: `FAIRSHM_OK` if it can be granted some day, else
+/// the error its acquire would return: `FAIRSHM_E_INVALID_REQUEST` for 0 units or a
+/// pool handle not of this table, `FAIRSHM_E_UNITS_EXCEED_CAPACITY` for more than a
+/// fixed pool holds, or than a `per_worker` pool holds with a worker in every process
+/// slot. A binding calls it before `fairshm_tenant` claims a new name's directory slot
+/// (kept for the segment's life), so that a request that can never be granted claims
+/// none.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_check_units(
+    t: *const fairshm_table,
+    pool: u32,
+    units: u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        match table.engine().never_granted(PoolId(pool), units) {
+            Ok(()) => FAIRSHM_OK,
+            Err(e) => fail(e),
+        }
+    })
+}
+
 /// Registers this process as a worker now (per_worker pools count it). Returns its
 /// process slot (>= 0) or an error code.
 ///

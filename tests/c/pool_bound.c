@@ -143,6 +143,17 @@ int main(int argc, char **argv) {
         "segment name not UTF-8 (%s)", fairshm_last_error());
   CHECK(fairshm_unlink("seg\xff") == FAIRSHM_E_INVALID_NAME, "unlink of a name not UTF-8");
   CHECK(fairshm_pool(t, "requests", &pool) == FAIRSHM_OK && pool == 0, "pool handle");
+  /* A request checked against the config, claiming nothing: what a binding asks before
+     a new tenant name claims its slot. */
+  CHECK(fairshm_check_units(t, pool, 1) == FAIRSHM_OK, "one unit can be granted");
+  CHECK(fairshm_check_units(t, pool, CAPACITY) == FAIRSHM_OK, "the whole pool can be granted");
+  CHECK(fairshm_check_units(t, pool, CAPACITY + 1) == FAIRSHM_E_UNITS_EXCEED_CAPACITY,
+        "more than the pool holds (%s)", fairshm_last_error());
+  CHECK(fairshm_check_units(t, pool, 0) == FAIRSHM_E_INVALID_REQUEST, "no units");
+  CHECK(fairshm_check_units(t, 7, 1) == FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "pool handle 7") != NULL,
+        "a pool handle of no pool (%s)", fairshm_last_error());
+  CHECK(fairshm_check_units(NULL, pool, 1) == FAIRSHM_E_INVALID_REQUEST, "a null table");
   /* Looked up without a claim: absent before its first use, then the same handle. */
   uint32_t found = 77;
   CHECK(fairshm_find_tenant(t, "acme", &found) == FAIRSHM_ABSENT && found == 77,

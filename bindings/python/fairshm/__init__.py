@@ -402,6 +402,20 @@ class Table:
             t = self._tenants[name] = self._resolve(lib.fairshm_tenant, name, "tenant", _lib.E_INVALID_TENANT)
         return t
 
+    def _handles(self, pool, tenant, units):
+        """The handles of a request's names. A tenant name new to this table is
+        resolved (claiming its directory slot, kept for the segment's life) only for a
+        request that can be granted some day: 0 units, or more than the pool can ever
+        hold, raise first and claim nothing."""
+        p = self.pool(pool)
+        t = self._tenants.get(tenant)
+        if t is None:
+            rc = lib.fairshm_check_units(self._h, p, units)
+            if rc:
+                self._fail(rc)
+            t = self.tenant(tenant)
+        return p, t
+
     def _resolve(self, fn, name, what, code):
         out = c_uint32()
         rc = fn(self._h, _c_name(name, what, code), byref(out))
@@ -429,7 +443,7 @@ class Table:
             p = self._pools[pool]
             t = self._tenants[tenant]
         except KeyError:
-            p, t = self.pool(pool), self.tenant(tenant)
+            p, t = self._handles(pool, tenant, units)
         lease, refusal, lref, rref = _out.bufs
         if queued_us is None:
             rc = _try_acquire(self._h, p, t, units, hold_ms, lref, rref)
@@ -464,7 +478,7 @@ class Table:
         deadline. The GIL is released while waiting, and Ctrl-C (``KeyboardInterrupt``)
         interrupts the wait."""
         _check_request(units, hold_ms)
-        p, t = self.pool(pool), self.tenant(tenant)
+        p, t = self._handles(pool, tenant, units)
         lease, refusal, lref, rref = _out.bufs
         c = Cancel._ptr_of(cancel)
         # Read before the deadline is set, so that the wait it reports (from here to the

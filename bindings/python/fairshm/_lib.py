@@ -108,6 +108,7 @@ _sigs = {
     "fairshm_tenant": (c_int32, [c_void_p, c_char_p, POINTER(c_uint32)]),
     "fairshm_find_tenant": (c_int32, [c_void_p, c_char_p, POINTER(c_uint32)]),
     "fairshm_register": (c_int32, [c_void_p]),
+    "fairshm_check_units": (c_int32, [c_void_p, c_uint32, c_uint32]),
     "fairshm_try_acquire": (
         c_int32,
         [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64, POINTER(c_uint64), POINTER(Refusal)],

@@ -66,6 +66,28 @@ def test_a_lease_released_in_its_block_is_not_released_again_on_leaving_it(table
     assert table.stats()["pools"][0]["in_use"] == 0
 
 
+def test_a_request_that_can_never_be_granted_claims_no_tenant_slot(name):
+    # A tenant's directory slot is kept for the segment's life: a request for more than
+    # its pool can ever hold (a fixed pool's capacity; a per_worker pool's tickets with
+    # a worker in every process slot) raises before its new name claims one, through a
+    # try and a wait alike. What more live workers would grant claims the name.
+    cfg = {"max_processes": 4, "pools": [{"name": "requests", "capacity": 4},
+                                         {"name": "db", "per_worker": {"quota": 1.0, "min_tickets": 0}}]}
+    with fairshm.Table.create(name, cfg) as t:
+        def slots():
+            return t.stats()["tables"]["tenants"]["used"]
+        for pool in ("requests", "db"):
+            with pytest.raises(fairshm.UnitsExceedCapacity):
+                t.try_acquire(pool, "newcomer", units=5)
+            with pytest.raises(fairshm.UnitsExceedCapacity):
+                t.acquire(pool, "newcomer", units=5, timeout=0.01)
+        assert slots() == 0
+        with pytest.raises(fairshm.UnitsExceedCapacity) as e:
+            t.try_acquire("db", "newcomer", units=4)
+        assert "once more workers have registered" in str(e.value)
+        assert slots() == 1
+
+
 def test_errors_are_typed_and_named(table, name):
     lease = table.try_acquire("requests", "acme")
     lease.release()

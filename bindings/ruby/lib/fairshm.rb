@@ -432,7 +432,7 @@ module Fairshm
     def attempt(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil)
       Fairshm.check_request(units, hold_ms)
       p = @pools[pool_name] || pool(pool_name)
-      t = @tenants[tenant_name] || tenant(tenant_name)
+      t = @tenants[tenant_name] || request_tenant(tenant_name, p, units)
       lease, refusal = Fairshm.buffers
       rc = if queued_us.nil?
              Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
@@ -452,7 +452,7 @@ module Fairshm
     def acquire(pool_name, tenant_name, units: 1, hold_ms: 0, timeout: nil, cancel: nil, &block)
       Fairshm.check_request(units, hold_ms)
       p = pool(pool_name)
-      t = tenant(tenant_name)
+      t = @tenants[tenant_name] || request_tenant(tenant_name, p, units)
       lease, refusal = Fairshm.buffers
       c = Cancel.ptr_of(cancel)
       # Read before the deadline is set, so that the wait it reports (from here to the
@@ -583,6 +583,16 @@ module Fairshm
     end
 
     private
+
+    # The handle of a request's tenant whose name this table has not resolved yet: it
+    # is resolved (claiming its directory slot, kept for the segment's life) only for a
+    # request that can be granted some day; more units than the pool can ever hold
+    # raise first and claim nothing.
+    def request_tenant(name, p, units)
+      rc = Native::CHECK_UNITS.call(@handle, p, units)
+      raise_for(rc) unless rc.zero?
+      tenant(name)
+    end
 
     def resolve(fn, name)
       out = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)

@@ -232,6 +232,29 @@ class TestTable < Minitest::Test
     assert_equal 0, in_use
   end
 
+  # A tenant's directory slot is kept for the segment's life: a request for more than
+  # its pool can ever hold (a fixed pool's capacity; a per_worker pool's tickets with a
+  # worker in every process slot) raises before its new name claims one, through a try
+  # and a wait alike. What more live workers would grant claims the name.
+  def test_a_request_that_can_never_be_granted_claims_no_tenant_slot
+    cfg = { "max_processes" => 4, "pools" => [{ "name" => "requests", "capacity" => 4 },
+                                              { "name" => "db", "per_worker" => { "quota" => 1.0, "min_tickets" => 0 } }] }
+    name = FairshmTest.next_name
+    t = Fairshm::Table.create(name, cfg)
+    slots = -> { t.stats["tables"]["tenants"]["used"] }
+    %w[requests db].each do |pool|
+      assert_raises(Fairshm::UnitsExceedCapacity) { t.try_acquire(pool, "newcomer", units: 5) }
+      assert_raises(Fairshm::UnitsExceedCapacity) { t.acquire(pool, "newcomer", units: 5, timeout: 0.01) }
+    end
+    assert_equal 0, slots.call
+    e = assert_raises(Fairshm::UnitsExceedCapacity) { t.try_acquire("db", "newcomer", units: 4) }
+    assert_match(/once more workers have registered/, e.message)
+    assert_equal 1, slots.call
+  ensure
+    t&.close
+    Fairshm::Table.unlink(name) if t
+  end
+
   def test_errors_are_typed_and_named
     lease = @table.try_acquire("requests", "acme")
     lease.release

@@ -49,6 +49,7 @@ module Fairshm
     TENANT = fn("fairshm_tenant", [P, P, P], I32)
     FIND_TENANT = fn("fairshm_find_tenant", [P, P, P], I32)
     REGISTER = fn("fairshm_register", [P], I32)
+    CHECK_UNITS = fn("fairshm_check_units", [P, U32, U32], I32)
     TRY_ACQUIRE = fn("fairshm_try_acquire", [P, U32, U32, U32, U64, P, P], I32)
     ACQUIRE = fn("fairshm_acquire", [P, U32, U32, U32, U64, U64, U32, P, P, P], I32, need_gvl: false)
     RELEASE = fn("fairshm_release", [P, U64], I32)
