@@ -410,11 +410,24 @@ class Table:
         p = self.pool(pool)
         t = self._tenants.get(tenant)
         if t is None:
-            rc = lib.fairshm_check_units(self._h, p, units)
-            if rc:
-                self._fail(rc)
+            self._check_units(p, units)
             t = self.tenant(tenant)
         return p, t
+
+    def check_units(self, pool, units):
+        """Raises what an acquire of ``units`` from ``pool`` would raise because the
+        table's config can never grant it: ``UnitsExceedCapacity`` for more than a fixed
+        pool holds, or than a ``per_worker`` pool holds with a worker in every process
+        slot; ``InvalidRequest`` for 0 (``UnknownPool`` for a pool the table does not
+        have). Claims and registers nothing; returns None for a request that can be
+        granted some day. The middlewares call it when they are built."""
+        _check_request(units, 0)
+        self._check_units(self.pool(pool), units)
+
+    def _check_units(self, p, units):
+        rc = lib.fairshm_check_units(self._h, p, units)
+        if rc:
+            self._fail(rc)
 
     def _resolve(self, fn, name, what, code):
         out = c_uint32()

@@ -125,9 +125,10 @@ class Permits:
         self.tenant = tenant
         # A wrong number or pool is a configuration error, found at start-up, not as a
         # 500 on every request: the pool is resolved now (``UnknownPool``, naming the
-        # table's pools, for a name it does not have).
+        # table's pools, for a name it does not have), and the units checked against it
+        # (``UnitsExceedCapacity`` for more than it can ever hold).
         _check_request(units, hold_ms)
-        table.pool(pool)
+        table.check_units(pool, units)
         if work is not None and not callable(work):
             raise TypeError("work must be a function of (request, seconds) or None, not %s"
                             % type(work).__name__)

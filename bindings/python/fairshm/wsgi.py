@@ -12,7 +12,8 @@ with no lease slot left (``LeaseTableFull``: as many requests in flight as the c
 finds no process slot (``ProcessTableFull``); one of a new tenant that the tenant
 directory has no room for (``TenantTableFull``) gets 503 with no ``Retry-After``. The
 first of each kind logs a warning on the ``fairshm`` logger. A ``pool`` the table does not
-have raises ``UnknownPool`` here, when the middleware is built. Behind a front proxy that
+have raises ``UnknownPool`` here, when the middleware is built, and ``units`` more than it
+can ever hold ``UnitsExceedCapacity``. Behind a front proxy that
 stamps ``X-Request-Start``, each request's wait in the server's queue is passed to the
 table (``Table.note_queue``): a queue there makes an over-share tenant's hints longer. The permit is released when
 the server closes the response (``close()``, which PEP 3333 requires even of a streamed

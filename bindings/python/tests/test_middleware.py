@@ -154,6 +154,29 @@ def test_a_middleware_for_a_pool_the_table_lacks_fails_at_start_up(table):
     assert in_use(table) == 0
 
 
+def test_a_middleware_asking_more_than_its_pool_can_hold_fails_at_start_up(table):
+    # Not a 500 on every request: the units are checked against the pool when the
+    # middleware is built (the table's pool "requests" holds 4), claiming nothing.
+    for mw in (FairshmMiddleware, FairshmASGIMiddleware):
+        with pytest.raises(fairshm.UnitsExceedCapacity) as e:
+            mw(None, table, pool="requests", tenant=lambda _: "acme", units=5)
+        assert "5 units" in str(e.value) and "never" in str(e.value)
+        mw(None, table, pool="requests", tenant=lambda _: "acme", units=4)
+    assert table.stats()["tables"]["tenants"]["used"] == 0
+    assert in_use(table) == 0
+
+
+def test_check_units_says_what_an_acquire_would_never_be_granted(table):
+    assert table.check_units("requests", 4) is None
+    with pytest.raises(fairshm.UnitsExceedCapacity):
+        table.check_units("requests", 5)
+    with pytest.raises(fairshm.InvalidRequest):
+        table.check_units("requests", 0)
+    with pytest.raises(fairshm.UnknownPool):
+        table.check_units("nope", 1)
+    assert table.stats()["tables"]["tenants"]["used"] == 0
+
+
 def test_both_wsgi_answers_pass_the_pep_3333_validator(table):
     # wsgiref's validator checks start_response, the headers, the body and its close
     # (its warnings made errors here).

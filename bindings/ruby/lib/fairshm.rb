@@ -396,6 +396,18 @@ module Fairshm
       @tenants[name] ||= resolve(Native::TENANT, Fairshm.c_name(name, "tenant", Native::E_INVALID_TENANT))
     end
 
+    # Raises what an acquire of +units+ from +pool_name+ would raise because the
+    # table's config can never grant it: UnitsExceedCapacity for more than a fixed pool
+    # holds, or than a per_worker pool holds with a worker in every process slot;
+    # InvalidRequest for 0 (UnknownPool for a pool the table does not have). Claims and
+    # registers nothing; returns nil for a request that can be granted some day. The
+    # Rack middleware calls it when it is built.
+    def check_units(pool_name, units)
+      Fairshm.check_request(units, 0)
+      check_units_of(pool(pool_name), units)
+      nil
+    end
+
     # Registers this process as a worker now (per_worker pools count it).
     def register
       rc = Native::REGISTER.call(@handle)
@@ -589,9 +601,13 @@ module Fairshm
     # request that can be granted some day; more units than the pool can ever hold
     # raise first and claim nothing.
     def request_tenant(name, p, units)
-      rc = Native::CHECK_UNITS.call(@handle, p, units)
-      raise_for(rc) unless rc.zero?
+      check_units_of(p, units)
       tenant(name)
+    end
+
+    def check_units_of(pool_handle, units)
+      rc = Native::CHECK_UNITS.call(@handle, pool_handle, units)
+      raise_for(rc) unless rc.zero?
     end
 
     def resolve(fn, name)

@@ -167,6 +167,21 @@ class TestRack < Minitest::Test
     assert_includes e.message, "requests"
   end
 
+  # Not a 500 on every request: the units are checked against the pool when the
+  # middleware is built (the table's pool "requests" holds 4), claiming nothing.
+  def test_a_middleware_asking_more_than_its_pool_can_hold_fails_at_start_up
+    ok = ->(_env) { [200, {}, ["ok"]] }
+    e = assert_raises(Fairshm::UnitsExceedCapacity) do
+      Fairshm::RackMiddleware.new(ok, table: @table, pool: "requests", tenant: ->(_env) { "acme" }, units: 5)
+    end
+    assert_includes e.message, "5 units"
+    Fairshm::RackMiddleware.new(ok, table: @table, pool: "requests", tenant: ->(_env) { "acme" }, units: 4)
+    assert_nil @table.check_units("requests", 4)
+    assert_raises(Fairshm::InvalidRequest) { @table.check_units("requests", 0) }
+    assert_raises(Fairshm::UnknownPool) { @table.check_units("nope", 1) }
+    assert_equal 0, @table.stats["tables"]["tenants"]["used"]
+  end
+
   # The tenant's name comes from the request: one the table cannot take is the
   # request's fault (400, saying why), not a 500; nothing is claimed or held.
   def test_answers_400_to_a_tenant_name_the_table_cannot_take

@@ -13,7 +13,8 @@ module Fairshm
   # process finds no process slot (ProcessTableFull), and one of a new tenant that the
   # tenant directory has no room for (TenantTableFull) gets 503 with no Retry-After (it
   # lasts for the segment's life). A +pool+ the table does not have raises UnknownPool
-  # when the middleware is built.
+  # when the middleware is built, and +units+ more than it can ever hold
+  # UnitsExceedCapacity.
   #
   #   use Fairshm::RackMiddleware, table: TABLE, pool: "requests",
   #       tenant: ->(env) { env["HTTP_X_TENANT"] }
@@ -36,9 +37,10 @@ module Fairshm
     def initialize(app, table:, pool:, tenant:, units: 1, hold_ms: 0, queue_header: true, work: nil)
       # A wrong number or pool is a configuration error, found at start-up, not as a
       # 500 on every request: the pool is resolved now (UnknownPool, naming the table's
-      # pools, for a name it does not have).
+      # pools, for a name it does not have), and the units checked against it
+      # (UnitsExceedCapacity for more than it can ever hold).
       Fairshm.check_request(units, hold_ms)
-      table.pool(pool)
+      table.check_units(pool, units)
       unless work.nil? || work.respond_to?(:call)
         raise TypeError, "work must be a callable of (env, seconds) or nil, not #{work.inspect}"
       end
