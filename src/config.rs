@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::guaranteed::GuaranteedConfig;
 use crate::layout::{Geometry, MAX_LEASES, MAX_NAME};
 
+mod diff;
 mod encoding;
 
 /// Default `SHARE_FLOOR`: 5% of the pool (at least one permit).
@@ -387,70 +388,6 @@ impl Config {
             self.max_processes as usize,
             geo.guaranteed_off,
         )
-    }
-
-    /// The first difference between two configs, for `ConfigMismatch`.
-    pub fn diff(&self, asked: &Config) -> Option<String> {
-        let sizes = [
-            ("max_tenants", self.max_tenants, asked.max_tenants),
-            ("max_processes", self.max_processes, asked.max_processes),
-            (
-                "leases_per_process",
-                self.leases_per_process,
-                asked.leases_per_process,
-            ),
-        ];
-        for (what, have, want) in sizes {
-            if have != want {
-                return Some(format!("{what}: segment has {have}, asked for {want}"));
-            }
-        }
-        let names = |c: &Config| c.pools.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
-        if names(self) != names(asked) {
-            return Some(format!(
-                "pools: segment has {:?}, asked for {:?}",
-                names(self),
-                names(asked)
-            ));
-        }
-        for (h, w) in self.pools.iter().zip(&asked.pools) {
-            if h.canonical() != w.canonical() {
-                return Some(format!(
-                    "pool {:?}: segment has {h:?}, asked for {w:?}",
-                    h.name
-                ));
-            }
-        }
-        if self.weights != asked.weights {
-            return Some(format!(
-                "weights: segment has {:?}, asked for {:?}",
-                self.weights, asked.weights
-            ));
-        }
-        if self.guaranteed != asked.guaranteed {
-            let names = |c: &Config| {
-                c.guaranteed
-                    .iter()
-                    .map(|p| p.name.clone())
-                    .collect::<Vec<_>>()
-            };
-            if names(self) != names(asked) {
-                return Some(format!(
-                    "guaranteed pools: segment has {:?}, asked for {:?}",
-                    names(self),
-                    names(asked)
-                ));
-            }
-            for (h, w) in self.guaranteed.iter().zip(&asked.guaranteed) {
-                if h != w {
-                    return Some(format!(
-                        "guaranteed pool {:?}: segment has {h:?}, asked for {w:?}",
-                        h.name
-                    ));
-                }
-            }
-        }
-        None
     }
 }
 

@@ -277,8 +277,65 @@ fn diff_names_first_difference() {
     let mut b = a.clone();
     b.pools[1].capacity = 7;
     let d = a.diff(&b).unwrap();
-    assert!(d.contains("connections") && d.contains('7'), "{d}");
+    assert_eq!(
+        d,
+        "pool \"connections\": capacity: the segment has 200, asked for 7"
+    );
     assert_eq!(a.diff(&a), None);
+}
+
+#[test]
+fn diff_says_it_in_the_config_files_keys() {
+    let a = Config::with_pools(vec![PoolConfig::new("r", 4)]);
+    let said = |b: &Config| a.diff(b).expect("a difference");
+    let mut b = a.clone();
+    b.pools[0].window_ms = 250;
+    assert_eq!(
+        said(&b),
+        "pool \"r\": window_ms: the segment has 1000, asked for 250"
+    );
+    let b = Config::with_pools(vec![PoolConfig::per_worker("r", 0.5, 2)]);
+    assert_eq!(
+        said(&b),
+        "pool \"r\": the segment has capacity = 4, asked for per_worker.quota = 0.5"
+    );
+    let pw = Config::with_pools(vec![PoolConfig::per_worker("r", 0.25, 2)]);
+    assert_eq!(
+        pw.diff(&b).unwrap(),
+        "pool \"r\": per_worker.quota: the segment has 0.25, asked for 0.5"
+    );
+    let b = Config::with_pools(vec![PoolConfig::new("r", 4).evicting().evict_wait_ms(5)]);
+    assert_eq!(
+        said(&b),
+        "pool \"r\": evict: the segment has false, asked for true"
+    );
+    let b = Config::with_pools(vec![PoolConfig::new("r", 4).without_rates()]);
+    assert_eq!(
+        said(&b),
+        "pool \"r\": rates: the segment has true, asked for false"
+    );
+    // Weights: in any order, and a tenant weighted 1 is one the config does not name.
+    let w = a.clone().weight("acme", 3).weight("globex", 2);
+    let same = a
+        .clone()
+        .weight("globex", 2)
+        .weight("acme", 3)
+        .weight("initech", 1);
+    assert_eq!(w.diff(&same), None);
+    let same = same.weight("hooli", 4);
+    assert_eq!(
+        w.diff(&same).unwrap(),
+        "weights: tenant \"hooli\": the segment has 1, asked for 4"
+    );
+    let mut g = a.clone();
+    g.guaranteed
+        .push(crate::guaranteed::GuaranteedConfig::new("llm", 100));
+    let mut h = g.clone();
+    h.guaranteed[0].reclaim_horizon_ms = 100;
+    assert_eq!(
+        g.diff(&h).unwrap(),
+        "guaranteed pool \"llm\": reclaim_horizon_ms: the segment has 250, asked for 100"
+    );
 }
 
 #[test]
