@@ -77,7 +77,11 @@ fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
         stdout(&r).contains(&format!("pid {pid}")),
         "reap names what it freed"
     );
-    assert!(stdout(&r).contains("1 leases released"));
+    assert!(
+        stdout(&r).contains("1 lease released") && stdout(&r).contains("2 units of \"requests\""),
+        "{}",
+        stdout(&r)
+    );
     let v = json(&shmtool(&["inspect", &seg.name, "--json"]));
     assert_schema(&v);
     assert_eq!(v["leases"].as_array().unwrap().len(), 0);

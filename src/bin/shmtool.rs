@@ -179,11 +179,12 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             tool::top(&Table::open_observer(&name)?, n, every, &mut out)?
         }
         Cmd::Reap { name, json: j } => {
-            let freed = Table::open(&name)?.reap_dead()?;
+            let t = Table::open(&name)?;
+            let freed = t.reap_dead()?;
             if j {
                 json(&mut out, &freed)?
             } else {
-                write!(out, "{}", tool::reaped_text(&freed))?
+                write!(out, "{}", tool::reaped_text(&freed, t.config()))?
             }
         }
         Cmd::Clean {

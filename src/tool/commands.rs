@@ -12,6 +12,7 @@ use super::list::{Clean, Listed, clean, list};
 use super::render::{clock, log_table};
 use super::report::{Decision, decisions};
 use super::shown;
+use crate::config::Config;
 use crate::decisions::Mismatch;
 use crate::error::{Error, Result};
 use crate::recovery::Reaped;
@@ -47,18 +48,48 @@ pub fn list_text(listed: &[Listed]) -> String {
     out
 }
 
-/// `reap`'s lines: per dead process, what was released and returned.
-pub fn reaped_text(freed: &[Reaped]) -> String {
+/// `reap`'s lines: per dead process, what was released and returned, each pool by its
+/// name in `cfg` (the segment's config).
+pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
     if freed.is_empty() {
         return "no dead process held anything\n".to_owned();
     }
+    let count = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
     let mut out = String::new();
     for r in freed {
-        let _ = writeln!(
+        let mut returned = Vec::new();
+        let fair = cfg.pools.iter().map(|p| &p.name);
+        let guaranteed = cfg.guaranteed.iter().map(|g| &g.name);
+        for (names, units) in [
+            (fair.collect::<Vec<_>>(), &r.units_returned),
+            (guaranteed.collect(), &r.guaranteed_units_returned),
+        ] {
+            for (i, &u) in units.iter().enumerate().filter(|(_, u)| **u > 0) {
+                let name = names
+                    .get(i)
+                    .map_or(format!("pool #{i}"), |n| format!("{n:?}"));
+                returned.push(format!("{} of {name}", count(u, "unit")));
+            }
+        }
+        let _ = write!(
             out,
-            "pid {} (slot {}): {} leases released, {} in flight finished, units returned per pool {:?}",
-            r.pid, r.slot, r.leases_released, r.in_flight, r.units_returned
+            "pid {} (slot {}): {} released, {} in flight finished",
+            r.pid,
+            r.slot,
+            count(r.leases_released as u64, "lease"),
+            r.in_flight
         );
+        if !returned.is_empty() {
+            let _ = write!(out, "; returned {}", returned.join(", "));
+        }
+        if r.quarantined > 0 {
+            let _ = write!(
+                out,
+                "; {} quarantined, unreadable (`shmtool check` names them)",
+                count(r.quarantined as u64, "lease")
+            );
+        }
+        out.push('\n');
     }
     out
 }
@@ -297,7 +328,41 @@ mod tests {
 
     #[test]
     fn a_reap_that_freed_nothing_says_so() {
-        assert_eq!(reaped_text(&[]), "no dead process held anything\n");
+        assert_eq!(
+            reaped_text(&[], &Config::default()),
+            "no dead process held anything\n"
+        );
+    }
+
+    #[test]
+    fn a_reap_names_the_pools_it_returned_units_to() {
+        let mut cfg = Config::default();
+        cfg.guaranteed
+            .push(crate::guaranteed::GuaranteedConfig::new("llm", 100));
+        let r = |leases, units: Vec<u64>, guaranteed: Vec<u64>, quarantined| Reaped {
+            slot: 3,
+            pid: 42,
+            leases_released: leases,
+            units_returned: units,
+            guaranteed_units_returned: guaranteed,
+            in_flight: 0,
+            quarantined,
+        };
+        let text = reaped_text(
+            &[
+                r(1, vec![1, 0, 0, 0], vec![0], 0),
+                r(3, vec![2, 0, 0, 1], vec![40], 1),
+            ],
+            &cfg,
+        );
+        assert_eq!(
+            text,
+            "pid 42 (slot 3): 1 lease released, 0 in flight finished; returned 1 unit of \
+             \"requests\"\n\
+             pid 42 (slot 3): 3 leases released, 0 in flight finished; returned 2 units of \
+             \"requests\", 1 unit of \"flights\", 40 units of \"llm\"; 1 lease quarantined, \
+             unreadable (`shmtool check` names them)\n"
+        );
     }
 
     #[test]
