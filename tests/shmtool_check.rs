@@ -158,7 +158,7 @@ fn a_dead_processs_waiters_are_named_until_a_reap_takes_them_out() {
     assert_eq!(code, 1);
     assert!(
         text.contains(&format!(
-            "process slot {slot}, whose process (pid {waiter}) is dead, counts 1 waiters \
+            "process slot {slot}, whose process (pid {waiter}) is dead, counts 1 waiter \
              announced in pool \"requests\": reap takes them out"
         )),
         "{text}"

@@ -33,11 +33,13 @@ impl Engine {
         }
         let (odd, quarantined) = crate::repair::odd_leases(&self.seg);
         if odd > 0 {
-            out.push(format!("{odd} leases have a state no version writes"));
+            out.push(format!(
+                "leases in a state no version writes: {odd} (repair quarantines them)"
+            ));
         }
         if quarantined > 0 {
             out.push(format!(
-                "{quarantined} leases are quarantined (repair frees them)"
+                "leases quarantined: {quarantined} (repair frees them)"
             ));
         }
         out.extend(crate::guaranteed::shared::check(&self.seg));
