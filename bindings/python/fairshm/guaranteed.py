@@ -147,7 +147,7 @@ class Guaranteed:
 
     def acquire(self, tenant, cost, hold_ms, now_ms=None):
         """A ``GuaranteedLease``, or ``GuaranteedRefused``."""
-        _check("cost", cost, _U64)
+        _check("cost", cost, _U64, lo=1)  # 0 goes on to the library, which says why
         _check("hold_ms", hold_ms, _U64)
         now = _now(now_ms)
         lease = c_uint64()

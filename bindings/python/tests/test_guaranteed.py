@@ -109,6 +109,11 @@ def test_errors_are_typed(tokens):
     with pytest.raises(ValueError) as e:  # 2**64 - 1 is FAIRSHM_NOW, which None says
         tokens.acquire("a", 1, 1, now_ms=2**64 - 1)
     assert "now_ms must be an integer from 0 to" in str(e.value)
+    with pytest.raises(ValueError) as e:  # costs run from 1, as the library's error says
+        tokens.acquire("a", -1, 1, now_ms=9)
+    assert "cost must be an integer from 1 to" in str(e.value)
+    with pytest.raises(fairshm.InvalidRequest, match="cost must be at least 1"):
+        tokens.acquire("a", 0, 1, now_ms=9)
 
 
 def fork_worker(work):

@@ -59,6 +59,11 @@ class TestGuaranteed < Minitest::Test
     assert_operator @g.stats["stats"]["now_ms"], :>, 100
     e = assert_raises(ArgumentError) { @g.acquire("a", 1, 1, now_ms: Fairshm::NOW) }
     assert_includes e.message, "now_ms must be an integer from 0 to"
+    # Costs run from 1, as the library's error says.
+    e = assert_raises(ArgumentError) { @g.acquire("a", -1, 1, now_ms: 100) }
+    assert_includes e.message, "cost must be an integer from 1 to"
+    e = assert_raises(Fairshm::InvalidRequest) { @g.acquire("a", 0, 1, now_ms: 100) }
+    assert_includes e.message, "cost must be at least 1"
   end
 
   def test_a_refusal_survives_marshal

@@ -58,7 +58,7 @@ module Fairshm
     # releases it afterwards (at the library's clock), unless the block released it (at
     # a time of its own: a trace at explicit times keeps them).
     def acquire(tenant_name, cost, hold_ms, now_ms: nil, &block)
-      Fairshm.check_int("cost", cost, U64_MAX)
+      Fairshm.check_int("cost", cost, U64_MAX, least: 1) # 0 goes on to the library, which says why
       Fairshm.check_int("hold_ms", hold_ms, U64_MAX)
       now = Fairshm.now_arg(now_ms)
       lease = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
