@@ -134,7 +134,7 @@ fn a_different_config_is_a_config_mismatch_naming_the_difference() {
         .unwrap();
     match &e {
         Error::ConfigMismatch { what, .. } => assert!(
-            what.contains("capacity: 8") && what.contains("16"),
+            what == "pool \"requests\": capacity: the segment has 8, asked for 16",
             "{what}"
         ),
         other => panic!("expected ConfigMismatch, got {other}"),
