@@ -157,7 +157,12 @@ pub struct PoolRec {
     /// recent, since only refused requests' retries can be what it holds (see
     /// `server_queue::note`).
     pub queue_refused_ms: AtomicU64,
-    pub reserved: [AtomicU64; 4],
+    /// The mean hold of the units held in this pool at the last scan of its active set,
+    /// µs: the holders' hold averages (`TenantPoolRec::hold_ewma_us`) weighted by the
+    /// units each held (0: none known). How often a release comes, for a refusal that
+    /// any release can end (`pool_full`; see `retry`).
+    pub hold_mean_us: AtomicU64,
+    pub reserved: [AtomicU64; 3],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -560,7 +565,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch, queue_sum,
-        queue_refused_ms, reserved);
+        queue_refused_ms, hold_mean_us, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,

@@ -115,6 +115,7 @@ impl HeapRegion {
                     queue_stretch: a64(),
                     queue_sum: a64(),
                     queue_refused_ms: a64(),
+                    hold_mean_us: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),

@@ -9,9 +9,14 @@
 //! that can serve this tenant comes free:
 //! - `over_share`: only the tenant's own releases make room for it (it is at or past
 //!   its share), so the interval is its mean hold over the units it holds;
-//! - `pool_full`: any release does, so the mean hold over the units in use (times the
-//!   units asked, or the pool's shortfall when more: a `per_worker` pool that shrank
-//!   below what is held needs that much to come free first).
+//! - `pool_full`: any release does, so the mean hold of the units in use over their
+//!   count (times the units asked, or the pool's shortfall when more: a `per_worker`
+//!   pool that shrank below what is held needs that much to come free first). The mean
+//!   hold is the holders' (`PoolRec::hold_mean_us`: their hold averages weighted by
+//!   their units, as of the last scan of the active set), not the asker's: a light
+//!   tenant of short requests, refused while a heavy one's long requests fill the
+//!   pool, would otherwise be told to come back many times too soon. Before any
+//!   holder's hold is known, the asker's own stands in.
 //!
 //! So a tenant with a backlog of B refused requests hands out turns spread over B
 //! intervals: its clients come back about as fast as its permits turn over (Little's

@@ -121,6 +121,36 @@ fn pool_full_turns_follow_the_pools_releases() {
     assert!((1..=2).contains(&r.retry_after_ms), "{r:?}");
 }
 
+/// Pool-full turns come as often as the holders' permits free, whoever asks: heavy's
+/// mean hold is 200 ms and light's 10 ms, and with heavy holding 7 of the 8 in use a
+/// release is due every (7 x 200 + 10) / 8 / 8 ms, not every 10 / 8 ms as light's own
+/// holds would say.
+#[test]
+fn pool_full_turns_follow_the_holders_holds_not_the_askers() {
+    let seg = Seg::new("retry-holders");
+    let t = seg.create(&one_pool(8));
+    let (p, heavy, light) = handles(&t);
+    let e = t.engine();
+    let id = grant(e, p, heavy, 1_000);
+    e.release(id, 1_200).unwrap();
+    let id = grant(e, p, light, 1_000);
+    e.release(id, 1_010).unwrap();
+    for _ in 0..7 {
+        grant(e, p, heavy, 2_300);
+    }
+    grant(e, p, light, 2_300);
+    // A window after the last decisions: the scan of the active set that this refusal
+    // runs first sees the holders as they are.
+    let r = refused(e, p, light, 3_400);
+    assert_eq!(r.reason, Reason::PoolFull);
+    let mean_us = (7 * 200_000 + 10_000) / 8;
+    assert_eq!((r.interval_us, r.queued), (mean_us / 8, 0), "{r:?}");
+    // The first turn half an interval away (11 ms), plus a jitter under a quarter.
+    assert!((11..=17).contains(&r.retry_after_ms), "{r:?}");
+    let text = fairshm::Refusal::new("requests", "light", r).explanation();
+    assert!(text.contains("about every 22.0 ms"), "{text}");
+}
+
 #[test]
 fn the_same_sequence_replays_to_the_same_hints() {
     let run = |tag: &str| {

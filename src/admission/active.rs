@@ -31,6 +31,9 @@ pub struct Scan {
     pub next_change: u64,
     /// The tenant whose window ends at `next_change`, if one does (`None`: the cap).
     pub next_leaver: Option<usize>,
+    /// The mean hold of the units held, µs: the holders' hold averages weighted by
+    /// their units, over the holders with one known (0: none known).
+    pub hold_mean_us: u64,
 }
 
 /// Scans the directory for the tenants active in pool `p` at `now`.
@@ -40,7 +43,11 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
         weight: 0,
         next_change: now.saturating_add(window),
         next_leaver: None,
+        hold_mean_us: 0,
     };
+    // The held-weighted sum of the holders' hold averages, and their units (u128: 2^24
+    // units x 2^32 µs x 2^16 tenants cannot overflow it).
+    let (mut hold_sum, mut hold_units) = (0u128, 0u64);
     for t in 0..r.geometry().tenants {
         let rec = r.tenant(t);
         // Acquire: READY publishes the name's weight (read below). The rest is Relaxed:
@@ -52,6 +59,12 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
         let held = held_word::held(tp.held.load(Relaxed));
         let last = tp.last_active_ms.load(Relaxed);
         let counted = held > 0 || recent(last, now, window);
+        // Relaxed: an estimate's input, on the line the scan reads `held` from.
+        let hold = if held > 0 { tp.hold_ewma_us.load(Relaxed) } else { 0 };
+        if hold > 0 {
+            hold_sum += held as u128 * hold as u128;
+            hold_units += held as u64;
+        }
         if counted {
             out.tenants += 1;
             out.weight += rec.weight.load(Relaxed) as u64;
@@ -64,6 +77,9 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
                 out.next_leaver = Some(t);
             }
         }
+    }
+    if hold_units > 0 {
+        out.hold_mean_us = (hold_sum / hold_units as u128) as u64;
     }
     out
 }
@@ -139,6 +155,8 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
     // new instant with an old tenant only misjudges one hint.
     pool.rescan_for
         .store(leaver.map_or(0, |t| t as u32 + 1), Relaxed);
+    // Relaxed: an estimate's input (`pool_full` hints), as of this scan.
+    pool.hold_mean_us.store(s.hold_mean_us, Relaxed);
     pool.rescan_at_ms.store(next, Relaxed);
     next
 }

@@ -286,8 +286,13 @@ pub fn try_acquire<R: Region>(
                     retry::gap_us(gap),
                 )
             } else {
+                // Any release makes room: the holders' mean hold says how often one
+                // comes (as of the last scan; the asker's own when none is known).
                 // Its first turn needs what it is short of: its units, or more in a
                 // pool holding past its capacity (a `per_worker` pool that shrank).
+                // Relaxed: an estimate's input.
+                let holders = r.pool(a.pool).hold_mean_us.load(Relaxed);
+                let hold = if holders > 0 { holders } else { hold };
                 retry::interval_us(hold, a.units.max(short), in_use)
             };
             let turn = if a.quiet {
