@@ -134,6 +134,30 @@ fn a_resident_in_a_call_is_never_the_victim() {
     }
 }
 
+/// What ends a `too_many_residents` refusal is a resident's call ending, which how long
+/// residents stay does not tell: its hint is not taken from the holders' residencies
+/// (here 60 s of b's), as a `pool_full` hint is from their holds.
+#[test]
+fn a_too_many_residents_hint_is_not_a_residency_long() {
+    let seg = Seg::new("res-hint");
+    let t = seg.create(&residents(2));
+    spawn(&t, "b", 1_000).release_at(61_000).unwrap();
+    spawn(&t, "a", 1_000).release_at(1_010).unwrap();
+    let b = spawn(&t, "b", 70_000);
+    let a = spawn(&t, "a", 70_000);
+    b.begin_call_at(70_001).unwrap();
+    a.begin_call_at(70_001).unwrap();
+    // A window later, so the scan this refusal runs first sees both holders.
+    let r = t
+        .try_acquire_at(&Request::new("residents", "a"), 71_100)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(r.reason, Reason::TooManyResidents, "{r}");
+    assert!(matches!(r.retry_after_ms, Some(1..=10)), "{r}");
+    b.end_call_at(71_101).unwrap();
+    a.end_call_at(71_101).unwrap();
+}
+
 #[test]
 fn nothing_is_evicted_while_the_pool_has_room() {
     let seg = Seg::new("res-room");

@@ -290,8 +290,14 @@ pub fn try_acquire<R: Region>(
                 // comes (as of the last scan; the asker's own when none is known).
                 // Its first turn needs what it is short of: its units, or more in a
                 // pool holding past its capacity (a `per_worker` pool that shrank).
+                // (Not for `too_many_residents`: there a resident's call ending makes
+                // room, which a residency's length does not tell.)
                 // Relaxed: an estimate's input.
-                let holders = r.pool(a.pool).hold_mean_us.load(Relaxed);
+                let holders = if code == fair_share::POOL_FULL {
+                    r.pool(a.pool).hold_mean_us.load(Relaxed)
+                } else {
+                    0
+                };
                 let hold = if holders > 0 { holders } else { hold };
                 retry::interval_us(hold, a.units.max(short), in_use)
             };
