@@ -158,9 +158,10 @@ pub struct PoolRec {
     /// `server_queue::note`).
     pub queue_refused_ms: AtomicU64,
     /// The mean hold of the units held in this pool at the last scan of its active set,
-    /// µs: the holders' hold averages (`TenantPoolRec::hold_ewma_us`) weighted by the
-    /// units each held (0: none known). How often a release comes, for a refusal that
-    /// any release can end (`pool_full`; see `retry`).
+    /// µs, as their releases come: the units over the rate at which they free, each
+    /// holder's units over its hold average (`TenantPoolRec::hold_ewma_us`; 0: none
+    /// known). How often a release comes, for a refusal that any release can end
+    /// (`pool_full`; see `retry`).
     pub hold_mean_us: AtomicU64,
     pub reserved: [AtomicU64; 3],
 }

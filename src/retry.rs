@@ -12,8 +12,9 @@
 //! - `pool_full`: any release does, so the mean hold of the units in use over their
 //!   count (times the units asked, or the pool's shortfall when more: a `per_worker`
 //!   pool that shrank below what is held needs that much to come free first). The mean
-//!   hold is the holders' (`PoolRec::hold_mean_us`: their hold averages weighted by
-//!   their units, as of the last scan of the active set), not the asker's: a light
+//!   hold is the holders' (`PoolRec::hold_mean_us`: the units over the rate at which
+//!   they free, each holder's units over its hold average, as of the last scan of the
+//!   active set), not the asker's: a light
 //!   tenant of short requests, refused while a heavy one's long requests fill the
 //!   pool, would otherwise be told to come back many times too soon. Before any
 //!   holder's hold is known, the asker's own stands in.

@@ -123,8 +123,9 @@ fn pool_full_turns_follow_the_pools_releases() {
 
 /// Pool-full turns come as often as the holders' permits free, whoever asks: heavy's
 /// mean hold is 200 ms and light's 10 ms, and with heavy holding 7 of the 8 in use a
-/// release is due every (7 x 200 + 10) / 8 / 8 ms, not every 10 / 8 ms as light's own
-/// holds would say.
+/// release is due every 1 / (7 / 200 + 1 / 10) = 7.4 ms, not every 10 / 8 ms as
+/// light's own holds would say (nor every (7 x 200 + 10) / 8 / 8 = 22 ms, as an
+/// average of the holds weighted by units would).
 #[test]
 fn pool_full_turns_follow_the_holders_holds_not_the_askers() {
     let seg = Seg::new("retry-holders");
@@ -143,12 +144,12 @@ fn pool_full_turns_follow_the_holders_holds_not_the_askers() {
     // runs first sees the holders as they are.
     let r = refused(e, p, light, 3_400);
     assert_eq!(r.reason, Reason::PoolFull);
-    let mean_us = (7 * 200_000 + 10_000) / 8;
-    assert_eq!((r.interval_us, r.queued), (mean_us / 8, 0), "{r:?}");
-    // The first turn half an interval away (11 ms), plus a jitter under a quarter.
-    assert!((11..=17).contains(&r.retry_after_ms), "{r:?}");
+    assert_eq!(r.queued, 0);
+    assert!((7_400..=7_410).contains(&r.interval_us), "{r:?}");
+    // The first turn half an interval away (3.7 ms), plus a jitter under a quarter.
+    assert!((4..=6).contains(&r.retry_after_ms), "{r:?}");
     let text = fairshm::Refusal::new("requests", "light", r).explanation();
-    assert!(text.contains("about every 22.0 ms"), "{text}");
+    assert!(text.contains("about every 7.4 ms"), "{text}");
 }
 
 #[test]
