@@ -413,6 +413,10 @@ fn inspect_shows_a_guaranteed_pools_loans_demand_and_overruns() {
         "b holds the whole ceiling, a holds nothing and wants (refused at the pool's \
          clock), each with its guarantee as its share: {top}"
     );
+    assert!(
+        top.contains("leases: 0 (and 2 of guaranteed pools)"),
+        "b's two leases are counted: {top}"
+    );
 }
 
 #[test]

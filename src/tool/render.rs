@@ -411,13 +411,20 @@ pub fn top_view(r: &Report) -> String {
         }
     }
     rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    // The guaranteed pools' leases are their own (`max_leases` each), apart from the
+    // fair-share pools' lease table: counted apart.
+    let guaranteed: usize = r.guaranteed.iter().map(|g| g.leases.len()).sum();
+    let leases = if r.guaranteed.is_empty() {
+        r.leases.len().to_string()
+    } else {
+        format!("{} (and {guaranteed} of guaranteed pools)", r.leases.len())
+    };
     let mut out = format!(
-        "fairshm {}  processes: {} alive, {} not  leases: {}  tenants: {} of {}  \
+        "fairshm {}  processes: {} alive, {} not  leases: {leases}  tenants: {} of {}  \
          (q or Ctrl-C quits)\n\n",
         shown(&r.segment.name),
         r.processes_counted(&["alive"]),
         r.processes_counted(&["dying", "dead"]),
-        r.leases.len(),
         r.tables.tenants.used,
         r.tables.tenants.size
     );
