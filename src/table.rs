@@ -165,6 +165,16 @@ impl Table {
     pub fn config(&self) -> &Config {
         self.engine.config()
     }
+    /// `Err` with what an acquire of `units` from `pool` would return because the
+    /// config can never grant it: `UnitsExceedCapacity` for more than a fixed pool
+    /// holds, or than a `per_worker` pool holds with a worker in every process slot;
+    /// `InvalidRequest` for 0; `UnknownPool`. Claims and registers nothing: what a
+    /// middleware checks its configured units with when it is built (the C ABI's
+    /// `fairshm_check_units`).
+    pub fn check_units(&self, pool: &str, units: u32) -> Result<()> {
+        let p = self.engine.pool(pool)?;
+        self.engine.never_granted(p, units)
+    }
     pub fn size(&self) -> usize {
         self.engine.size()
     }

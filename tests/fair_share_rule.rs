@@ -234,6 +234,11 @@ fn bad_requests_are_typed_errors() {
     cfg.max_processes = 4;
     let t = seg.create(&cfg);
     let before = t.snapshot().tables.tenants;
+    assert!(t.check_units("db", 4).is_ok() && t.check_units("db", 5).is_err());
+    assert!(matches!(
+        t.check_units("nope", 1),
+        Err(fairshm::Error::UnknownPool { .. })
+    ));
     let e = t
         .try_acquire(&Request::new("db", "newcomer").units(5))
         .unwrap_err();
