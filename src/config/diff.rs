@@ -82,6 +82,28 @@ fn first_field(
         .map(|(k, w)| format!("{what}: the segment has no {k}, asked for {k} = {w}"))
 }
 
+/// The first difference between two lists of named records (`kind`: `pool`): their
+/// names, in order, then each record's fields (`fields`) by [`first_field`].
+fn records<T>(
+    kind: &str,
+    have: &[T],
+    want: &[T],
+    name: impl Fn(&T) -> &String,
+    fields: impl Fn(&T) -> Vec<(&'static str, String)>,
+) -> Option<String> {
+    let names = |xs: &[T]| xs.iter().map(&name).cloned().collect::<Vec<_>>();
+    if names(have) != names(want) {
+        return Some(format!(
+            "{kind}s: the segment has {:?}, asked for {:?}",
+            names(have),
+            names(want)
+        ));
+    }
+    have.iter()
+        .zip(want)
+        .find_map(|(h, w)| first_field(&format!("{kind} {:?}", name(h)), &fields(h), &fields(w)))
+}
+
 /// A weight as the config gives it: 1 for a tenant it does not name.
 fn weight(ws: &[(String, u32)], name: &str) -> u32 {
     ws.iter().find(|(n, _)| n == name).map_or(1, |(_, w)| *w)
@@ -107,19 +129,9 @@ impl Config {
                 return Some(format!("{what}: the segment has {have}, asked for {want}"));
             }
         }
-        let names = |ps: &[PoolConfig]| ps.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
-        if names(&self.pools) != names(&asked.pools) {
-            return Some(format!(
-                "pools: the segment has {:?}, asked for {:?}",
-                names(&self.pools),
-                names(&asked.pools)
-            ));
-        }
-        for (h, w) in self.pools.iter().zip(&asked.pools) {
-            let what = format!("pool {:?}", h.name);
-            if let Some(d) = first_field(&what, &pool_fields(h), &pool_fields(w)) {
-                return Some(d);
-            }
+        let pools = records("pool", &self.pools, &asked.pools, |p| &p.name, pool_fields);
+        if pools.is_some() {
+            return pools;
         }
         let named = self.weights.iter().chain(&asked.weights).map(|(n, _)| n);
         for name in named {
@@ -130,23 +142,18 @@ impl Config {
                 ));
             }
         }
-        let gnames =
-            |gs: &[GuaranteedConfig]| gs.iter().map(|g| g.name.clone()).collect::<Vec<_>>();
-        if gnames(&self.guaranteed) != gnames(&asked.guaranteed) {
-            return Some(format!(
-                "guaranteed pools: the segment has {:?}, asked for {:?}",
-                gnames(&self.guaranteed),
-                gnames(&asked.guaranteed)
-            ));
-        }
-        for (h, w) in self.guaranteed.iter().zip(&asked.guaranteed) {
-            let what = format!("guaranteed pool {:?}", h.name);
-            let (hf, wf) = (guaranteed_fields(h), guaranteed_fields(w));
-            if let Some(d) = first_field(&what, &hf, &wf) {
-                return Some(d);
-            }
-            debug_assert!(h == w, "a difference the fields do not show: {h:?} {w:?}");
-        }
-        None
+        let (have, want) = (&self.guaranteed, &asked.guaranteed);
+        let d = records(
+            "guaranteed pool",
+            have,
+            want,
+            |g| &g.name,
+            guaranteed_fields,
+        );
+        debug_assert!(
+            d.is_some() || have == want,
+            "a difference the fields do not show"
+        );
+        d
     }
 }
