@@ -363,7 +363,9 @@ impl std::fmt::Display for Room<'_> {
     }
 }
 
-fn plural(n: u32, one: &str) -> String {
+/// `n` things, as English says them: "1 unit", "2 units" (also `shmtool`'s lines).
+pub(crate) fn plural(n: impl Into<u64>, one: &str) -> String {
+    let n = n.into();
     if n == 1 {
         format!("1 {one}")
     } else {

@@ -100,23 +100,18 @@ pub fn check(t: &Table) -> Result<Vec<String>> {
             let pool = &t.config().pools[p].name;
             out.push(match *owner {
                 "dead" => format!(
-                    "process slot {s}, whose process (pid {}) is dead, counts {n} {} \
+                    "process slot {s}, whose process (pid {}) is dead, counts {} \
                      announced in pool {pool:?}: reap takes them out",
                     crate::liveness::view(seg, s).pid,
-                    waiters(n)
+                    crate::refusal::plural(n, "waiter")
                 ),
                 _ => format!(
-                    "process slot {s}, which is free, counts {n} {} announced in pool \
+                    "process slot {s}, which is free, counts {} announced in pool \
                      {pool:?}: owned by nobody",
-                    waiters(n)
+                    crate::refusal::plural(n, "waiter")
                 ),
             });
         }
     }
     Ok(out)
-}
-
-/// "waiter" or "waiters", as `n` asks.
-fn waiters(n: u32) -> &'static str {
-    if n == 1 { "waiter" } else { "waiters" }
 }

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::decisions::Mismatch;
 use crate::error::{Error, Result};
 use crate::recovery::Reaped;
+use crate::refusal::plural;
 use crate::table::Table;
 
 /// `list`'s lines: a segment with its header facts and process counts, any other file
@@ -54,7 +55,6 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
     if freed.is_empty() {
         return "no dead process held anything\n".to_owned();
     }
-    let count = |n: u64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
     let mut out = String::new();
     for r in freed {
         let mut returned = Vec::new();
@@ -68,7 +68,7 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
                 let name = names
                     .get(i)
                     .map_or(format!("pool #{i}"), |n| format!("{n:?}"));
-                returned.push(format!("{} of {name}", count(u, "unit")));
+                returned.push(format!("{} of {name}", plural(u, "unit")));
             }
         }
         let _ = write!(
@@ -76,7 +76,7 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
             "pid {} (slot {}): {} released, {} in flight finished",
             r.pid,
             r.slot,
-            count(r.leases_released as u64, "lease"),
+            plural(r.leases_released as u64, "lease"),
             r.in_flight
         );
         if !returned.is_empty() {
@@ -86,7 +86,7 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
             let _ = write!(
                 out,
                 "; {} quarantined, unreadable (`shmtool check` names them)",
-                count(r.quarantined as u64, "lease")
+                plural(r.quarantined as u64, "lease")
             );
         }
         out.push('\n');
