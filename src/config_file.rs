@@ -23,20 +23,29 @@
 //! tenants = { acme = 3, globex = 1 }
 //! ```
 //!
+//! `weights` and a guaranteed pool's `tenants` are each a map of names to weights, or,
+//! as seed 001 writes its tenants, a list of `{ id = "acme", weight = 3 }`.
+//!
 //! Unknown keys are errors (a misspelt `capacty` must not silently become a default),
-//! and the result is validated like any config; every error is
-//! [`Error::InvalidConfig`] naming the file and what was wrong.
+//! and so is a name given twice in `weights` or `tenants` (which JSON's objects would
+//! otherwise settle silently, the last one winning); the result is validated like any
+//! config. Every error is [`Error::InvalidConfig`] naming the file, the key where it
+//! was found (`guaranteed[0].tenants`), what was wrong and where in the text.
 
-use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 use serde::Deserialize;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 
 use crate::config::{Config, DEFAULT_FLOOR_PERCENT, DEFAULT_WINDOW_MS, PerWorker, PoolConfig};
 use crate::error::{Error, Result};
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a config table (pools, guaranteed, weights, ...)"
+)]
 struct FileConfig {
     #[serde(default)]
     pools: Vec<FilePool>,
@@ -46,11 +55,14 @@ struct FileConfig {
     max_processes: Option<u32>,
     leases_per_process: Option<u32>,
     #[serde(default)]
-    weights: BTreeMap<String, u32>,
+    weights: Weights,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a pool table (name, capacity or per_worker, ...)"
+)]
 struct FilePool {
     name: String,
     capacity: Option<u32>,
@@ -71,7 +83,10 @@ fn yes() -> bool {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a guaranteed pool table (name, ceiling, fairness_unit, tenants, ...)"
+)]
 struct FileGuaranteed {
     name: String,
     ceiling: u32,
@@ -80,11 +95,66 @@ struct FileGuaranteed {
     idle_after_ms: Option<u32>,
     started_at_ms: Option<u64>,
     max_leases: Option<u32>,
-    tenants: BTreeMap<String, u32>,
+    tenants: Weights,
+}
+
+/// Names with their weights, as a file gives them: a map (`{ acme = 3 }`) or a list of
+/// `{ id, weight }` (seed 001's `tenants`). Every entry is kept, a name given twice
+/// too, so that the config's validation names it (a JSON object's repeated key would
+/// otherwise be settled silently by the last one); sorted by name, the order a map
+/// gives, so that one config reads to one `Config` in either form.
+#[derive(Default)]
+struct Weights(Vec<(String, u32)>);
+
+/// One entry of the list form.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a tenant { id, weight }")]
+struct IdWeight {
+    id: String,
+    weight: u32,
+}
+
+impl<'de> Deserialize<'de> for Weights {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Vec<(String, u32)>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of names to weights, or a list of { id, weight }")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(entry) = m.next_entry::<String, u32>()? {
+                    v.push(entry);
+                }
+                Ok(v)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(IdWeight { id, weight }) = s.next_element()? {
+                    v.push((id, weight));
+                }
+                Ok(v)
+            }
+        }
+        let mut v = d.deserialize_any(V)?;
+        // Stable: a name given twice keeps both entries, side by side.
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Weights(v))
+    }
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a per_worker table (quota, min_tickets)"
+)]
 struct FilePerWorker {
     quota: f64,
     #[serde(default)]
@@ -140,14 +210,14 @@ impl FileConfig {
             max_tenants: self.max_tenants.unwrap_or(d.max_tenants),
             max_processes: self.max_processes.unwrap_or(d.max_processes),
             leases_per_process: self.leases_per_process.unwrap_or(d.leases_per_process),
-            weights: self.weights.into_iter().collect(),
+            weights: self.weights.0,
             guaranteed: self
                 .guaranteed
                 .into_iter()
                 .map(|g| {
                     let mut c = crate::guaranteed::GuaranteedConfig::new(&g.name, g.ceiling);
                     c.fairness_unit = g.fairness_unit;
-                    c.tenants = g.tenants.into_iter().collect();
+                    c.tenants = g.tenants.0;
                     c.reclaim_horizon_ms = g.reclaim_horizon_ms.unwrap_or(c.reclaim_horizon_ms);
                     c.idle_after_ms = g.idle_after_ms.unwrap_or(c.idle_after_ms);
                     c.started_at_ms = g.started_at_ms.unwrap_or(0);
@@ -164,16 +234,24 @@ impl FileConfig {
 impl Config {
     /// Parses and validates a config in JSON.
     pub fn from_json(text: &str) -> Result<Config> {
-        serde_json::from_str::<FileConfig>(text)
-            .map_err(|e| Error::InvalidConfig(format!("JSON: {e}")))?
-            .into_config()
+        let bad =
+            |e: &serde_json::Error, path: &str| Error::InvalidConfig(format!("JSON: {path}{e}"));
+        let mut de = serde_json::Deserializer::from_str(text);
+        let file: FileConfig = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| bad(e.inner(), &key_of(e.path())))?;
+        // As `serde_json::from_str`: nothing but white space after the value.
+        de.end().map_err(|e| bad(&e, ""))?;
+        file.into_config()
     }
 
     /// Parses and validates a config in TOML.
     pub fn from_toml(text: &str) -> Result<Config> {
-        toml::from_str::<FileConfig>(text)
-            .map_err(|e| Error::InvalidConfig(format!("TOML: {}", toml_error(&e, text))))?
-            .into_config()
+        let file: FileConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
+            .map_err(|e| {
+                let (key, e) = (key_of(e.path()), e.inner());
+                Error::InvalidConfig(format!("TOML: {key}{}", toml_error(e, text)))
+            })?;
+        file.into_config()
     }
 
     /// Reads a config file: TOML if its name ends in `.toml`, JSON if in `.json` (in
@@ -203,6 +281,17 @@ impl Config {
             }
             other => other,
         })
+    }
+}
+
+/// The key an error was found at, as a prefix of its message (`guaranteed[0].tenants:
+/// `); none for the file as a whole, or for a syntax error, found before any key.
+fn key_of(path: &serde_path_to_error::Path) -> String {
+    let key = path.to_string();
+    if key == "." || key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}: ")
     }
 }
 
@@ -323,6 +412,128 @@ mod tests {
         let back = Config::decode(&plain.encode()).unwrap();
         assert_eq!(back.diff(&plain), None);
         assert_eq!(plain.geometry().residents, 0);
+    }
+
+    /// Where an error is, by key, not only by line and column: a Python or Ruby config
+    /// is a dict written as JSON on one line, where a column says little.
+    #[test]
+    fn errors_name_the_key_they_are_at() {
+        let j = Config::from_json(
+            r#"{"guaranteed": [{"name": "c", "ceiling": "100", "fairness_unit": "cost",
+                "tenants": {"a": 1}}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            j.starts_with("invalid config: JSON: guaranteed[0].ceiling: invalid type: string"),
+            "{j}"
+        );
+        assert!(j.contains("at line 1 column"), "{j}");
+        let t = Config::from_toml(
+            "[[pools]]\nname = \"r\"\n[[pools]]\nname = \"s\"\ncapacity = \"ten\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(t.contains("TOML: pools[1].capacity: invalid type"), "{t}");
+        assert!(t.contains("at line 5 column 12"), "{t}");
+        let inner =
+            Config::from_json(r#"{"pools": [{"name": "r", "per_worker": {"quota": "half"}}]}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(
+            inner.contains("pools[0].per_worker.quota: invalid type"),
+            "{inner}"
+        );
+        // A syntax error is named by where the reader was.
+        let syntax = Config::from_json("{\"pools\": [}").unwrap_err().to_string();
+        assert!(
+            syntax.contains("JSON: pools[0]: expected value at line 1 column 12"),
+            "{syntax}"
+        );
+        // A file that is not a table has no key to name, and says what was expected in
+        // the file's words, not the reader's type names.
+        let list = Config::from_json("3").unwrap_err().to_string();
+        assert_eq!(
+            list,
+            "invalid config: JSON: invalid type: integer `3`, expected a config table (pools, guaranteed, weights, ...) at line 1 column 1"
+        );
+        let pool = Config::from_json(r#"{"pools": [3]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(pool.contains("pools[0]: invalid type: integer `3`, expected a pool table (name, capacity or per_worker, ...)"), "{pool}");
+        // Nothing may follow the config, as with `serde_json::from_str`.
+        let trailing = Config::from_json("{} x").unwrap_err().to_string();
+        assert!(trailing.contains("trailing characters"), "{trailing}");
+    }
+
+    /// Seed 001 writes its tenants as a list of `{ id, weight }`: read as the map is.
+    #[test]
+    fn seed_001s_list_of_tenants_reads_as_the_map() {
+        let map = r#"{"guaranteed": [{"name": "c", "ceiling": 100, "fairness_unit": "cost",
+                      "tenants": {"globex": 1, "acme": 3}}], "weights": {"x": 2}}"#;
+        let list = r#"{"guaranteed": [{"name": "c", "ceiling": 100, "fairness_unit": "cost",
+                       "tenants": [{"id": "acme", "weight": 3}, {"id": "globex", "weight": 1}]}],
+                       "weights": [{"id": "x", "weight": 2}]}"#;
+        let toml = r#"
+            weights = [{ id = "x", weight = 2 }]
+            [[guaranteed]]
+            name = "c"
+            ceiling = 100
+            fairness_unit = "cost"
+            tenants = [{ id = "globex", weight = 1 }, { id = "acme", weight = 3 }]
+        "#;
+        let a = Config::from_json(map).unwrap();
+        assert_eq!(
+            a.guaranteed[0].tenants,
+            vec![("acme".into(), 3), ("globex".into(), 1)]
+        );
+        assert_eq!(a.weights, vec![("x".into(), 2)]);
+        assert_eq!(Config::from_json(list).unwrap(), a);
+        assert_eq!(Config::from_toml(toml).unwrap(), a);
+        let no_weight = Config::from_json(
+            r#"{"guaranteed": [{"name": "c", "ceiling": 100, "fairness_unit": "cost",
+                "tenants": [{"id": "a", "weight": 1}, {"id": "b"}]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            no_weight.contains("guaranteed[0].tenants[1]: missing field `weight`"),
+            "{no_weight}"
+        );
+        let neither = Config::from_json(r#"{"weights": 3}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(neither.contains("weights: invalid type: integer `3`, expected a map of names to weights, or a list of { id, weight }"), "{neither}");
+    }
+
+    /// A JSON object that names a tenant twice is an error naming it, as in TOML, not
+    /// the last weight silently.
+    #[test]
+    fn a_name_given_twice_is_an_error_not_the_last_one() {
+        let w = Config::from_json(
+            r#"{"pools": [{"name": "r", "capacity": 4}], "weights": {"acme": 3, "acme": 1}}"#,
+        )
+        .unwrap_err();
+        assert!(matches!(w, Error::InvalidConfig(_)), "{w:?}");
+        assert!(
+            w.to_string().contains(r#"tenant "acme" is weighted twice"#),
+            "{w}"
+        );
+        let g = |tenants: &str| {
+            Config::from_json(&format!(
+                r#"{{"guaranteed": [{{"name": "c", "ceiling": 10, "fairness_unit": "cost",
+                    "tenants": {tenants}}}]}}"#
+            ))
+            .unwrap_err()
+            .to_string()
+        };
+        for tenants in [
+            r#"{"a": 1, "b": 1, "a": 2}"#,
+            r#"[{"id": "a", "weight": 1}, {"id": "a", "weight": 1}]"#,
+        ] {
+            let e = g(tenants);
+            assert!(e.contains(r#"tenant "a" is named twice"#), "{tenants}: {e}");
+        }
     }
 
     #[test]

@@ -35,6 +35,30 @@ def returner_refused(tokens):
     return loan, r.value
 
 
+def test_seed_001s_list_of_tenants_configures_the_pool_and_errors_name_their_key(name):
+    """Tenants as seed 001 writes them (a list of {id, weight}) give the pool the map
+    gives; a wrong value is named by its key, not only by a column of the one-line
+    JSON the dict is sent as; a tenant named twice is an error, not the last weight."""
+    listed = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0],
+                                           tenants=[{"id": "b", "weight": 1},
+                                                    {"id": "a", "weight": 1}])])
+    t = fairshm.Table.create(name, listed)
+    try:
+        # The same config as the map's: opening with it checks every key.
+        fairshm.Table.open(name, CONFIG).close()
+        assert [x["name"] for x in t.guaranteed("tokens").stats(now_ms=0)["stats"]["tenants"]] == ["a", "b"]
+    finally:
+        t.close()
+    bad = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0], ceiling="100")])
+    with pytest.raises(fairshm.InvalidConfig, match=r"JSON: guaranteed\[0\]\.ceiling: invalid type"):
+        fairshm.Table.create(name + "-bad", bad)
+    twice = dict(CONFIG, guaranteed=[dict(CONFIG["guaranteed"][0],
+                                          tenants=[{"id": "a", "weight": 1},
+                                                   {"id": "a", "weight": 2}])])
+    with pytest.raises(fairshm.InvalidConfig, match='tenant "a" is named twice'):
+        fairshm.Table.create(name + "-bad", twice)
+
+
 def test_a_guaranteed_lease_says_what_it_is(tokens):
     lease = tokens.acquire("a", 10, 100, now_ms=0)
     assert repr(lease) == "<fairshm.GuaranteedLease %#x of pool 'tokens'>" % lease.id

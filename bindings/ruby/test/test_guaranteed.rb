@@ -31,6 +31,31 @@ class TestGuaranteed < Minitest::Test
     @table.guaranteed("tokens")
   end
 
+  # Tenants as seed 001 writes them, a list of { id, weight } (symbol keys too), give
+  # the pool the Hash gives; a wrong value is named by its key; a tenant named twice
+  # (here "a" and :a, which JSON writes alike) is an error, not the last weight.
+  def test_seed_001s_list_of_tenants_configures_the_pool_and_errors_name_their_key
+    g0 = CONFIG["guaranteed"][0]
+    listed = CONFIG.merge("guaranteed" => [g0.merge("tenants" => [{ id: "b", weight: 1 }, { id: "a", weight: 1 }])])
+    other = "#{@name}-listed"
+    t = Fairshm::Table.create(other, listed)
+    begin
+      Fairshm::Table.open(other, CONFIG).close
+      assert_equal %w[a b], t.guaranteed("tokens").stats(now_ms: 0)["stats"]["tenants"].map { |x| x["name"] }
+    ensure
+      t.close
+      Fairshm::Table.unlink(other)
+    end
+    e = assert_raises(Fairshm::InvalidConfig) do
+      Fairshm::Table.create("#{@name}-bad", CONFIG.merge("guaranteed" => [g0.merge("ceiling" => "100")]))
+    end
+    assert_match(/JSON: guaranteed\[0\]\.ceiling: invalid type/, e.message)
+    e = assert_raises(Fairshm::InvalidConfig) do
+      Fairshm::Table.create("#{@name}-bad", CONFIG.merge("guaranteed" => [g0.merge("tenants" => { "a" => 1, a: 2 })]))
+    end
+    assert_includes e.message, 'tenant "a" is named twice'
+  end
+
   # Seed 001's trace at its own times: t=0, 10 and 100.
   def test_the_returner_is_served_within_the_horizon
     @g.acquire("b", 50, 10_000, now_ms: 0)
