@@ -136,6 +136,24 @@ impl Entry {
     }
 
     /// The rule's inputs besides the two words.
+    /// The name of an outcome of this entry's decision: [`outcome_name`]'s, but
+    /// `evicted` for a grant of an `evict` pool that the rule refused on these inputs
+    /// (so the acquire took a resident's permit: a grant at `2/2` would not explain
+    /// itself).
+    pub fn outcome_text(&self, code: u32) -> &'static str {
+        let rule_refused = || {
+            !matches!(
+                fair_share::decide(&self.frozen(), self.in_use, self.held, self.units),
+                Verdict::Admit | Verdict::AdmitCharging
+            )
+        };
+        if code == 0 && self.policy == POLICY_FAIR_SHARE_EVICT && rule_refused() {
+            "evicted"
+        } else {
+            outcome_name(code)
+        }
+    }
+
     pub fn frozen(&self) -> Frozen {
         Frozen {
             cap: self.cap,
@@ -329,8 +347,8 @@ pub fn replay(log: &[Logged]) -> Vec<Mismatch> {
             (again != Some(l.entry.outcome)).then(|| Mismatch {
                 slot: l.slot,
                 seq: l.seq,
-                logged: outcome_name(l.entry.outcome),
-                replayed: again.map(outcome_name),
+                logged: l.entry.outcome_text(l.entry.outcome),
+                replayed: again.map(|c| l.entry.outcome_text(c)),
             })
         })
         .collect()

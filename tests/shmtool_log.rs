@@ -328,3 +328,69 @@ fn rate_refusals_are_logged_with_their_bucket_and_replayed() {
     );
     drop(t);
 }
+
+/// A grant of an `evict` pool that the rule refused on its inputs took a resident's
+/// permit: the log says `evicted` (a grant at `2/2` would not explain itself), and the
+/// replay, which re-decides it the same way, agrees.
+#[test]
+fn an_eviction_is_logged_as_evicted_and_replays() {
+    use fairshm::{Config, PoolConfig};
+    let seg = Seg::new("tool-log-evict");
+    let t = seg.create(&Config::with_pools(vec![
+        PoolConfig::new("residents", 2).evicting(),
+    ]));
+    let big = Request::new("residents", "big");
+    let held: Vec<_> = (0..2)
+        .map(|_| t.try_acquire(&big).expect("acquire").expect("granted"))
+        .collect();
+    let small = t
+        .try_acquire(&Request::new("residents", "small"))
+        .expect("acquire")
+        .expect("granted by an eviction");
+    assert_eq!(
+        held.iter()
+            .map(|l| l.is_revoked().unwrap())
+            .collect::<Vec<_>>(),
+        [true, false],
+        "big's idlest revoked"
+    );
+    let o = shmtool(&["log", &seg.name, "--json"]);
+    assert_eq!(code(&o), 0);
+    let got: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let seen: Vec<(&str, &str, &str)> = got
+        .iter()
+        .map(|g| {
+            (
+                g["tenant"].as_str().unwrap(),
+                g["outcome"].as_str().unwrap(),
+                g["replayed"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("big", "granted", "granted"),
+            ("big", "granted", "granted"),
+            ("small", "evicted", "evicted"),
+        ],
+        "{got:#?}"
+    );
+    let text = stdout(&shmtool(&["log", &seg.name]));
+    let last = text.lines().last().unwrap();
+    for part in ["small", "evicted", "2/2"] {
+        assert!(last.contains(part), "{part:?} in {last}");
+    }
+    let r = shmtool(&["replay", &seg.name]);
+    assert_eq!(code(&r), 0, "{}", stdout(&r));
+    assert!(
+        stdout(&r).contains("3 decisions replayed, 0 differ"),
+        "{}",
+        stdout(&r)
+    );
+    drop((small, held));
+    drop(t);
+}

@@ -407,7 +407,7 @@ fn named(t: &Table, l: &Logged) -> Decision {
             .map_or_else(|| format!("#{}", e.pool), |p| p.name.clone()),
         tenant,
         units: e.units,
-        outcome: decisions::outcome_name(e.outcome),
+        outcome: e.outcome_text(e.outcome),
         rate,
         in_use: pool_input(e.in_use),
         held: pool_input(e.held),
@@ -421,7 +421,7 @@ fn named(t: &Table, l: &Logged) -> Decision {
             crate::policy::fair_share::share(e.cap, e.floor, e.weight, e.active_weight as u64)
         },
         retry_after_ms: e.hint_ms,
-        replayed: decisions::redecide(e).map(decisions::outcome_name),
+        replayed: decisions::redecide(e).map(|c| e.outcome_text(c)),
     }
 }
 
