@@ -12,6 +12,33 @@ use common::{Children, Seg, fork_child, wait, wait_until};
 use fairshm::{Reason, Request, Table};
 use serde_json::Value;
 
+/// `shmtool log NAME --json` with `filter` (`--tenant T`): one decision a line.
+fn log_json(name: &str, filter: &[&str]) -> Vec<Value> {
+    let o = shmtool(&[&["log", name, "--json"], filter].concat());
+    assert_eq!(code(&o), 0);
+    stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// The last line of `shmtool log NAME` with `filter` holds each of `parts`.
+fn last_logged_has(name: &str, filter: &[&str], parts: &[&str]) {
+    let text = stdout(&shmtool(&[&["log", name], filter].concat()));
+    let last = text.lines().last().unwrap();
+    for part in parts {
+        assert!(last.contains(part), "{part:?} in {last}");
+    }
+}
+
+/// `shmtool replay NAME` re-decides `n` decisions, all as logged.
+fn replays_alike(name: &str, n: usize) {
+    let r = shmtool(&["replay", name]);
+    assert_eq!(code(&r), 0, "{}", stdout(&r));
+    let want = format!("{n} decisions replayed, 0 differ");
+    assert!(stdout(&r).contains(&want), "{}", stdout(&r));
+}
+
 /// Holds `acme`'s lease count at 3 in a child, then lets `globex` in from another,
 /// then refuses `acme` over its share: the script of the log test.
 #[test]
@@ -79,12 +106,7 @@ fn the_log_shows_each_decision_with_its_inputs_and_replay_agrees() {
     assert_eq!(wait(a), 0, "acme: three grants, then over_share");
     kids.0.clear();
 
-    let o = shmtool(&["log", &seg.name, "--json"]);
-    assert_eq!(code(&o), 0);
-    let got: Vec<Value> = stdout(&o)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let got = log_json(&seg.name, &[]);
     // (tenant, outcome, in_use, held, active weight, pid) of each decision, in order.
     let want = [
         ("acme", "granted", 0, 0, 1, a),
@@ -143,9 +165,7 @@ fn the_log_shows_each_decision_with_its_inputs_and_replay_agrees() {
         assert!(last.contains(part), "{part:?} in {last}");
     }
 
-    let r = shmtool(&["replay", &seg.name]);
-    assert_eq!(code(&r), 0);
-    assert!(stdout(&r).contains("6 decisions replayed, 0 differ"));
+    replays_alike(&seg.name, 6);
     let r = json(&shmtool(&["replay", &seg.name, "--json"]));
     assert_eq!(r["decisions"], 6);
     assert_eq!(r["differences"].as_array().unwrap().len(), 0);
@@ -280,12 +300,7 @@ fn rate_refusals_are_logged_with_their_bucket_and_replayed() {
         if ok { 0 } else { 6 }
     });
     assert_eq!(wait(child), 0, "two grants, rate_limited, then work_debt");
-    let o = shmtool(&["log", &seg.name, "--json", "--tenant", "acme"]);
-    assert_eq!(code(&o), 0);
-    let got: Vec<Value> = stdout(&o)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let got = log_json(&seg.name, &["--tenant", "acme"]);
     let outcomes: Vec<&str> = got.iter().map(|g| g["outcome"].as_str().unwrap()).collect();
     assert_eq!(
         outcomes,
@@ -314,18 +329,12 @@ fn rate_refusals_are_logged_with_their_bucket_and_replayed() {
         2,
         "early's grant only, not the refusal: {early}"
     );
-    let text = stdout(&shmtool(&["log", &seg.name, "--tenant", "acme"]));
-    let last = text.lines().last().unwrap();
-    for part in ["work_debt", "rate 100/s", "2000ms"] {
-        assert!(last.contains(part), "{part:?} in {last}");
-    }
-    let r = shmtool(&["replay", &seg.name]);
-    assert_eq!(code(&r), 0, "{}", stdout(&r));
-    assert!(
-        stdout(&r).contains("5 decisions replayed, 0 differ"),
-        "{}",
-        stdout(&r)
+    last_logged_has(
+        &seg.name,
+        &["--tenant", "acme"],
+        &["work_debt", "rate 100/s", "2000ms"],
     );
+    replays_alike(&seg.name, 5);
     drop(t);
 }
 
@@ -354,12 +363,7 @@ fn an_eviction_is_logged_as_evicted_and_replays() {
         [true, false],
         "big's idlest revoked"
     );
-    let o = shmtool(&["log", &seg.name, "--json"]);
-    assert_eq!(code(&o), 0);
-    let got: Vec<Value> = stdout(&o)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let got = log_json(&seg.name, &[]);
     let seen: Vec<(&str, &str, &str)> = got
         .iter()
         .map(|g| {
@@ -379,18 +383,8 @@ fn an_eviction_is_logged_as_evicted_and_replays() {
         ],
         "{got:#?}"
     );
-    let text = stdout(&shmtool(&["log", &seg.name]));
-    let last = text.lines().last().unwrap();
-    for part in ["small", "evicted", "2/2"] {
-        assert!(last.contains(part), "{part:?} in {last}");
-    }
-    let r = shmtool(&["replay", &seg.name]);
-    assert_eq!(code(&r), 0, "{}", stdout(&r));
-    assert!(
-        stdout(&r).contains("3 decisions replayed, 0 differ"),
-        "{}",
-        stdout(&r)
-    );
+    last_logged_has(&seg.name, &[], &["small", "evicted", "2/2"]);
+    replays_alike(&seg.name, 3);
     drop((small, held));
     drop(t);
 }
