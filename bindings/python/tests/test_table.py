@@ -495,3 +495,27 @@ def test_setting_rates_makes_no_worker_until_the_process_acquires(name):
         assert [p["tool"] for p in st["processes"]] == [False], "a worker now, in the same slot"
     finally:
         t.close()
+
+
+def test_a_dropped_lease_is_held_until_its_table_closes(name):
+    """The garbage collector does not release a Lease (its id alone may release it
+    later); closing its table gives back what the table's leases hold."""
+    import gc
+    t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 4}]})
+    kept = t.try_acquire("requests", "acme")
+    lid = t.try_acquire("requests", "acme").id  # the object dropped at once
+    gc.collect()
+    assert t.stats()["pools"][0]["in_use"] == 2
+    t.release(lid)
+    assert t.stats()["pools"][0]["in_use"] == 1
+    t.try_acquire("requests", "acme")
+    gc.collect()
+    observer = fairshm.Table.observer(name)
+    try:
+        assert observer.stats()["pools"][0]["in_use"] == 2
+        t.close()
+        assert observer.stats()["pools"][0]["in_use"] == 0
+    finally:
+        observer.close()
+    with pytest.raises(fairshm.InvalidRequest, match="closed"):
+        kept.release()
