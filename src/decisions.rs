@@ -135,25 +135,27 @@ impl Entry {
         (self.in_use as u64) << 32 | self.held as u64
     }
 
-    /// The rule's inputs besides the two words.
     /// The name of an outcome of this entry's decision: [`outcome_name`]'s, but
     /// `evicted` for a grant of an `evict` pool that the rule refused on these inputs
     /// (so the acquire took a resident's permit: a grant at `2/2` would not explain
     /// itself).
     pub fn outcome_text(&self, code: u32) -> &'static str {
-        let rule_refused = || {
-            !matches!(
-                fair_share::decide(&self.frozen(), self.in_use, self.held, self.units),
-                Verdict::Admit | Verdict::AdmitCharging
-            )
-        };
-        if code == 0 && self.policy == POLICY_FAIR_SHARE_EVICT && rule_refused() {
+        if code == 0 && self.policy == POLICY_FAIR_SHARE_EVICT && self.rule() != 0 {
             "evicted"
         } else {
             outcome_name(code)
         }
     }
 
+    /// Seed 000's rule on this entry's pool inputs: 0 admitted, else the reason code.
+    fn rule(&self) -> u32 {
+        match fair_share::decide(&self.frozen(), self.in_use, self.held, self.units) {
+            Verdict::Admit | Verdict::AdmitCharging => 0,
+            Verdict::Refuse { reason, .. } => reason,
+        }
+    }
+
+    /// The rule's inputs besides the two words.
     pub fn frozen(&self) -> Frozen {
         Frozen {
             cap: self.cap,
@@ -301,10 +303,7 @@ pub fn redecide(e: &Entry) -> Option<u32> {
             0
         });
     }
-    let rule = match fair_share::decide(&e.frozen(), e.in_use, e.held, e.units) {
-        Verdict::Admit | Verdict::AdmitCharging => 0,
-        Verdict::Refuse { reason, .. } => reason,
-    };
+    let rule = e.rule();
     match e.policy {
         POLICY_FAIR_SHARE => Some(rule),
         // The rule's refusal turned into an eviction or `too_many_residents`: both
