@@ -29,8 +29,31 @@ impl Choices<'_> {
 }
 
 const NAMES: &[&str] = &["requests", "flights", "a", "b", "acme", "", "x\"y", "é"];
-const U32S: &[i64] = &[0, 1, 2, 3, 7, 100, 1000, 65_535, 65_536, 4_294_967_295, 4_294_967_296, -1];
-const QUOTAS: &[f64] = &[0.0, 1e-7, 0.25, 0.5, 0.51, 0.6666666666666666, 1.0, 1.5, -0.5];
+const U32S: &[i64] = &[
+    0,
+    1,
+    2,
+    3,
+    7,
+    100,
+    1000,
+    65_535,
+    65_536,
+    4_294_967_295,
+    4_294_967_296,
+    -1,
+];
+const QUOTAS: &[f64] = &[
+    0.0,
+    1e-7,
+    0.25,
+    0.5,
+    0.51,
+    0.6666666666666666,
+    1.0,
+    1.5,
+    -0.5,
+];
 
 fn number(c: &mut Choices) -> Value {
     json!(c.pick(U32S))
@@ -98,7 +121,12 @@ fn guaranteed(c: &mut Choices) -> Value {
         2 => drop(g.insert("fairness_unit".into(), json!("cost"))),
         _ => drop(g.insert("fairness_unit".into(), json!("tokens"))),
     }
-    for key in ["reclaim_horizon_ms", "idle_after_ms", "started_at_ms", "max_leases"] {
+    for key in [
+        "reclaim_horizon_ms",
+        "idle_after_ms",
+        "started_at_ms",
+        "max_leases",
+    ] {
         if c.maybe() {
             g.insert(key.into(), number(c));
         }
@@ -162,7 +190,11 @@ fn json_text(v: &Value) -> String {
 /// exponent (so TOML reads a float, not an integer).
 fn toml_float(x: f64) -> String {
     let s = format!("{x:?}");
-    if s.contains(['.', 'e', 'E']) { s } else { format!("{s}.0") }
+    if s.contains(['.', 'e', 'E']) {
+        s
+    } else {
+        format!("{s}.0")
+    }
 }
 
 /// A value inline, as TOML writes it (keys quoted: names may be empty or odd).
@@ -203,7 +235,12 @@ fn toml_text(v: &Value) -> String {
         }
     }
     for list in ["pools", "guaranteed"] {
-        for item in top.get(list).and_then(Value::as_array).into_iter().flatten() {
+        for item in top
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             out += &format!("[[{list}]]\n");
             for (k, x) in item.as_object().unwrap() {
                 out += &format!("{} = {}\n", Value::from(k.as_str()), toml_inline(x));

@@ -207,7 +207,10 @@ impl World {
                     .iter()
                     .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
                     .sum();
-                assert_eq!(counted, self.refused[p][t], "refusals counted (quiet {quiet})");
+                assert_eq!(
+                    counted, self.refused[p][t],
+                    "refusals counted (quiet {quiet})"
+                );
             }
             (real, model) => panic!(
                 "t{t} asks {units} of pool {p} at {}: real {real:?}, model {model:?} \

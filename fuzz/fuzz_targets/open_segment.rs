@@ -69,7 +69,11 @@ fuzz_target!(|data: &[u8]| {
         rest.to_vec()
     } else {
         let mut img = image().to_vec();
-        let base = if mode % 4 == 3 { img.len().saturating_sub(1 << 16) } else { 0 };
+        let base = if mode % 4 == 3 {
+            img.len().saturating_sub(1 << 16)
+        } else {
+            0
+        };
         for p in rest.chunks_exact(3) {
             let off = (base + u16::from_le_bytes([p[0], p[1]]) as usize) % img.len();
             img[off] = p[2];
