@@ -158,69 +158,59 @@ fn config(c: &mut Choices) -> Value {
     Value::Object(top)
 }
 
-/// A value as JSON text, a `{"__map": [[k, v], ...]}` as an object with those keys in
-/// that order (repeats included).
-fn json_text(v: &Value) -> String {
+/// How a value is written inline: JSON (`{"k": v}`) or TOML (`{ "k" = v }`, keys
+/// quoted: names may be empty or odd).
+#[derive(Clone, Copy)]
+enum Syntax {
+    Json,
+    Toml,
+}
+
+/// A value inline in `syntax`, a `{"__map": [[k, v], ...]}` as a table with those keys
+/// in that order (repeats included).
+fn inline(v: &Value, syntax: Syntax) -> String {
+    let (assign, open, close) = match syntax {
+        Syntax::Json => (": ", "{", "}"),
+        Syntax::Toml => (" = ", "{ ", " }"),
+    };
+    let table = |pairs: Vec<(String, &Value)>| {
+        let inner: Vec<String> = pairs
+            .into_iter()
+            .map(|(k, x)| format!("{k}{assign}{}", inline(x, syntax)))
+            .collect();
+        format!("{open}{}{close}", inner.join(", "))
+    };
     match v {
-        Value::Object(m) if m.contains_key("__map") => {
-            let pairs = m["__map"].as_array().unwrap();
-            let inner: Vec<String> = pairs
+        Value::Object(m) if m.contains_key("__map") => table(
+            m["__map"]
+                .as_array()
+                .unwrap()
                 .iter()
-                .map(|p| format!("{}: {}", p[0], json_text(&p[1])))
-                .collect();
-            format!("{{{}}}", inner.join(", "))
-        }
-        Value::Object(m) => {
-            let inner: Vec<String> = m
-                .iter()
-                .map(|(k, v)| format!("{}: {}", Value::from(k.as_str()), json_text(v)))
-                .collect();
-            format!("{{{}}}", inner.join(", "))
-        }
+                .map(|p| (p[0].to_string(), &p[1]))
+                .collect(),
+        ),
+        Value::Object(m) => table(
+            m.iter()
+                .map(|(k, x)| (Value::from(k.as_str()).to_string(), x))
+                .collect(),
+        ),
         Value::Array(a) => {
-            let inner: Vec<String> = a.iter().map(json_text).collect();
+            let inner: Vec<String> = a.iter().map(|x| inline(x, syntax)).collect();
             format!("[{}]", inner.join(", "))
         }
-        Value::Number(n) if n.is_f64() => toml_float(n.as_f64().unwrap()),
+        Value::Number(n) if n.is_f64() => float(n.as_f64().unwrap()),
         other => other.to_string(),
     }
 }
 
 /// A float both formats read back as the same double, always with a point or an
 /// exponent (so TOML reads a float, not an integer).
-fn toml_float(x: f64) -> String {
+fn float(x: f64) -> String {
     let s = format!("{x:?}");
     if s.contains(['.', 'e', 'E']) {
         s
     } else {
         format!("{s}.0")
-    }
-}
-
-/// A value inline, as TOML writes it (keys quoted: names may be empty or odd).
-fn toml_inline(v: &Value) -> String {
-    match v {
-        Value::Object(m) if m.contains_key("__map") => {
-            let pairs = m["__map"].as_array().unwrap();
-            let inner: Vec<String> = pairs
-                .iter()
-                .map(|p| format!("{} = {}", p[0], toml_inline(&p[1])))
-                .collect();
-            format!("{{ {} }}", inner.join(", "))
-        }
-        Value::Object(m) => {
-            let inner: Vec<String> = m
-                .iter()
-                .map(|(k, v)| format!("{} = {}", Value::from(k.as_str()), toml_inline(v)))
-                .collect();
-            format!("{{ {} }}", inner.join(", "))
-        }
-        Value::Array(a) => {
-            let inner: Vec<String> = a.iter().map(toml_inline).collect();
-            format!("[{}]", inner.join(", "))
-        }
-        Value::Number(n) if n.is_f64() => toml_float(n.as_f64().unwrap()),
-        other => other.to_string(),
     }
 }
 
@@ -231,7 +221,11 @@ fn toml_text(v: &Value) -> String {
     let mut out = String::new();
     for (k, x) in top {
         if !(k == "pools" || k == "guaranteed") || x.as_array().is_some_and(|a| a.is_empty()) {
-            out += &format!("{} = {}\n", Value::from(k.as_str()), toml_inline(x));
+            out += &format!(
+                "{} = {}\n",
+                Value::from(k.as_str()),
+                inline(x, Syntax::Toml)
+            );
         }
     }
     for list in ["pools", "guaranteed"] {
@@ -243,7 +237,11 @@ fn toml_text(v: &Value) -> String {
         {
             out += &format!("[[{list}]]\n");
             for (k, x) in item.as_object().unwrap() {
-                out += &format!("{} = {}\n", Value::from(k.as_str()), toml_inline(x));
+                out += &format!(
+                    "{} = {}\n",
+                    Value::from(k.as_str()),
+                    inline(x, Syntax::Toml)
+                );
             }
         }
     }
@@ -252,7 +250,7 @@ fn toml_text(v: &Value) -> String {
 
 fuzz_target!(|data: &[u8]| {
     let v = config(&mut Choices(data));
-    let (json, toml) = (json_text(&v), toml_text(&v));
+    let (json, toml) = (inline(&v, Syntax::Json), toml_text(&v));
     let (a, b) = (Config::from_json(&json), Config::from_toml(&toml));
     match (&a, &b) {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "JSON and TOML read differently:\n{json}\n{toml}"),
