@@ -256,12 +256,14 @@ impl Config {
 
     /// Reads a config file: TOML if its name ends in `.toml`, JSON if in `.json` (in
     /// any case), and otherwise (`fairshm.conf`) JSON when its text starts with `{`,
-    /// as a JSON config does and a TOML one cannot, else TOML.
+    /// as a JSON config does and a TOML one cannot, else TOML. A byte-order mark at its
+    /// start (which some editors write) is skipped.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let read = std::fs::read_to_string(path).map_err(|e| {
             Error::InvalidConfig(format!("cannot read config file {}: {e}", path.display()))
         })?;
+        let text = read.strip_prefix('\u{feff}').unwrap_or(&read);
         let ext = path
             .extension()
             .map(|x| x.to_string_lossy().to_ascii_lowercase());
@@ -271,9 +273,9 @@ impl Config {
             _ => !text.trim_start().starts_with('{'),
         };
         let parsed = if toml {
-            Config::from_toml(&text)
+            Config::from_toml(text)
         } else {
-            Config::from_json(&text)
+            Config::from_json(text)
         };
         parsed.map_err(|e| match e {
             Error::InvalidConfig(what) => {
@@ -595,6 +597,11 @@ mod tests {
             ("e.json", json),
             ("f.JSON", json),
             ("g.conf", json),
+            // With the byte-order mark an editor may write, which is not config text.
+            ("j.toml", &format!("\u{feff}{toml}")),
+            ("k.json", &format!("\u{feff}{json}")),
+            ("l.conf", &format!("\u{feff}{json}")),
+            ("m", &format!("\u{feff}{toml}")),
         ] {
             assert_eq!(read(name, text).unwrap(), want, "{name}");
         }
