@@ -492,6 +492,23 @@ mod tests {
         assert_eq!(a.weights, vec![("x".into(), 2)]);
         assert_eq!(Config::from_json(list).unwrap(), a);
         assert_eq!(Config::from_toml(toml).unwrap(), a);
+        // TOML's own way of writing a list of tables reads the same.
+        let tables = r#"
+            [[weights]]
+            id = "x"
+            weight = 2
+            [[guaranteed]]
+            name = "c"
+            ceiling = 100
+            fairness_unit = "cost"
+            [[guaranteed.tenants]]
+            id = "acme"
+            weight = 3
+            [[guaranteed.tenants]]
+            id = "globex"
+            weight = 1
+        "#;
+        assert_eq!(Config::from_toml(tables).unwrap(), a);
         let no_weight = Config::from_json(
             r#"{"guaranteed": [{"name": "c", "ceiling": 100, "fairness_unit": "cost",
                 "tenants": [{"id": "a", "weight": 1}, {"id": "b"}]}]}"#,
