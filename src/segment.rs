@@ -299,6 +299,13 @@ impl Segment {
         Ok(seg)
     }
 
+    /// The `(dev, ino)` of the file this mapping is of: the name may since have been
+    /// given to another segment (`shmtool clean`, then a new master's create).
+    pub fn file_id(&self) -> Result<(u64, u64)> {
+        let meta = self.file.metadata().map_err(io(&self.name, "fstat"))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
     /// `Err(Truncated)` if the file is now shorter than this mapping: touching the
     /// missing part would raise SIGBUS. A truncation after this check can still do so
     /// (see the README's trust model: whoever can write the segment is trusted).

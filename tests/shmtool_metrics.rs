@@ -87,6 +87,51 @@ fn metrics_are_prometheus_text_printed_and_served() {
     drop(t);
 }
 
+/// A long-running `metrics --listen` reads the segment that has the name at each
+/// scrape: after a deploy gives the name to a new segment (`clean`, then a new
+/// master's create), the new one, not the old mapping for ever; while no segment has
+/// the name, a 500 that says so.
+#[test]
+fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
+    let seg = Seg::new("tool-metrics-follow");
+    let t = seg.create(&config());
+    let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+        .args(["metrics", &seg.name, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = read_lines(server.stdout.take().unwrap(), 1);
+    let addr = first
+        .first()
+        .and_then(|l| l.strip_prefix("listening on http://"))
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .map(str::to_owned);
+    let scrapes = addr.as_ref().map(|a| {
+        let old = get(a, "/metrics");
+        drop(t);
+        Table::unlink(&seg.name).expect("unlink");
+        let none = get(a, "/metrics");
+        let mut cfg = config();
+        cfg.pools[0].capacity = 6;
+        let t2 = seg.create(&cfg);
+        let new = get(a, "/metrics");
+        drop(t2);
+        (old, none, new)
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    let (old, none, new) = scrapes.expect("the server printed its address");
+    let pool = [("pool", "requests"), ("segment", seg.name.as_str())];
+    let capacity = |(status, body): &(String, String)| {
+        assert!(status.contains("200"), "{status}: {body}");
+        sample(&check_prometheus(body), "fairshm_pool_capacity", &pool)
+    };
+    assert_eq!(capacity(&old), 4.0);
+    assert!(none.0.contains("500"), "{none:?}");
+    assert!(none.1.contains("does not exist"), "{none:?}");
+    assert_eq!(capacity(&new), 6.0, "the segment that has the name now");
+}
+
 /// An HTTP/1.0 GET: (status line, body).
 fn get(addr: &str, path: &str) -> (String, String) {
     request(addr, "GET", path)

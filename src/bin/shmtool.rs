@@ -212,7 +212,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         Cmd::Metrics {
             name,
             listen: Some(addr),
-        } => tool::serve_metrics(&Table::open_observer(&name)?, &addr, |bound| {
+        } => tool::serve_metrics(&name, &addr, |bound| {
             // Said only to whoever reads it: the server serves without a reader.
             let mut out = std::io::stdout();
             let _ = writeln!(out, "listening on http://{bound}/metrics").and_then(|()| out.flush());

@@ -266,13 +266,37 @@ pub fn write_log(
     }
 }
 
-/// `metrics --listen`: serves the Prometheus text of table `t` at
-/// `http://ADDR/metrics` until the process is killed; `listening` is told the address
-/// bound (port 0 picks one) before the first request is taken.
+/// The observer of segment `name` that a long-running reader should read now: `open`
+/// if the name still names its file, else the segment that has the name now, opened
+/// anew (a deploy's `shmtool clean` and new create give the name to another file, and
+/// the old mapping would be read for ever); an error, and nothing kept, when the name
+/// names no readable segment.
 #[cfg(feature = "cli")]
-pub fn serve_metrics(t: &Table, addr: &str, listening: impl FnOnce(&str)) -> Result<()> {
+fn current<'a>(name: &str, open: &'a mut Option<Table>) -> Result<&'a Table> {
+    use std::os::unix::fs::MetadataExt;
+    let now = std::fs::metadata(crate::segment::path_of(name)).map(|m| (m.dev(), m.ino()));
+    let same = match (open.as_ref(), &now) {
+        (Some(t), Ok(id)) => t.engine().seg().file_id().is_ok_and(|mine| mine == *id),
+        _ => false,
+    };
+    if !same {
+        // Dropped first: a name that names nothing now is not served from the old file.
+        *open = None;
+        *open = Some(Table::open_observer(name)?);
+    }
+    Ok(open.as_ref().expect("opened above"))
+}
+
+/// `metrics --listen`: serves the Prometheus text of segment `name` at
+/// `http://ADDR/metrics` until the process is killed, reading the segment that has the
+/// name at each scrape (a 500 naming the error while none has); `listening` is told the
+/// address bound (port 0 picks one) before the first request is taken. The segment
+/// must exist when it starts.
+#[cfg(feature = "cli")]
+pub fn serve_metrics(name: &str, addr: &str, listening: impl FnOnce(&str)) -> Result<()> {
+    let mut open = Some(Table::open_observer(name)?);
     let server = tiny_http::Server::http(addr).map_err(|e| Error::Io {
-        name: t.name().to_owned(),
+        name: name.to_owned(),
         op: "listening for /metrics",
         source: std::io::Error::other(format!("{addr}: {e}")),
     })?;
@@ -297,7 +321,7 @@ pub fn serve_metrics(t: &Table, addr: &str, listening: impl FnOnce(&str)) -> Res
                         .expect("a valid header"),
                 )
         } else if path == "/metrics" {
-            match super::report(t) {
+            match current(name, &mut open).and_then(super::report) {
                 Ok(r) => tiny_http::Response::from_string(super::prometheus(&r)).with_header(
                     "Content-Type: text/plain; version=0.0.4"
                         .parse::<tiny_http::Header>()
