@@ -51,17 +51,7 @@ fn metrics_are_prometheus_text_printed_and_served() {
         1.0
     );
 
-    let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
-        .args(["metrics", &seg.name, "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first = read_lines(server.stdout.take().unwrap(), 1);
-    let addr = first
-        .first()
-        .and_then(|l| l.strip_prefix("listening on http://"))
-        .and_then(|l| l.strip_suffix("/metrics"))
-        .map(str::to_owned);
+    let (mut server, addr) = serve(&seg.name);
     let scrape = addr.as_ref().map(|a| get(a, "/metrics"));
     let missing = addr.as_ref().map(|a| get(a, "/nothing"));
     let query = addr.as_ref().map(|a| get(a, "/metrics?scrape=1"));
@@ -95,17 +85,7 @@ fn metrics_are_prometheus_text_printed_and_served() {
 fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
     let seg = Seg::new("tool-metrics-follow");
     let t = seg.create(&config());
-    let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
-        .args(["metrics", &seg.name, "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first = read_lines(server.stdout.take().unwrap(), 1);
-    let addr = first
-        .first()
-        .and_then(|l| l.strip_prefix("listening on http://"))
-        .and_then(|l| l.strip_suffix("/metrics"))
-        .map(str::to_owned);
+    let (mut server, addr) = serve(&seg.name);
     let scrapes = addr.as_ref().map(|a| {
         let old = get(a, "/metrics");
         drop(t);
@@ -130,6 +110,23 @@ fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
     assert!(none.0.contains("500"), "{none:?}");
     assert!(none.1.contains("does not exist"), "{none:?}");
     assert_eq!(capacity(&new), 6.0, "the segment that has the name now");
+}
+
+/// `shmtool metrics NAME --listen` on a port of its own: the server, and the address
+/// it printed (`None` if it printed none).
+fn serve(name: &str) -> (std::process::Child, Option<String>) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+        .args(["metrics", name, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = read_lines(server.stdout.take().unwrap(), 1);
+    let addr = first
+        .first()
+        .and_then(|l| l.strip_prefix("listening on http://"))
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .map(str::to_owned);
+    (server, addr)
 }
 
 /// An HTTP/1.0 GET: (status line, body).
