@@ -91,6 +91,12 @@ pub fn path_of(name: &str) -> PathBuf {
     PathBuf::from(SHM_DIR).join(name)
 }
 
+/// The `(dev, ino)` of the file named `name` now (not followed if a symlink), to tell
+/// whether the name still names a file judged or mapped earlier ([`Segment::file_id`]).
+pub fn named_file_id(name: &str) -> std::io::Result<(u64, u64)> {
+    std::fs::symlink_metadata(path_of(name)).map(|m| (m.dev(), m.ino()))
+}
+
 fn io<'a>(name: &'a str, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |source| match source.kind() {
         std::io::ErrorKind::NotFound => Error::NotFound {

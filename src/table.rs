@@ -3,7 +3,6 @@
 //! [`OwnedLease`]), refusals with names and explanations, and the blocking acquire.
 
 use std::borrow::Borrow;
-use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,9 +132,7 @@ impl Table {
             }
             // The file this open will judge (if another replaces it meanwhile, the
             // judgement below finds it gone, and the next round opens the new one).
-            let seen = std::fs::symlink_metadata(segment::path_of(name))
-                .ok()
-                .map(|m| (m.dev(), m.ino()));
+            let seen = segment::named_file_id(name).ok();
             match Self::open_expecting(name, cfg) {
                 Err(e) if segment::is_never_ready_error(&e) => {
                     if segment::remove_if_never_ready_seen(name, seen)?

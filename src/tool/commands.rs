@@ -273,18 +273,17 @@ pub fn write_log(
 /// names no readable segment.
 #[cfg(feature = "cli")]
 fn current<'a>(name: &str, open: &'a mut Option<Table>) -> Result<&'a Table> {
-    use std::os::unix::fs::MetadataExt;
-    let now = std::fs::metadata(crate::segment::path_of(name)).map(|m| (m.dev(), m.ino()));
-    let same = match (open.as_ref(), &now) {
-        (Some(t), Ok(id)) => t.engine().seg().file_id().is_ok_and(|mine| mine == *id),
+    let now = crate::segment::named_file_id(name).ok();
+    let same = match (open.as_ref(), now) {
+        (Some(t), Some(id)) => t.engine().seg().file_id().is_ok_and(|mine| mine == id),
         _ => false,
     };
     if !same {
         // Dropped first: a name that names nothing now is not served from the old file.
         *open = None;
-        *open = Some(Table::open_observer(name)?);
+        return Ok(open.insert(Table::open_observer(name)?));
     }
-    Ok(open.as_ref().expect("opened above"))
+    Ok(open.as_ref().expect("`same` holds only for an open table"))
 }
 
 /// `metrics --listen`: serves the Prometheus text of segment `name` at
