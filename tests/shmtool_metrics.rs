@@ -51,13 +51,12 @@ fn metrics_are_prometheus_text_printed_and_served() {
         1.0
     );
 
-    let (mut server, addr) = serve(&seg.name);
+    let (server, addr) = serve(&seg.name);
     let scrape = addr.as_ref().map(|a| get(a, "/metrics"));
     let missing = addr.as_ref().map(|a| get(a, "/nothing"));
     let query = addr.as_ref().map(|a| get(a, "/metrics?scrape=1"));
     let post = addr.as_ref().map(|a| request(a, "POST", "/metrics"));
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let (status, body) = scrape.expect("the server printed its address");
     assert!(status.contains("200"), "{status}");
     let s = check_prometheus(&body);
@@ -85,7 +84,7 @@ fn metrics_are_prometheus_text_printed_and_served() {
 fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
     let seg = Seg::new("tool-metrics-follow");
     let t = seg.create(&config());
-    let (mut server, addr) = serve(&seg.name);
+    let (server, addr) = serve(&seg.name);
     let scrapes = addr.as_ref().map(|a| {
         let old = get(a, "/metrics");
         drop(t);
@@ -98,8 +97,7 @@ fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
         drop(t2);
         (old, none, new)
     });
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let (old, none, new) = scrapes.expect("the server printed its address");
     let pool = [("pool", "requests"), ("segment", seg.name.as_str())];
     let capacity = |(status, body): &(String, String)| {
@@ -112,9 +110,20 @@ fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
     assert_eq!(capacity(&new), 6.0, "the segment that has the name now");
 }
 
+/// A `metrics --listen` server, killed and reaped when dropped: also when a step of
+/// the test between its start and its end panics.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `shmtool metrics NAME --listen` on a port of its own: the server, and the address
 /// it printed (`None` if it printed none).
-fn serve(name: &str) -> (std::process::Child, Option<String>) {
+fn serve(name: &str) -> (Server, Option<String>) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
         .args(["metrics", name, "--listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
@@ -126,7 +135,7 @@ fn serve(name: &str) -> (std::process::Child, Option<String>) {
         .and_then(|l| l.strip_prefix("listening on http://"))
         .and_then(|l| l.strip_suffix("/metrics"))
         .map(str::to_owned);
-    (server, addr)
+    (Server(server), addr)
 }
 
 /// An HTTP/1.0 GET: (status line, body).
