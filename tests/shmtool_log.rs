@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli::{code, config, json, read_lines, shmtool, stdout, with_tokens};
+use cli::{Running, code, config, json, read_lines, shmtool, stdout, with_tokens};
 use common::{Children, Seg, fork_child, wait, wait_until};
 use fairshm::{Reason, Request, Table};
 use serde_json::Value;
@@ -203,6 +203,76 @@ fn follow_prints_decisions_as_they_come() {
         assert_eq!(v["outcome"], "granted");
     }
     drop(t);
+}
+
+/// `log --follow` follows the name: after a deploy (the segment removed, another
+/// created under the name) it writes the new segment's decisions, whose sequence
+/// numbers start again, instead of reading the old mapping for ever. The table says
+/// while no segment has the name and when a new one has it, and writes its header
+/// again; the JSON lines stay decisions only.
+#[test]
+fn follow_follows_the_name_across_a_deploy() {
+    let seg = Seg::new("tool-follow-deploy");
+    let t = seg.create(&config());
+    let (json_log, json_lines) = Running::shmtool(&["log", &seg.name, "--follow", "--json"]);
+    let (text_log, text_lines) = Running::shmtool(&["log", &seg.name, "--follow"]);
+    let acquires = |tenant: &'static str, n: usize| {
+        let name = seg.name.clone();
+        let w = fork_child(move || {
+            let t = Table::open(&name).expect("open");
+            for _ in 0..n {
+                drop(
+                    t.try_acquire(&Request::new("requests", tenant))
+                        .expect("acquire"),
+                );
+            }
+            0
+        });
+        assert_eq!(wait(w), 0);
+    };
+    acquires("acme", 3);
+    let old = json_lines.take(3);
+    let old_text = text_lines.until(|l| l.contains("acme") && l.contains("granted"));
+    drop(t);
+    Table::unlink(&seg.name).expect("unlink");
+    let absent = text_lines.until(|l| l.contains("no readable segment has the name"));
+    let mut cfg = config();
+    cfg.pools[0].capacity = 6;
+    let t2 = seg.create(&cfg);
+    acquires("globex", 2);
+    let new = json_lines.take(2);
+    let new_text = text_lines.until(|l| l.contains("globex"));
+    drop((json_log, text_log, t2));
+    assert_eq!(old.len(), 3, "{old:?}");
+    assert!(
+        old_text.last().is_some_and(|l| l.contains("acme")),
+        "{old_text:?}"
+    );
+    assert!(
+        absent.last().is_some_and(|l| l.contains("does not exist")),
+        "{absent:?}"
+    );
+    assert_eq!(new.len(), 2, "the new segment's decisions: {new:?}");
+    for l in &new {
+        let v: Value = serde_json::from_str(l).expect("a decision, one JSON object a line");
+        assert_eq!(
+            (v["tenant"].as_str(), v["capacity"].as_u64()),
+            (Some("globex"), Some(6)),
+            "{v}"
+        );
+    }
+    let anew = new_text.iter().position(|l| l.contains("was made anew"));
+    let header = new_text.iter().rposition(|l| l.contains("outcome"));
+    assert!(
+        anew.is_some() && header > anew,
+        "the table says the segment is new, then writes its header again: {new_text:?}"
+    );
+    assert!(
+        new_text
+            .last()
+            .is_some_and(|l| l.contains("1/6") || l.contains("/6")),
+        "{new_text:?}"
+    );
 }
 
 /// A `--pool` the segment has no log of is a usage error naming the pools it has (a

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli::{check_prometheus, code, config, holder, holding, read_lines, sample, shmtool, stdout};
+use cli::{Running, check_prometheus, code, config, holder, holding, sample, shmtool, stdout};
 use common::{Children, Seg, fork_child, wait, wait_until};
 use fairshm::{Request, Table};
 
@@ -110,32 +110,17 @@ fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
     assert_eq!(capacity(&new), 6.0, "the segment that has the name now");
 }
 
-/// A `metrics --listen` server, killed and reaped when dropped: also when a step of
-/// the test between its start and its end panics.
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `shmtool metrics NAME --listen` on a port of its own: the server, and the address
-/// it printed (`None` if it printed none).
-fn serve(name: &str) -> (Server, Option<String>) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_shmtool"))
-        .args(["metrics", name, "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let first = read_lines(server.stdout.take().unwrap(), 1);
-    let addr = first
+/// `shmtool metrics NAME --listen` on a port of its own: the server (killed and reaped
+/// when dropped), and the address it printed (`None` if it printed none).
+fn serve(name: &str) -> (Running, Option<String>) {
+    let (server, lines) = Running::shmtool(&["metrics", name, "--listen", "127.0.0.1:0"]);
+    let addr = lines
+        .take(1)
         .first()
         .and_then(|l| l.strip_prefix("listening on http://"))
         .and_then(|l| l.strip_suffix("/metrics"))
         .map(str::to_owned);
-    (Server(server), addr)
+    (server, addr)
 }
 
 /// An HTTP/1.0 GET: (status line, body).
@@ -188,6 +173,53 @@ fn top_shows_what_is_held_and_quits_after_its_iterations() {
     assert_eq!(stdout(&o).matches("(q or Ctrl-C quits)").count(), 3);
     kids.kill_all();
     drop(t);
+}
+
+/// `top` follows the name as the exporter does: after a deploy removes the segment, a
+/// view that says no segment has the name; once the new master creates another, views
+/// of the new one (its pool of 6), not of the old mapping for ever.
+#[test]
+fn top_shows_the_segment_that_has_the_name_now() {
+    let seg = Seg::new("tool-top-follow");
+    let t = seg.create(&config());
+    let lease = t
+        .try_acquire(&Request::new("requests", "acme"))
+        .unwrap()
+        .unwrap();
+    let (top, views) = Running::shmtool(&["top", &seg.name, "--interval-ms", "20"]);
+    let old = views.until(|l| l.contains("acme") && l.contains("1/4"));
+    drop(lease);
+    drop(t);
+    Table::unlink(&seg.name).expect("unlink");
+    let absent = views.until(|l| l.contains("no readable segment has this name now"));
+    let mut cfg = config();
+    cfg.pools[0].capacity = 6;
+    let t2 = seg.create(&cfg);
+    let lease2 = t2
+        .try_acquire(&Request::new("requests", "globex"))
+        .unwrap()
+        .unwrap();
+    let new = views.until(|l| l.contains("globex") && l.contains("1/6"));
+    drop(top);
+    drop(lease2);
+    drop(t2);
+    let last = |v: &[String]| v.last().cloned().unwrap_or_default();
+    assert!(
+        last(&old).contains("1/4"),
+        "the first segment's view: {old:?}"
+    );
+    assert!(
+        last(&absent).contains("does not exist"),
+        "a view while the name names nothing: {absent:?}"
+    );
+    assert!(
+        last(&new).contains("1/6"),
+        "the new segment's view: {new:?}"
+    );
+    assert!(
+        !new.iter().any(|l| l.contains("acme")),
+        "nothing of the old segment after the new one's view: {new:?}"
+    );
 }
 
 /// A pseudo-terminal: (master, slave) descriptors.

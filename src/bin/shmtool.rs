@@ -176,7 +176,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
         } => {
             let n = if once { Some(1) } else { iterations };
             let every = Duration::from_millis(interval_ms);
-            tool::top(&Table::open_observer(&name)?, n, every, &mut out)?
+            tool::top(&name, n, every, &mut out)?
         }
         Cmd::Reap { name, json: j } => {
             let t = Table::open(&name)?;
@@ -234,7 +234,7 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
             json: j,
         } => {
             let filter = tool::LogFilter { tenant, pool };
-            tool::write_log(&Table::open_observer(&name)?, &filter, follow, j, &mut out)?
+            tool::write_log(&name, &filter, follow, j, &mut out)?
         }
         Cmd::Rates {
             name,

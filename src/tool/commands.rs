@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
 
+use super::follow::{Followed, Now};
 use super::list::{Clean, Listed, clean, list};
 use super::render::{clock, log_table};
 use super::report::{Decision, decisions};
@@ -206,84 +207,111 @@ fn logged_pool(t: &Table, pool: &str) -> Result<()> {
 /// How often `log --follow` looks for new decisions.
 pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
-/// `log`: writes the decisions of table `t` that `filter` keeps to `out` (a table with
-/// its header, or one JSON object per line), and with `follow` keeps writing those
+/// `log`: writes the decisions of segment `name` that `filter` keeps to `out` (a table
+/// with its header, or one JSON object per line), and with `follow` keeps writing those
 /// logged since, every [`FOLLOW_EVERY`], until writing fails (a closed pipe ends it as
 /// an `Error::Io` whose source is `BrokenPipe`).
+///
+/// Followed, the log follows the name ([`Followed`]): after a deploy it writes the new
+/// segment's decisions (the table says so in a line of its own, then writes its header
+/// again; JSON lines are decisions only, and their sequence numbers start again), and
+/// while no readable segment has the name it waits for one (the table says so once).
 pub fn write_log(
-    t: &Table,
+    name: &str,
     filter: &LogFilter,
     follow: bool,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
     let io = |source: std::io::Error| Error::Io {
-        name: t.name().to_owned(),
+        name: name.to_owned(),
         op: "writing its decision log",
         source,
     };
-    if let Some(pool) = &filter.pool {
-        logged_pool(t, pool)?;
+    let mut seg = Followed::open(name)?;
+    {
+        let t = seg.current()?;
+        if let Some(pool) = &filter.pool {
+            logged_pool(t.table(), pool)?;
+        }
+        if let Some(tenant) = &filter.tenant {
+            // A name no tenant can have is an error; one not seen yet has no decisions.
+            t.table().engine().lookup_tenant(tenant)?;
+        }
     }
-    if let Some(tenant) = &filter.tenant {
-        // A name no tenant can have is an error; one not seen yet has no decisions.
-        t.engine().lookup_tenant(tenant)?;
-    }
-    // The last sequence number shown per process slot.
+    // The last sequence number shown per process slot, of the segment read last.
     let mut seen = HashMap::<usize, u64>::new();
     let mut first = true;
+    // Whether the table said that no segment has the name, since one last had it.
+    let mut said_absent = false;
     loop {
-        let mut v = decisions(t)?;
-        v.decisions.retain(|d| {
-            let new = seen.get(&d.slot).is_none_or(|&s| d.seq > s);
-            new && filter.keeps(d)
-        });
-        for d in &v.decisions {
-            let s = seen.entry(d.slot).or_insert(d.seq);
-            *s = (*s).max(d.seq);
-        }
-        if json {
-            for d in &v.decisions {
-                let line = serde_json::to_string(d).map_err(|e| io(e.into()))?;
-                writeln!(out, "{line}").map_err(io)?;
+        let v = match seg.current() {
+            Ok(now) => {
+                if let Now::Anew(t) = now {
+                    seen.clear();
+                    if !json {
+                        let (at, pid) = t.engine().seg().created();
+                        writeln!(
+                            out,
+                            "\n{} was made anew (created {} UTC by pid {pid}): its decisions \
+                             follow",
+                            shown(name),
+                            clock(at)
+                        )
+                        .map_err(io)?;
+                        first = true;
+                    }
+                }
+                said_absent = false;
+                Some(decisions(now.table())?)
             }
-        } else {
-            let table = log_table(&v);
-            // The header once; then only new rows.
-            let body = if first {
-                &table[..]
+            Err(e) if follow => {
+                if !json && !said_absent {
+                    writeln!(
+                        out,
+                        "\nno readable segment has the name {} now ({}): waiting for one",
+                        shown(name),
+                        shown(&e.to_string())
+                    )
+                    .map_err(io)?;
+                    said_absent = true;
+                }
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(mut v) = v {
+            v.decisions.retain(|d| {
+                let new = seen.get(&d.slot).is_none_or(|&s| d.seq > s);
+                new && filter.keeps(d)
+            });
+            for d in &v.decisions {
+                let s = seen.entry(d.slot).or_insert(d.seq);
+                *s = (*s).max(d.seq);
+            }
+            if json {
+                for d in &v.decisions {
+                    let line = serde_json::to_string(d).map_err(|e| io(e.into()))?;
+                    writeln!(out, "{line}").map_err(io)?;
+                }
             } else {
-                table.split_once('\n').map_or("", |x| x.1)
-            };
-            out.write_all(body.as_bytes()).map_err(io)?;
+                let table = log_table(&v);
+                // The header once (again after a new segment); then only new rows.
+                let body = if first {
+                    &table[..]
+                } else {
+                    table.split_once('\n').map_or("", |x| x.1)
+                };
+                out.write_all(body.as_bytes()).map_err(io)?;
+                first = false;
+            }
         }
         out.flush().map_err(io)?;
-        first = false;
         if !follow {
             return Ok(());
         }
         std::thread::sleep(FOLLOW_EVERY);
     }
-}
-
-/// The observer of segment `name` that a long-running reader should read now: `open`
-/// if the name still names its file, else the segment that has the name now, opened
-/// anew (a deploy's `shmtool clean` and new create give the name to another file, and
-/// the old mapping would be read for ever); an error, and nothing kept, when the name
-/// names no readable segment.
-#[cfg(feature = "cli")]
-fn current<'a>(name: &str, open: &'a mut Option<Table>) -> Result<&'a Table> {
-    let now = crate::segment::named_file_id(name).ok();
-    let same = match (open.as_ref(), now) {
-        (Some(t), Some(id)) => t.engine().seg().file_id().is_ok_and(|mine| mine == id),
-        _ => false,
-    };
-    if !same {
-        // Dropped first: a name that names nothing now is not served from the old file.
-        *open = None;
-        return Ok(open.insert(Table::open_observer(name)?));
-    }
-    Ok(open.as_ref().expect("`same` holds only for an open table"))
 }
 
 /// `metrics --listen`: serves the Prometheus text of segment `name` at
@@ -293,7 +321,7 @@ fn current<'a>(name: &str, open: &'a mut Option<Table>) -> Result<&'a Table> {
 /// must exist when it starts.
 #[cfg(feature = "cli")]
 pub fn serve_metrics(name: &str, addr: &str, listening: impl FnOnce(&str)) -> Result<()> {
-    let mut open = Some(Table::open_observer(name)?);
+    let mut seg = Followed::open(name)?;
     let server = tiny_http::Server::http(addr).map_err(|e| Error::Io {
         name: name.to_owned(),
         op: "listening for /metrics",
@@ -320,7 +348,7 @@ pub fn serve_metrics(name: &str, addr: &str, listening: impl FnOnce(&str)) -> Re
                         .expect("a valid header"),
                 )
         } else if path == "/metrics" {
-            match current(name, &mut open).and_then(super::report) {
+            match seg.current().and_then(|t| super::report(t.table())) {
                 Ok(r) => tiny_http::Response::from_string(super::prometheus(&r)).with_header(
                     "Content-Type: text/plain; version=0.0.4"
                         .parse::<tiny_http::Header>()

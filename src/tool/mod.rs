@@ -9,6 +9,7 @@
 
 mod check;
 mod commands;
+mod follow;
 mod list;
 mod metrics;
 mod render;
@@ -23,6 +24,7 @@ pub use commands::{
     FOLLOW_EVERY, LogFilter, clean_stale, list_text, rates_text, reaped_text, replay_text,
     write_log,
 };
+pub use follow::{Followed, Now};
 pub use list::{Clean, HeaderInfo, Listed, clean, list, list_dir, mapped_by, read_header};
 pub use metrics::prometheus;
 pub use render::{clock, log_table, report_tables, top_view};

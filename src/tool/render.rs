@@ -420,9 +420,11 @@ pub fn top_view(r: &Report) -> String {
         format!("{} (and {guaranteed} of guaranteed pools)", r.leases.len())
     };
     let mut out = format!(
-        "fairshm {}  processes: {} alive, {} not  leases: {leases}  tenants: {} of {}  \
-         (q or Ctrl-C quits)\n\n",
+        "fairshm {} (created {} UTC by pid {})  processes: {} alive, {} not  \
+         leases: {leases}  tenants: {} of {}  (q or Ctrl-C quits)\n\n",
         shown(&r.segment.name),
+        clock(r.segment.created_unix_ms),
+        r.segment.creator_pid,
         r.processes_counted(&["alive"]),
         r.processes_counted(&["dying", "dead"]),
         r.tables.tenants.used,

@@ -3,10 +3,10 @@
 use std::io::Write;
 use std::time::Duration;
 
-use crate::Table;
 use crate::error::{Error, Result};
 
-use super::{render, report};
+use super::follow::Followed;
+use super::{render, report, shown};
 
 /// The terminal of standard input in non-canonical mode without echo or signals (so
 /// `q` and Ctrl-C arrive as bytes), restored on drop. `None` when stdin is no terminal.
@@ -66,30 +66,45 @@ impl Drop for RawInput {
     }
 }
 
-/// Shows `t` every `every` until `q` or Ctrl-C (on a terminal), or `iterations` views
-/// (`Some(1)`: once, for scripts). On a terminal each view clears the screen; else
-/// views are separated by a blank line.
-pub fn top(t: &Table, iterations: Option<u64>, every: Duration, out: &mut dyn Write) -> Result<()> {
+/// Shows segment `name` every `every` until `q` or Ctrl-C (on a terminal), or
+/// `iterations` views (`Some(1)`: once, for scripts). On a terminal each view clears the
+/// screen; else views are separated by a blank line.
+///
+/// The view follows the name ([`Followed`]): after a deploy it shows the new segment
+/// (its header says when that was created), and while no readable segment has the name
+/// the view says so and the next one looks again. The first view's error is the
+/// command's: a name that never named a segment is not waited for.
+pub fn top(
+    name: &str,
+    iterations: Option<u64>,
+    every: Duration,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut seg = Followed::open(name)?;
     let input = RawInput::new();
     let io = |source| Error::Io {
-        name: t.name().to_owned(),
+        name: name.to_owned(),
         op: "write",
         source,
     };
-    let mut shown = 0u64;
+    let mut views = 0u64;
     loop {
-        let view = render::top_view(&report::report(t)?);
+        let view = match seg.current().and_then(|t| report::report(t.table())) {
+            Ok(r) => render::top_view(&r),
+            Err(e) if views > 0 => absent_view(name, &e),
+            Err(e) => return Err(e),
+        };
         if input.is_some() {
             write!(out, "\x1b[H\x1b[2J{view}").map_err(io)?;
         } else {
-            if shown > 0 {
+            if views > 0 {
                 writeln!(out).map_err(io)?;
             }
             write!(out, "{view}").map_err(io)?;
         }
         out.flush().map_err(io)?;
-        shown += 1;
-        if iterations.is_some_and(|n| shown >= n) {
+        views += 1;
+        if iterations.is_some_and(|n| views >= n) {
             return Ok(());
         }
         match &input {
@@ -101,4 +116,15 @@ pub fn top(t: &Table, iterations: Option<u64>, every: Duration, out: &mut dyn Wr
             None => std::thread::sleep(every),
         }
     }
+}
+
+/// `top`'s view while no readable segment has the name (between a deploy's clean and
+/// its new create, or while the new one is being created).
+fn absent_view(name: &str, e: &Error) -> String {
+    format!(
+        "fairshm {}: no readable segment has this name now ({}); the view resumes when one \
+         has it  (q or Ctrl-C quits)\n",
+        shown(name),
+        shown(&e.to_string())
+    )
 }

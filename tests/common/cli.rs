@@ -201,25 +201,79 @@ pub fn sample(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)
 /// Reads `n` lines from `r` on a thread, with a deadline (the thread ends when the
 /// reader's process is killed).
 pub fn read_lines(r: impl Read + Send + 'static, n: usize) -> Vec<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        for l in BufReader::new(r).lines().take(n) {
-            if tx.send(l.unwrap_or_default()).is_err() {
-                break;
+    Lines::of(r).take(n)
+}
+
+/// The lines of a running command's output, read on a thread as they come (the thread
+/// ends when the command is killed), taken with a deadline.
+pub struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    pub fn of(r: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(r).lines() {
+                if tx.send(l.unwrap_or_default()).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    /// The next `n` lines, or fewer if the deadline passed first.
+    pub fn take(&self, n: usize) -> Vec<String> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut n = n;
+        self.until(|_| {
+            n -= 1;
+            n == 0
+        })
+    }
+
+    /// The lines up to the first that `last` holds for, that one included; or those read
+    /// when the deadline passed (the caller's assertion names them).
+    pub fn until(&self, mut last: impl FnMut(&str) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + super::common::DEADLINE;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.0.recv_timeout(left) {
+                Ok(l) => {
+                    let done = last(&l);
+                    out.push(l);
+                    if done {
+                        return out;
+                    }
+                }
+                Err(_) => return out,
             }
         }
-    });
-    let deadline = Instant::now() + super::common::DEADLINE;
-    let mut out = Vec::new();
-    while out.len() < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) => out.push(l),
-            Err(_) => break,
-        }
     }
-    if out.len() == n {
-        h.join().unwrap();
+}
+
+/// A command left running, killed and reaped when dropped: also when a step of the test
+/// between its start and its end panics.
+pub struct Running(pub std::process::Child);
+
+impl Running {
+    /// Starts `shmtool ARGS` with its stdout piped: the command, and its output's lines.
+    pub fn shmtool(args: &[&str]) -> (Running, Lines) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shmtool"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run shmtool");
+        let lines = Lines::of(child.stdout.take().expect("piped"));
+        (Running(child), lines)
     }
-    out
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
