@@ -62,6 +62,15 @@ fn a_killed_holder_is_shown_dead_reaped_and_then_checks_clean() {
         fairshm::layout::LAYOUT_VERSION
     );
     assert_eq!(me["header"]["creator_pid"], std::process::id());
+    let created = fairshm::tool::clock(me["header"]["created_unix_ms"].as_u64().unwrap());
+    let head = human.lines().next().unwrap_or_default();
+    assert!(
+        head.contains(&format!(
+            "created {created} UTC by pid {}",
+            std::process::id()
+        )),
+        "inspect's head says when and by whom the segment was made: {head}"
+    );
 
     let c = shmtool(&["check", &seg.name]);
     assert_eq!(

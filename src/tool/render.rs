@@ -82,10 +82,11 @@ pub fn report_tables(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "segment {}  {} bytes  layout v{}  created by pid {}",
+        "segment {}  {} bytes  layout v{}  created {} UTC by pid {}",
         shown(&r.segment.name),
         r.segment.size,
         r.segment.layout_version,
+        clock(r.segment.created_unix_ms),
         r.segment.creator_pid
     );
     out.push_str(&tables_line(&r.tables));
