@@ -377,6 +377,23 @@ int32_t fairshm_try_acquire_queued(const fairshm_table *t,
                                    uint64_t *lease,
                                    fairshm_refusal *refusal);
 
+// As `fairshm_try_acquire`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; any
+// other value an explicit time in ms, 0 included), so that a recorded sequence of
+// calls replays to the same decisions. Release such a lease with `fairshm_release_at`
+// and read the table with `fairshm_stats_json_at` at times of the same sequence: the
+// library's clock is another time base.
+//
+// # Safety
+// As `fairshm_try_acquire`.
+int32_t fairshm_try_acquire_at(const fairshm_table *t,
+                               uint32_t pool,
+                               uint32_t tenant,
+                               uint32_t units,
+                               uint64_t hold_ms,
+                               uint64_t now_ms,
+                               uint64_t *lease,
+                               fairshm_refusal *refusal);
+
 // Notes that a request for `pool` waited `queued_us` in the server's own queue (from
 // the front proxy's `X-Request-Start` to the application): while such waits show a
 // queue, a tenant over its share is told to come back later, so its retries
@@ -415,12 +432,26 @@ int32_t fairshm_acquire(const fairshm_table *t,
 // `t` is null or an open table.
 int32_t fairshm_release(const fairshm_table *t, uint64_t lease);
 
+// As `fairshm_release`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; any other
+// value an explicit time in ms, 0 included).
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_release_at(const fairshm_table *t, uint64_t lease, uint64_t now_ms);
+
 // The table's statistics (the whole snapshot) as JSON, in a string the caller frees
 // with `fairshm_string_free`; null on error (`fairshm_last_error`).
 //
 // # Safety
 // `t` is null or an open table.
 char *fairshm_stats_json(const fairshm_table *t);
+
+// As `fairshm_stats_json`, with activity judged at `now_ms` (`FAIRSHM_NOW`: the
+// library's clock; any other value an explicit time in ms, 0 included).
+//
+// # Safety
+// `t` is null or an open table.
+char *fairshm_stats_json_at(const fairshm_table *t, uint64_t now_ms);
 
 // Returns the permits of every registered process that has died: the number of
 // processes reaped, or a negative error code.

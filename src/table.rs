@@ -402,6 +402,11 @@ impl Table {
         self.engine.try_snapshot()
     }
 
+    /// [`Table::try_snapshot`] with activity judged at `now`.
+    pub fn try_snapshot_at(&self, now: u64) -> Result<Snapshot> {
+        self.engine.try_snapshot_at(now)
+    }
+
     /// Checks the invariants the lease records let one check (see [`Engine::check`]):
     /// one line per violation, empty when the table is sound.
     pub fn check(&self) -> Result<Vec<String>> {

@@ -156,8 +156,13 @@ impl Engine {
     /// A snapshot, after checking that the segment's file was not truncated under
     /// the mapping (`Err(Truncated)`: reading it would raise SIGBUS).
     pub fn try_snapshot(&self) -> Result<Snapshot> {
+        self.try_snapshot_at(clock::now_ms())
+    }
+
+    /// [`Engine::try_snapshot`] with activity judged at `now`.
+    pub fn try_snapshot_at(&self, now: u64) -> Result<Snapshot> {
         self.seg.check_size()?;
-        Ok(self.snapshot())
+        Ok(self.snapshot_at(now))
     }
 
     /// A snapshot of the whole table, read now. (It reads the mapping without checking

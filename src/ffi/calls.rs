@@ -263,7 +263,19 @@ pub unsafe extern "C" fn fairshm_try_acquire(
     refusal: *mut fairshm_refusal,
 ) -> i32 {
     // SAFETY: the same contract.
-    unsafe { try_acquire(t, pool, tenant, units, hold_ms, None, lease, refusal) }
+    unsafe {
+        try_acquire(
+            t,
+            pool,
+            tenant,
+            units,
+            hold_ms,
+            None,
+            clock::now_ms(),
+            lease,
+            refusal,
+        )
+    }
 }
 
 /// As `fairshm_try_acquire`, for a request that waited `queued_us` in the server's own
@@ -294,13 +306,50 @@ pub unsafe extern "C" fn fairshm_try_acquire_queued(
             units,
             hold_ms,
             Some(queued_us),
+            clock::now_ms(),
             lease,
             refusal,
         )
     }
 }
 
-/// The body of both try-acquires.
+/// As `fairshm_try_acquire`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; any
+/// other value an explicit time in ms, 0 included), so that a recorded sequence of
+/// calls replays to the same decisions. Release such a lease with `fairshm_release_at`
+/// and read the table with `fairshm_stats_json_at` at times of the same sequence: the
+/// library's clock is another time base.
+///
+/// # Safety
+/// As `fairshm_try_acquire`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fairshm_try_acquire_at(
+    t: *const fairshm_table,
+    pool: u32,
+    tenant: u32,
+    units: u32,
+    hold_ms: u64,
+    now_ms: u64,
+    lease: *mut u64,
+    refusal: *mut fairshm_refusal,
+) -> i32 {
+    // SAFETY: the same contract.
+    unsafe {
+        try_acquire(
+            t,
+            pool,
+            tenant,
+            units,
+            hold_ms,
+            None,
+            super::now_or_clock(now_ms),
+            lease,
+            refusal,
+        )
+    }
+}
+
+/// The body of the try-acquires, at `now` (the engine's clock).
 ///
 /// # Safety
 /// As `fairshm_try_acquire`.
@@ -312,6 +361,7 @@ unsafe fn try_acquire(
     units: u32,
     hold_ms: u64,
     queued_us: Option<u64>,
+    now: u64,
     lease: *mut u64,
     refusal: *mut fairshm_refusal,
 ) -> i32 {
@@ -323,7 +373,7 @@ unsafe fn try_acquire(
         };
         match table
             .engine()
-            .acquire_queued(p, tn, units, hold_ms, clock::now_ms(), queued_us)
+            .acquire_queued(p, tn, units, hold_ms, now, queued_us)
         {
             Ok(Outcome::Granted(id)) => {
                 // SAFETY: `lease` is non-null (checked) and writable by the contract.
@@ -448,6 +498,30 @@ pub unsafe extern "C" fn fairshm_acquire(
 /// `t` is null or an open table.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairshm_release(t: *const fairshm_table, lease: u64) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { release(t, lease, clock::now_ms()) }
+}
+
+/// As `fairshm_release`, at `now_ms` (`FAIRSHM_NOW`: the library's clock; any other
+/// value an explicit time in ms, 0 included).
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_release_at(
+    t: *const fairshm_table,
+    lease: u64,
+    now_ms: u64,
+) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { release(t, lease, super::now_or_clock(now_ms)) }
+}
+
+/// The body of both releases, at `now` (the engine's clock).
+///
+/// # Safety
+/// `t` is null or an open table.
+unsafe fn release(t: *const fairshm_table, lease: u64, now: u64) -> i32 {
     guard(|| {
         // SAFETY: per this function's contract.
         let table = match unsafe { arg_table(t) } {
@@ -458,7 +532,7 @@ pub unsafe extern "C" fn fairshm_release(t: *const fairshm_table, lease: u64) ->
             Ok(id) => id,
             Err(rc) => return rc,
         };
-        match table.engine().release(id, clock::now_ms()) {
+        match table.engine().release(id, now) {
             Ok(_) => FAIRSHM_OK,
             Err(e) => fail(e),
         }
@@ -472,6 +546,29 @@ pub unsafe extern "C" fn fairshm_release(t: *const fairshm_table, lease: u64) ->
 /// `t` is null or an open table.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairshm_stats_json(t: *const fairshm_table) -> *mut c_char {
+    // SAFETY: the same contract.
+    unsafe { stats_json(t, clock::now_ms()) }
+}
+
+/// As `fairshm_stats_json`, with activity judged at `now_ms` (`FAIRSHM_NOW`: the
+/// library's clock; any other value an explicit time in ms, 0 included).
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_stats_json_at(
+    t: *const fairshm_table,
+    now_ms: u64,
+) -> *mut c_char {
+    // SAFETY: the same contract.
+    unsafe { stats_json(t, super::now_or_clock(now_ms)) }
+}
+
+/// The body of both statistics calls, at `now` (the engine's clock).
+///
+/// # Safety
+/// `t` is null or an open table.
+unsafe fn stats_json(t: *const fairshm_table, now: u64) -> *mut c_char {
     let mut s = std::ptr::null_mut();
     guard(|| {
         // SAFETY: per this function's contract.
@@ -479,7 +576,7 @@ pub unsafe extern "C" fn fairshm_stats_json(t: *const fairshm_table) -> *mut c_c
             Ok(t) => t,
             Err(rc) => return rc,
         };
-        let snap = match table.try_snapshot() {
+        let snap = match table.try_snapshot_at(now) {
             Ok(snap) => snap,
             Err(e) => return fail(e),
         };

@@ -209,17 +209,26 @@ class Lease(_ReleasedOnExit):
     lease id (``Table.release(id)`` releases it too); ``pool``, ``tenant`` and
     ``units`` say what it holds (the names as the acquire was given them)."""
 
-    __slots__ = ("table", "id", "pool", "tenant", "units")
+    __slots__ = ("table", "id", "pool", "tenant", "units", "_at")
 
-    def __init__(self, table, lease_id, pool=None, tenant=None, units=None):
+    def __init__(self, table, lease_id, pool=None, tenant=None, units=None, at=None):
         self.table = table
         self.id = lease_id
         self.pool = pool
         self.tenant = tenant
         self.units = units
+        self._at = at  # the explicit now_ms it was acquired at, if any
 
-    def release(self):
-        rc = _release(self.table._h, self.id)
+    def release(self, now_ms=None):
+        """Releases the lease at ``now_ms``: ``None`` for the time it was acquired at
+        when that was an explicit ``now_ms`` (so a replayed trace never mixes in the
+        real clock, as Rust's guard does when dropped), else the library's clock."""
+        if now_ms is None:
+            now_ms = self._at
+        if now_ms is None:
+            rc = _release(self.table._h, self.id)
+        else:
+            rc = lib.fairshm_release_at(self.table._h, self.id, _now(now_ms))
         if rc:
             self.table._fail(rc)
 
@@ -443,12 +452,18 @@ class Table:
             self._fail(rc)
         return rc
 
-    def try_acquire(self, pool, tenant, units=1, hold_ms=0, queued_us=None):
+    def try_acquire(self, pool, tenant, units=1, hold_ms=0, queued_us=None, now_ms=None):
         """A lease, or ``Refused`` at once. ``units`` and ``hold_ms`` are integers from 0
         (``ValueError`` otherwise: ctypes would wrap them; ``TypeError`` for a float, a
         str or None). ``queued_us``: how long the
         request waited in the server's own queue, when known (see ``note_queue``); an
-        over-share refusal's ``retry_after_ms`` is then stretched by it at once."""
+        over-share refusal's ``retry_after_ms`` is then stretched by it at once.
+        ``now_ms``: ``None`` for the library's clock, else an explicit time in ms (0
+        included), so that a recorded sequence of calls replays to the same decisions;
+        the lease then releases at that time unless given another. A wait measured on
+        the real clock (``queued_us``) does not go with it (``ValueError``)."""
+        if now_ms is not None:
+            return self._try_acquire_at(pool, tenant, units, hold_ms, queued_us, now_ms)
         if not (type(units) is int and type(hold_ms) is int
                 and 0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
             _check_request(units, hold_ms)  # other integer types pass; the rest raises
@@ -465,6 +480,27 @@ class Table:
             rc = _try_acquire_queued(self._h, p, t, units, hold_ms, queued_us, lref, rref)
         if rc == 0:
             return Lease(self, lease.value, pool, tenant, units)
+        if rc == 1:
+            raise Refused(self, _copy(refusal), pool, tenant)
+        self._fail(rc)
+
+    def _try_acquire_at(self, pool, tenant, units, hold_ms, queued_us, now_ms):
+        if queued_us is not None:
+            raise ValueError(
+                "queued_us is a wait measured on the real clock; it does not go with an "
+                "explicit now_ms (note it with note_queue, on the library's clock)"
+            )
+        now = _now(now_ms)
+        _check_request(units, hold_ms)
+        try:
+            p = self._pools[pool]
+            t = self._tenants[tenant]
+        except KeyError:
+            p, t = self._handles(pool, tenant, units)
+        lease, refusal, lref, rref = _out.bufs
+        rc = lib.fairshm_try_acquire_at(self._h, p, t, units, hold_ms, now, lref, rref)
+        if rc == 0:
+            return Lease(self, lease.value, pool, tenant, units, now_ms)
         if rc == 1:
             raise Refused(self, _copy(refusal), pool, tenant)
         self._fail(rc)
@@ -552,18 +588,24 @@ class Table:
             return self.try_acquire(pool, tenant, units, hold_ms)
         return self.acquire(pool, tenant, units, hold_ms, timeout)
 
-    def release(self, lease_id):
-        """Releases a lease by its id."""
+    def release(self, lease_id, now_ms=None):
+        """Releases a lease by its id, at ``now_ms`` (``None``: the library's clock)."""
         _check("lease_id", lease_id, _U64)
-        rc = _release(self._h, lease_id)
+        if now_ms is None:
+            rc = _release(self._h, lease_id)
+        else:
+            rc = lib.fairshm_release_at(self._h, lease_id, _now(now_ms))
         if rc:
             self._fail(rc)
 
-    def stats(self):
-        """The whole table, read now, as a dict (pools, tenants, leases, processes)."""
+    def stats(self, now_ms=None):
+        """The whole table as a dict (pools, tenants, leases, processes), with activity
+        judged at ``now_ms`` (``None``: read now, on the library's clock)."""
         if not self._h:
             self._fail(_lib.E_INVALID_REQUEST)
-        return _take_json(lib.fairshm_stats_json(self._h), -17)
+        if now_ms is None:
+            return _take_json(lib.fairshm_stats_json(self._h), -17)
+        return _take_json(lib.fairshm_stats_json_at(self._h, _now(now_ms)), -17)
 
     def reap_dead(self):
         """Returns the permits of dead processes now; the number reaped."""

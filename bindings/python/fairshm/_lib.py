@@ -125,6 +125,12 @@ _sigs = {
         [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64, c_uint64, POINTER(c_uint64), POINTER(Refusal)],
     ),
     "fairshm_release": (c_int32, [c_void_p, c_uint64]),
+    "fairshm_try_acquire_at": (
+        c_int32,
+        [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64, c_uint64, POINTER(c_uint64), POINTER(Refusal)],
+    ),
+    "fairshm_release_at": (c_int32, [c_void_p, c_uint64, c_uint64]),
+    "fairshm_stats_json_at": (c_void_p, [c_void_p, c_uint64]),
     "fairshm_note_queue": (c_int32, [c_void_p, c_uint32, c_uint64]),
     "fairshm_begin_call": (c_int32, [c_void_p, c_uint64, c_uint64]),
     "fairshm_end_call": (c_int32, [c_void_p, c_uint64, c_uint64]),

@@ -519,3 +519,66 @@ def test_a_dropped_lease_is_held_until_its_table_closes(name):
         observer.close()
     with pytest.raises(fairshm.InvalidRequest, match="closed"):
         kept.release()
+
+
+def test_explicit_now_replays_seed_000s_rule_to_the_window_boundary(name):
+    """``now_ms`` on ``try_acquire``, ``release`` and ``stats``, as Rust's ``_at`` calls:
+    a recorded sequence of calls replays to the same decisions, and a tenant that left
+    stops counting exactly when its window (1 s) ends. A lease acquired at an explicit
+    time releases at that time when its ``with`` block ends."""
+
+    def trace():
+        t = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 4}]})
+        try:
+            seen = []
+            acme = t.try_acquire("requests", "acme", units=3, now_ms=0)
+            globex = t.try_acquire("requests", "globex", now_ms=100)
+            for now in (200, 1299):
+                with pytest.raises(fairshm.Refused) as e:
+                    t.try_acquire("requests", "acme", now_ms=now)
+                r = e.value
+                seen.append((now, r.reason, r.share, r.active_weight, r.in_use))
+                if now == 200:
+                    globex.release(now_ms=300)  # globex counts until 1300
+            active = {
+                now: {x["name"]: x["active"] for x in t.stats(now_ms=now)["pools"][0]["tenants"]}
+                for now in (1299, 1300)
+            }
+            with t.try_acquire("requests", "acme", now_ms=1300) as late:
+                seen.append((1300, "granted", late.units, t.stats(now_ms=1300)["pools"][0]["in_use"]))
+            # Released when its block ended, at the time it was acquired at.
+            last = {x["name"]: x["last_active_ms"] for x in t.stats(now_ms=1300)["pools"][0]["tenants"]}
+            seen.append(("released at", last["acme"]))
+            acme.release(now_ms=1400)
+            left = t.stats(now_ms=1400)["pools"][0]
+            return seen, active, left["in_use"], [x["held"] for x in left["tenants"]]
+        finally:
+            t.close()
+            fairshm.Table.unlink(name)
+
+    seen, active, in_use, held = trace()
+    assert seen == [
+        (200, "over_share", 2.0, 2, 4),  # acme holds 3 of its share of 2; the pool is full
+        (1299, "over_share", 2.0, 2, 3),  # globex left at 300 and still counts
+        (1300, "granted", 1, 4),  # its window ended: acme alone has the pool
+        ("released at", 1300),
+    ]
+    assert active == {1299: {"acme": True, "globex": True}, 1300: {"acme": True, "globex": False}}
+    assert (in_use, held) == (0, [0, 0])
+    assert trace() == (seen, active, in_use, held), "the same calls replay to the same decisions"
+
+
+def test_explicit_now_is_checked_and_does_not_go_with_a_queue_wait(table):
+    with pytest.raises(ValueError, match="queued_us"):
+        table.try_acquire("requests", "acme", queued_us=10, now_ms=5)
+    with pytest.raises(ValueError, match="now_ms"):
+        table.try_acquire("requests", "acme", now_ms=-1)
+    with pytest.raises(TypeError, match="now_ms"):
+        table.stats(now_ms=1.5)
+    lease = table.try_acquire("requests", "acme", now_ms=0)
+    with pytest.raises(ValueError, match="now_ms"):
+        table.release(lease.id, now_ms=2**64 - 1)  # FAIRSHM_NOW, which no explicit time is
+    lease.release(now_ms=0)
+    assert table.stats(now_ms=0)["pools"][0]["in_use"] == 0
+    with pytest.raises(fairshm.AlreadyReleased):
+        table.release(lease.id, now_ms=1)

@@ -204,16 +204,21 @@ module Fairshm
   class Lease
     attr_reader :id, :table, :pool, :tenant, :units
 
-    def initialize(table, id, pool = nil, tenant = nil, units = nil)
+    # +at+: the explicit now_ms it was acquired at, if any.
+    def initialize(table, id, pool = nil, tenant = nil, units = nil, at = nil)
       @table = table
       @id = id
       @pool = pool
       @tenant = tenant
       @units = units
+      @at = at
     end
 
-    def release
-      @table.release(@id)
+    # Releases the lease at +now_ms+: nil for the time it was acquired at when that was
+    # an explicit now_ms (so a replayed trace never mixes in the real clock, as Rust's
+    # guard does when dropped), else the library's clock.
+    def release(now_ms: nil)
+      @table.release(@id, now_ms: now_ms.nil? ? @at : now_ms)
       nil
     end
 
@@ -428,9 +433,14 @@ module Fairshm
     end
 
     # A Lease, or raises Refused at once. With a block: yields the lease, releases it
-    # when the block ends, however it ends, and returns the block's value.
-    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil, &block)
-      got = attempt(pool_name, tenant_name, units: units, hold_ms: hold_ms, queued_us: queued_us)
+    # when the block ends, however it ends, and returns the block's value. +now_ms+: nil
+    # for the library's clock, else an explicit time in ms (0 included), so that a
+    # recorded sequence of calls replays to the same decisions; the lease then releases
+    # at that time unless given another. A wait measured on the real clock
+    # (+queued_us+) does not go with it (ArgumentError).
+    def try_acquire(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil, now_ms: nil, &block)
+      got = attempt(pool_name, tenant_name, units: units, hold_ms: hold_ms, queued_us: queued_us,
+                                            now_ms: now_ms)
       raise got if got.is_a?(Refused)
 
       block ? Fairshm.holding(got, &block) : got
@@ -441,18 +451,23 @@ module Fairshm
     # raised exception captures its backtrace, most of what a refusal costs in Ruby.
     # +queued_us+: how long the request waited in the server's own queue, when known
     # (see note_queue); an over-share refusal's retry_after_ms is then stretched by it.
-    def attempt(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil)
+    def attempt(pool_name, tenant_name, units: 1, hold_ms: 0, queued_us: nil, now_ms: nil)
       Fairshm.check_request(units, hold_ms)
+      now = explicit_now(queued_us, now_ms)
       p = @pools[pool_name] || pool(pool_name)
       t = @tenants[tenant_name] || request_tenant(tenant_name, p, units)
       lease, refusal = Fairshm.buffers
-      rc = if queued_us.nil?
+      rc = if now
+             Native::TRY_ACQUIRE_AT.call(@handle, p, t, units, hold_ms, now, lease, refusal)
+           elsif queued_us.nil?
              Native::TRY_ACQUIRE.call(@handle, p, t, units, hold_ms, lease, refusal)
            else
              Fairshm.check_int("queued_us", queued_us, U64_MAX)
              Native::TRY_ACQUIRE_QUEUED.call(@handle, p, t, units, hold_ms, queued_us, lease, refusal)
            end
-      return Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units) if rc.zero?
+      if rc.zero?
+        return Lease.new(self, lease[0, 8].unpack1("Q"), pool_name.to_s, tenant_name.to_s, units, now_ms)
+      end
 
       refused_or_raise(rc, refusal, pool_name, tenant_name)
     end
@@ -529,16 +544,24 @@ module Fairshm
       end
     end
 
-    def release(lease_id)
+    # Releases a lease by its id, at +now_ms+ (nil: the library's clock).
+    def release(lease_id, now_ms: nil)
       Fairshm.check_int("lease_id", lease_id, U64_MAX)
-      rc = Native::RELEASE.call(@handle, lease_id)
+      rc = if now_ms.nil?
+             Native::RELEASE.call(@handle, lease_id)
+           else
+             Native::RELEASE_AT.call(@handle, lease_id, Fairshm.now_arg(now_ms))
+           end
       raise_for(rc) unless rc.zero?
     end
 
-    # The whole table, read now, as a Hash (pools, tenants, leases, processes).
-    def stats
+    # The whole table as a Hash (pools, tenants, leases, processes), with activity
+    # judged at +now_ms+ (nil: read now, on the library's clock).
+    def stats(now_ms: nil)
       raise_for(Native::E_INVALID_REQUEST) if closed?
-      Fairshm.take_json(Native::STATS_JSON.call(@handle), -17)
+      return Fairshm.take_json(Native::STATS_JSON.call(@handle), -17) if now_ms.nil?
+
+      Fairshm.take_json(Native::STATS_JSON_AT.call(@handle, Fairshm.now_arg(now_ms)), -17)
     end
 
     # Returns the permits of dead processes now; the number reaped.
@@ -595,6 +618,18 @@ module Fairshm
     end
 
     private
+
+    # The C ABI's explicit now_ms of an acquire, or nil for the library's clock; a wait
+    # measured on the real clock (+queued_us+) does not go with an explicit time.
+    def explicit_now(queued_us, now_ms)
+      return nil if now_ms.nil?
+      unless queued_us.nil?
+        raise ArgumentError, "queued_us is a wait measured on the real clock; it does not go with an " \
+                             "explicit now_ms (note it with note_queue, on the library's clock)"
+      end
+
+      Fairshm.now_arg(now_ms)
+    end
 
     # The handle of a request's tenant whose name this table has not resolved yet: it
     # is resolved (claiming its directory slot, kept for the segment's life) only for a

@@ -474,4 +474,65 @@ class TestTable < Minitest::Test
       Fairshm::Table.unlink(name)
     end
   end
+
+  # now_ms: on try_acquire, release and stats, as Rust's _at calls: a recorded sequence
+  # of calls replays to the same decisions, and a tenant that left stops counting
+  # exactly when its window (1 s) ends. A lease acquired at an explicit time releases at
+  # that time when its block ends.
+  def test_explicit_now_replays_seed_000s_rule_to_the_window_boundary
+    name = FairshmTest.next_name
+    trace = lambda do
+      t = Fairshm::Table.create(name, { "pools" => [{ "name" => "requests", "capacity" => 4 }] })
+      begin
+        seen = []
+        acme = t.try_acquire("requests", "acme", units: 3, now_ms: 0)
+        globex = t.try_acquire("requests", "globex", now_ms: 100)
+        [200, 1299].each do |now|
+          r = assert_raises(Fairshm::Refused) { t.try_acquire("requests", "acme", now_ms: now) }
+          seen << [now, r.reason, r.share, r.active_weight, r.in_use]
+          globex.release(now_ms: 300) if now == 200 # globex counts until 1300
+        end
+        active = [1299, 1300].to_h do |now|
+          [now, t.stats(now_ms: now)["pools"][0]["tenants"].to_h { |x| [x["name"], x["active"]] }]
+        end
+        t.try_acquire("requests", "acme", now_ms: 1300) do |late|
+          seen << [1300, "granted", late.units, t.stats(now_ms: 1300)["pools"][0]["in_use"]]
+        end
+        # Released when its block ended, at the time it was acquired at.
+        last = t.stats(now_ms: 1300)["pools"][0]["tenants"].to_h { |x| [x["name"], x["last_active_ms"]] }
+        seen << ["released at", last["acme"]]
+        acme.release(now_ms: 1400)
+        left = t.stats(now_ms: 1400)["pools"][0]
+        [seen, active, left["in_use"], left["tenants"].map { |x| x["held"] }]
+      ensure
+        t.close
+        Fairshm::Table.unlink(name)
+      end
+    end
+    got = trace.call
+    seen, active, in_use, held = got
+    assert_equal [
+      [200, "over_share", 2.0, 2, 4], # acme holds 3 of its share of 2; the pool is full
+      [1299, "over_share", 2.0, 2, 3], # globex left at 300 and still counts
+      [1300, "granted", 1, 4], # its window ended: acme alone has the pool
+      ["released at", 1300]
+    ], seen
+    assert_equal({ 1299 => { "acme" => true, "globex" => true }, 1300 => { "acme" => true, "globex" => false } },
+                 active)
+    assert_equal [0, [0, 0]], [in_use, held]
+    assert_equal got, trace.call, "the same calls replay to the same decisions"
+  end
+
+  def test_explicit_now_is_checked_and_does_not_go_with_a_queue_wait
+    e = assert_raises(ArgumentError) { @table.try_acquire("requests", "acme", queued_us: 10, now_ms: 5) }
+    assert_match(/queued_us/, e.message)
+    assert_raises(ArgumentError) { @table.try_acquire("requests", "acme", now_ms: -1) }
+    assert_raises(ArgumentError) { @table.stats(now_ms: 1.5) }
+    lease = @table.try_acquire("requests", "acme", now_ms: 0)
+    e = assert_raises(ArgumentError) { @table.release(lease.id, now_ms: 2**64 - 1) } # FAIRSHM_NOW
+    assert_match(/now_ms/, e.message)
+    lease.release(now_ms: 0)
+    assert_equal 0, @table.stats(now_ms: 0)["pools"][0]["in_use"]
+    assert_raises(Fairshm::AlreadyReleased) { @table.release(lease.id, now_ms: 1) }
+  end
 end
