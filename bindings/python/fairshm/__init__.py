@@ -284,6 +284,7 @@ class Lease(_ReleasedOnExit):
 
 _try_acquire = lib.fairshm_try_acquire
 _try_acquire_queued = lib.fairshm_try_acquire_queued
+_try_acquire_at = lib.fairshm_try_acquire_at
 _acquire = lib.fairshm_acquire
 _release = lib.fairshm_release
 
@@ -463,7 +464,12 @@ class Table:
         the lease then releases at that time unless given another. A wait measured on
         the real clock (``queued_us``) does not go with it (``ValueError``)."""
         if now_ms is not None:
-            return self._try_acquire_at(pool, tenant, units, hold_ms, queued_us, now_ms)
+            if queued_us is not None:
+                raise ValueError(
+                    "queued_us is a wait measured on the real clock; it does not go with an "
+                    "explicit now_ms (note it with note_queue, on the library's clock)"
+                )
+            now = _now(now_ms)
         if not (type(units) is int and type(hold_ms) is int
                 and 0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
             _check_request(units, hold_ms)  # other integer types pass; the rest raises
@@ -474,31 +480,13 @@ class Table:
             p, t = self._handles(pool, tenant, units)
         lease, refusal, lref, rref = _out.bufs
         if queued_us is None:
-            rc = _try_acquire(self._h, p, t, units, hold_ms, lref, rref)
+            if now_ms is None:
+                rc = _try_acquire(self._h, p, t, units, hold_ms, lref, rref)
+            else:
+                rc = _try_acquire_at(self._h, p, t, units, hold_ms, now, lref, rref)
         else:
             _check("queued_us", queued_us, _U64)
             rc = _try_acquire_queued(self._h, p, t, units, hold_ms, queued_us, lref, rref)
-        if rc == 0:
-            return Lease(self, lease.value, pool, tenant, units)
-        if rc == 1:
-            raise Refused(self, _copy(refusal), pool, tenant)
-        self._fail(rc)
-
-    def _try_acquire_at(self, pool, tenant, units, hold_ms, queued_us, now_ms):
-        if queued_us is not None:
-            raise ValueError(
-                "queued_us is a wait measured on the real clock; it does not go with an "
-                "explicit now_ms (note it with note_queue, on the library's clock)"
-            )
-        now = _now(now_ms)
-        _check_request(units, hold_ms)
-        try:
-            p = self._pools[pool]
-            t = self._tenants[tenant]
-        except KeyError:
-            p, t = self._handles(pool, tenant, units)
-        lease, refusal, lref, rref = _out.bufs
-        rc = lib.fairshm_try_acquire_at(self._h, p, t, units, hold_ms, now, lref, rref)
         if rc == 0:
             return Lease(self, lease.value, pool, tenant, units, now_ms)
         if rc == 1:
