@@ -163,7 +163,12 @@ pub struct PoolRec {
     /// known). How often a release comes, for a refusal that any release can end
     /// (`pool_full`; see `retry`).
     pub hold_mean_us: AtomicU64,
-    pub reserved: [AtomicU64; 3],
+    /// The `now` of the last scan of the active set (`admission::active::rescan`), ms:
+    /// the time `active_weight` is as of (0: none yet, or a segment written before this
+    /// field). A decision or a release at an earlier `now` (a caller's explicit time
+    /// that steps back, or a clock read that a scan overtook) is behind the sum.
+    pub scanned_at_ms: AtomicU64,
+    pub reserved: [AtomicU64; 2],
 }
 
 /// One entry of the tenant directory. Claimed lock-free, never freed.
@@ -566,7 +571,7 @@ pub fn field_table() -> Vec<(&'static str, &'static str, usize, usize)> {
     fields!(v, RegionEntry, "RegionEntry": kind, offset, record_size, count);
     fields!(v, PoolRec, "PoolRec": word, pad, limits, active_weight, rescan_at_ms,
         waiters, rescan_for, wake, extra, evictions, queue_window, queue_base, queue_stretch, queue_sum,
-        queue_refused_ms, hold_mean_us, reserved);
+        queue_refused_ms, hold_mean_us, scanned_at_ms, reserved);
     fields!(v, TenantRec, "TenantRec": state, weight, hash, name);
     fields!(v, TenantPoolRec, "TenantPoolRec": held, last_active_ms, grants, refusals,
         hold_ewma_us, first_due_lo, turn_at_us, hint_ms_total, early_returns,

@@ -116,6 +116,7 @@ impl HeapRegion {
                     queue_sum: a64(),
                     queue_refused_ms: a64(),
                     hold_mean_us: a64(),
+                    scanned_at_ms: a64(),
                     reserved: std::array::from_fn(|_| a64()),
                 })
                 .collect(),

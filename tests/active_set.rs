@@ -130,3 +130,52 @@ fn an_over_share_retry_after_does_not_outlast_the_next_departure() {
         r.retry_after_ms
     );
 }
+
+/// A decision at a `now` earlier than the last scan of the active set (a caller's
+/// explicit time that steps back, or a process whose clock read another process's scan
+/// overtook) counts the set at its own `now`, the asker included; and what it asked
+/// keeps counting for the decisions after it. (The running sum is as of the later scan:
+/// `a`, out of its window at the scan, was left out of it, of its own decision and of
+/// the next ones until the scan after.)
+#[test]
+fn a_decision_behind_the_last_scan_counts_the_set_at_its_own_now() {
+    let seg = Seg::new("active-behind-ask");
+    let t = setup(&seg);
+    let e = t.engine();
+    let (p, a) = (e.pool("requests").unwrap(), e.tenant("a").unwrap());
+    // At 1011 a has left (it released at 11): b alone, granted; the set is scanned then.
+    assert_eq!(b_asks(&t, 1011), None, "b alone gets the pool");
+    // a asks at 1005, behind that scan: in its window then, and asking.
+    let Outcome::Refused(r) = e.acquire(p, a, 2, 0, 1005).unwrap() else {
+        panic!("7 of 8 in use: 2 units do not fit")
+    };
+    assert_eq!((r.reason, r.active_weight), (Reason::PoolFull, 2), "{r:?}");
+    assert_eq!(t.snapshot_at(1005).pools[0].active_weight, 2);
+    // a asked at 1005, so it counts until 2005: b, at 7 of its share of 4, is held to
+    // POOL - FLOOR.
+    let r = b_asks(&t, 1012).expect("b is over its share while a is active");
+    assert_eq!((r.reason, r.active_weight), (Reason::OverShare, 2), "{r:?}");
+    assert!(b_asks(&t, 2004).is_some(), "a counts until its window ends");
+    assert_eq!(b_asks(&t, 2005), None, "then b is alone again");
+}
+
+/// A release at a `now` earlier than the last scan: the tenant's window runs from that
+/// release, and it stops counting when that window ends, not at the next scheduled
+/// scan (which, since it held at the last scan, nothing had brought forward).
+#[test]
+fn a_release_behind_the_last_scan_ends_its_window_on_time() {
+    let seg = Seg::new("active-behind-release");
+    let t = setup(&seg);
+    let e = t.engine();
+    let (p, a) = (e.pool("requests").unwrap(), e.tenant("a").unwrap());
+    let Outcome::Granted(held) = e.acquire(p, a, 1, 0, 1100).unwrap() else {
+        panic!("a under its share, 7 of 8 in use: granted")
+    };
+    // At 3000 a holds: it counts, and b is over its share. The set is scanned then.
+    let r = b_asks(&t, 3000).expect("refused");
+    assert_eq!((r.reason, r.active_weight), (Reason::OverShare, 2), "{r:?}");
+    // a releases at 1500, behind that scan: its window ends at 2500.
+    e.release(held, 1500).unwrap();
+    assert_eq!(t.snapshot_at(3001).pools[0].active_weight, 1);
+    assert_eq!(b_asks(&t, 3001), None, "b alone gets the pool");
+}

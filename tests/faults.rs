@@ -221,3 +221,46 @@ fn a_process_slot_in_a_state_no_version_writes_is_taken_by_repair() {
     );
     assert!(t.check().unwrap().is_empty());
 }
+
+/// A last-scan time of the active set written into the future (a hostile write, or a
+/// caller's explicit times far ahead of the clock): every decision is then behind it
+/// and counts its set with a scan of its own, right but slow, and no rescan moves it
+/// back. Repair clears it, as it does activity stamps in the future.
+#[test]
+fn a_last_scan_time_in_the_future_decides_right_and_is_cleared_by_repair() {
+    let seg = Seg::new("scanned-future");
+    let t = seg.create(&one_pool(4));
+    let pool = t.region().pool(0);
+    pool.scanned_at_ms.store(u64::MAX, SeqCst);
+    let a = t
+        .try_acquire(&Request::new("requests", "acme"))
+        .unwrap()
+        .unwrap();
+    let r = t
+        .try_acquire(&Request::new("requests", "globex").units(4))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        (r.reason, r.facts.active_weight),
+        (fairshm::Reason::PoolFull, 2)
+    );
+    assert_eq!(
+        pool.scanned_at_ms.load(SeqCst),
+        u64::MAX,
+        "no rescan moved it"
+    );
+    t.repair().unwrap();
+    let cleared = pool.scanned_at_ms.load(SeqCst);
+    assert!(cleared < u64::MAX, "repair cleared it");
+    drop(
+        t.try_acquire(&Request::new("requests", "acme"))
+            .unwrap()
+            .unwrap(),
+    );
+    let scanned = pool.scanned_at_ms.load(SeqCst);
+    assert!(
+        scanned > 0 && scanned < u64::MAX,
+        "rescanned at a real time: {scanned}"
+    );
+    drop(a);
+}

@@ -7,7 +7,9 @@
 //! - `op % 5` 0 or 1: process `a % 3` acquires `1 + b % 3` units of pool `(b >> 4) % 2`
 //!   for tenant `(a >> 2) % 4` (registering first if it is not);
 //! - 2: process `a % 3` releases its `b`-th lease (modulo how many it holds);
-//! - 3: time moves on by `8 * b` ms (the window is 1000 ms);
+//! - 3: time moves on by `8 * b` ms (the window is 1000 ms), or, for an odd `a`, back
+//!   by as much (never below 1): an explicit `now` is the caller's, and a replayed or
+//!   merged trace may step back;
 //! - 4: process `a % 3` dies: its slot is reaped, and it registers again on its next
 //!   acquire.
 //!
@@ -294,6 +296,7 @@ fuzz_target!(|data: &[u8]| {
                 op >= 128, // a waiter's later try
             ),
             2 => w.release(a % PROCS, b as usize),
+            3 if a % 2 == 1 => w.now = w.now.saturating_sub(8 * b as u64).max(1),
             3 => w.now += 8 * b as u64,
             _ => w.kill(a % PROCS),
         }

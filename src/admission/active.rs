@@ -99,6 +99,10 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
 /// the set is exact at every decision: a departed tenant stops counting at the instant
 /// its window ends, and a returning one counts once. Under concurrency a decision may
 /// use a sum a scan is replacing: a priority input, never the capacity bound.
+///
+/// The sum is as of the last scan's `now` (`scanned_at_ms`) or later. A decision at an
+/// earlier `now` (an explicit time that steps back; a clock read that another process's
+/// scan overtook) is behind it: see `behind`.
 #[inline(always)] // one caller, on the hot path: see `try_acquire`
 pub fn touch<R: Region>(
     r: &R,
@@ -118,6 +122,10 @@ pub fn touch<R: Region>(
     } else {
         seen
     };
+    let scanned = pool.scanned_at_ms.load(Relaxed);
+    if now < scanned {
+        return behind(r, p, tp, weight, prev, now, scanned, window);
+    }
     if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, now, window) {
         pool.active_weight.fetch_add(weight as u64, Relaxed);
     }
@@ -126,6 +134,48 @@ pub fn touch<R: Region>(
         at = rescan(r, p, at, now, window);
     }
     (pool.active_weight.load(Relaxed).max(weight as u64), at)
+}
+
+/// [`touch`] for a decision at `now`, earlier than the last scan (`scanned`): the
+/// running sum is as of a later time, which may no longer count tenants that are in
+/// the window at `now`, nor this one. The decision counts its set by a scan at `now`
+/// (exact for a sequence of calls, as every other decision), and leaves the sum as of
+/// its later time; but if the sum may not count this tenant (it holds nothing and its
+/// stamp was out of the window at the scan), which its ask may make a holder, the
+/// next decision recounts (`rescan_at_ms` to 0). Cold: explicit times that step back
+/// are a replay's, and clock reads that a scan overtakes are rare and a few ms behind.
+#[cold]
+#[allow(clippy::too_many_arguments)]
+fn behind<R: Region>(
+    r: &R,
+    p: usize,
+    tp: &TenantPoolRec,
+    weight: u32,
+    prev: u64,
+    now: u64,
+    scanned: u64,
+    window: u64,
+) -> (u64, u64) {
+    let pool = r.pool(p);
+    if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, scanned, window) {
+        pool.rescan_at_ms.store(0, Relaxed);
+    }
+    let s = scan(r, p, now, window);
+    (s.weight.max(weight as u64), s.next_change)
+}
+
+/// After a release at `now`: if the release is behind the last scan (`scanned_at_ms`),
+/// the tenant's window, from its stamp, may end before the scan due (it held, so no
+/// scan scheduled its departure): the next decision recounts. (At or after the last
+/// scan, its window ends at least a window after that scan, when the next one is due
+/// at the latest.)
+#[inline(always)] // on the release's path: one load
+pub fn released<R: Region>(r: &R, p: usize, now: u64) {
+    let pool = r.pool(p);
+    // Relaxed: a priority input (module docs).
+    if now < pool.scanned_at_ms.load(Relaxed) {
+        pool.rescan_at_ms.store(0, Relaxed);
+    }
 }
 
 /// Recomputes pool `p`'s active weight at `now` if this caller wins the rescan that was
@@ -150,6 +200,8 @@ fn rescan<R: Region>(r: &R, p: usize, due: u64, now: u64, window: u64) -> u64 {
         .compare_exchange(before, s.weight, Relaxed, Relaxed)
         .is_ok()
     {
+        // Relaxed: a priority input; the time the sum is now as of.
+        pool.scanned_at_ms.store(now, Relaxed);
         (s.next_change, s.next_leaver)
     } else {
         (now, None) // an arrival raced the scan: count again at the next decision

@@ -438,6 +438,7 @@ pub fn release<R: Region>(
     if tp.last_active_ms.load(Relaxed) < now {
         tp.last_active_ms.fetch_max(now, Relaxed);
     }
+    active::released(r, p, now);
     observe_hold(tp, now.saturating_sub(granted).saturating_mul(1000));
     Ok(d)
 }

@@ -81,8 +81,13 @@ impl Engine {
         crate::capacity::reset(&self.seg, self.config());
         let now = clock::segment_now();
         for p in 0..self.seg.geometry().pools {
-            // Relaxed: a priority input (see `admission::touch`).
-            self.seg.pool(p).rescan_at_ms.store(0, Relaxed);
+            // Relaxed: a priority input (see `admission::touch`). A last scan's time in
+            // the future is garbage that would send every decision to a scan of its own.
+            let pool = self.seg.pool(p);
+            pool.rescan_at_ms.store(0, Relaxed);
+            if pool.scanned_at_ms.load(Relaxed) > now {
+                pool.scanned_at_ms.store(0, Relaxed);
+            }
             for t in 0..self.seg.geometry().tenants {
                 let tp = self.seg.tenant_pool(p, t);
                 // Relaxed: activity stamps are soft; one in the future is garbage.
