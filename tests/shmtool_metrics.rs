@@ -111,7 +111,8 @@ fn a_served_scrape_reads_the_segment_that_has_the_name_now() {
 }
 
 /// `shmtool metrics NAME --listen` on a port of its own: the server (killed and reaped
-/// when dropped), and the address it printed (`None` if it printed none).
+/// when dropped, as the thread that reads its output is joined), and the address it
+/// printed (`None` if it printed none).
 fn serve(name: &str) -> (Running, Option<String>) {
     let (server, lines) = Running::shmtool(&["metrics", name, "--listen", "127.0.0.1:0"]);
     let addr = lines

@@ -38,10 +38,6 @@ impl Followed {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The segment that has the name now: the one mapped if the name still names its
     /// file (`(dev, ino)`: an `fstat` of the mapping's file against an `lstat` of the
     /// name), else the one that has it now, opened anew. An error, and nothing kept, when

@@ -199,37 +199,38 @@ pub fn sample(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)
 }
 
 /// Reads `n` lines from `r` on a thread, with a deadline (the thread ends when the
-/// reader's process is killed).
+/// reader's process is killed, or at once once it has the lines, so that a test may
+/// fork after this without a second thread).
 pub fn read_lines(r: impl Read + Send + 'static, n: usize) -> Vec<String> {
-    Lines::of(r).take(n)
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        for l in BufReader::new(r).lines().take(n) {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let out = Lines(rx).take(n);
+    if out.len() == n {
+        h.join().unwrap();
+    }
+    out
 }
 
-/// The lines of a running command's output, read on a thread as they come (the thread
-/// ends when the command is killed), taken with a deadline.
+/// The lines of a running command's output, read on a thread of [`Running`] as they
+/// come, taken with a deadline.
 pub struct Lines(std::sync::mpsc::Receiver<String>);
 
 impl Lines {
-    pub fn of(r: impl Read + Send + 'static) -> Lines {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(r).lines() {
-                if tx.send(l.unwrap_or_default()).is_err() {
-                    break;
-                }
-            }
-        });
-        Lines(rx)
-    }
-
     /// The next `n` lines, or fewer if the deadline passed first.
     pub fn take(&self, n: usize) -> Vec<String> {
         if n == 0 {
             return Vec::new();
         }
-        let mut n = n;
+        let mut seen = 0;
         self.until(|_| {
-            n -= 1;
-            n == 0
+            seen += 1;
+            seen == n
         })
     }
 
@@ -254,26 +255,47 @@ impl Lines {
     }
 }
 
-/// A command left running, killed and reaped when dropped: also when a step of the test
-/// between its start and its end panics.
-pub struct Running(pub std::process::Child);
+/// A `shmtool` command left running with a thread reading its output, both ended when
+/// dropped (the command killed and reaped, then the thread joined): also when a step
+/// of the test between its start and its end panics. A test must not fork while one
+/// lives (the reader is a second thread).
+pub struct Running {
+    child: std::process::Child,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
 
 impl Running {
-    /// Starts `shmtool ARGS` with its stdout piped: the command, and its output's lines.
+    /// Starts `shmtool ARGS`: the command, and its output's lines as they come.
     pub fn shmtool(args: &[&str]) -> (Running, Lines) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_shmtool"))
             .args(args)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("run shmtool");
-        let lines = Lines::of(child.stdout.take().expect("piped"));
-        (Running(child), lines)
+        let out = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                if tx.send(l.unwrap_or_default()).is_err() {
+                    break;
+                }
+            }
+        });
+        let running = Running {
+            child,
+            reader: Some(reader),
+        };
+        (running, Lines(rx))
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The command is gone, so its output is at its end: the reader returns.
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
     }
 }
