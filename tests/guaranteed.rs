@@ -242,6 +242,26 @@ fn shares_are_even_and_the_deficit_shows_the_stall() {
     assert_eq!(tenant(&s, "b").deficit_unit_ms, 0);
 }
 
+/// A `now` earlier than one the pool has decided at counts as that later one (the
+/// pool's clock only moves forward, `guaranteed::state`): a call out of order neither
+/// rewinds the deficit integral nor makes it count a stretch of time twice. (`stats`
+/// projects from the pool's clock without moving it.)
+#[test]
+fn a_now_that_steps_back_counts_as_the_pools_latest() {
+    let seg = Seg::new("g-back");
+    let t: Table = seg.create(&even(100, 150));
+    let g = t.guaranteed("ceiling").unwrap();
+    let _b1 = grant(&g, "b", 50, 100, 0);
+    let _b2 = grant(&g, "b", 50, 100, 0);
+    refuse(&g, "a", 50, 50, 10);
+    refuse(&g, "a", 50, 50, 50);
+    // Asked again at 20, behind the ask at 50: decided at 50, the integral kept.
+    refuse(&g, "a", 50, 50, 20);
+    assert_eq!(tenant(&g.stats(30).unwrap(), "a").deficit_unit_ms, 40 * 50);
+    // From 10 to 60, once: 50 ms short of 50 units.
+    assert_eq!(tenant(&g.stats(60).unwrap(), "a").deficit_unit_ms, 50 * 50);
+}
+
 /// A client retrying every 10 ms cannot inflate its demand, and a want that lapses is
 /// cut when it lapses and is not counted as a reclaim.
 #[test]
