@@ -122,6 +122,7 @@ pub fn touch<R: Region>(
     } else {
         seen
     };
+    // Relaxed: a priority input, as the sum it dates (module docs).
     let scanned = pool.scanned_at_ms.load(Relaxed);
     if now < scanned {
         return behind(r, p, tp, weight, prev, now, scanned, window);
@@ -157,6 +158,8 @@ fn behind<R: Region>(
     window: u64,
 ) -> (u64, u64) {
     let pool = r.pool(p);
+    // Relaxed: priority inputs (module docs); a recount that comes a decision late
+    // misjudges one share, never the bound.
     if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, scanned, window) {
         pool.rescan_at_ms.store(0, Relaxed);
     }
