@@ -4,7 +4,7 @@
 //! at every step, and the invariants after each.
 //!
 //! Input: chunks of 3 bytes `[op, a, b]`:
-//! - `op % 5` 0 or 1: process `a % 3` acquires `1 + b % 3` units of pool `(b >> 4) % 2`
+//! - `op % 5` 0 or 1: process `a % 3` acquires `1 + b % 3` units of pool `(b >> 4) % 3`
 //!   for tenant `(a >> 2) % 4` (registering first if it is not);
 //! - 2: process `a % 3` releases its `b`-th lease (modulo how many it holds);
 //! - 3: time moves on by `8 * b` ms (the window is 1000 ms), or, for an odd `a`, back
@@ -13,27 +13,50 @@
 //! - 4: process `a % 3` dies: its slot is reaped, and it registers again on its next
 //!   acquire.
 //!
+//! The pools: 6 permits with the default floor (5%: 1); a `per_worker` pool (quota 1,
+//! so as many tickets as registered processes: 0 to 3, recomputed as they register
+//! and die, and below what is held when a holder's peer dies); 7 permits with a floor
+//! of 30% (2).
+//!
 //! `OPSEQ_TRACE=1` prints every step (to read a finding).
 //! Run: `cd fuzz && cargo fuzz run -s none op_sequence`.
 #![no_main]
 
 use fairshm::admission::{self, Admitted, Attempt};
+use fairshm::config::{Config, PoolConfig};
 use fairshm::layout::{held_word, lease_state as ls, pair, pool_word};
-use fairshm::recovery;
 use fairshm::region::{HeapRegion, Region};
+use fairshm::{capacity, recovery};
 use fairshm::{liveness, tenants};
 use libfuzzer_sys::fuzz_target;
 
-const POOLS: usize = 2;
-const CAPS: [u32; POOLS] = [6, 2];
+const POOLS: usize = 3;
+/// The most each pool can ever hold (the `per_worker` pool's with all three registered).
+const MOST: [u32; POOLS] = [6, 3, 7];
 const TENANTS: usize = 4;
 const WEIGHTS: [u32; TENANTS] = [1, 2, 1, 3];
 const PROCS: usize = 3;
 const LEASES: usize = 4;
 const WINDOW: u64 = 1000;
 
-fn floor_of(cap: u32) -> u32 {
-    (cap * 5 / 100).max(1)
+fn config() -> Config {
+    Config::with_pools(vec![
+        PoolConfig::new("fixed", 6),
+        PoolConfig::per_worker("workers", 1.0, 0),
+        PoolConfig::new("floored", 7).floor_percent(30),
+    ])
+}
+
+/// Pool `p`'s `(POOL, FLOOR)` with `workers` registered processes, from the seeds:
+/// seed 002's `tickets = min(workers, max(ceil(quota * workers), min_tickets))`, and
+/// seed 000's floor, a percentage of the pool rounded down, at least one permit.
+fn limits(p: usize, workers: u32) -> (u32, u32) {
+    let (cap, pct) = match p {
+        0 => (6, 5),
+        1 => (workers, 5), // quota 1, min_tickets 0
+        _ => (7, 30),
+    };
+    (cap, (cap * pct / 100).max(1))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -65,14 +88,26 @@ impl Model {
     }
 
     /// `Ok(())` granted, `Err(reason)` refused: 1 pool full, 2 over share.
-    fn acquire(&mut self, p: usize, t: usize, units: u32, now: u64) -> Result<(), u32> {
+    fn acquire(
+        &mut self,
+        p: usize,
+        t: usize,
+        units: u32,
+        now: u64,
+        workers: u32,
+    ) -> Result<(), u32> {
         self.last[p][t] = self.last[p][t].max(now); // asking counts, granted or not
-        let (cap, floor) = (CAPS[p] as u64, floor_of(CAPS[p]) as u64);
+        let (cap, floor) = limits(p, workers);
+        let (cap, floor) = (cap as u64, floor as u64);
         let total = self.active_weight(p, now);
         let held = self.held[p][t] as u64;
         // share = max(FLOOR, POOL * w / W); under share: held < share.
         let under = held < floor || held * total < cap * WEIGHTS[t] as u64;
-        let limit = if under { cap } else { cap - floor };
+        let limit = if under {
+            cap
+        } else {
+            cap.saturating_sub(floor)
+        };
         if self.in_use[p] as u64 + units as u64 <= limit {
             self.in_use[p] += units;
             self.held[p][t] += units;
@@ -94,6 +129,7 @@ impl Model {
 
 struct World {
     r: HeapRegion,
+    cfg: Config,
     model: Model,
     slots: [Option<usize>; PROCS],
     leases: [Vec<Held>; PROCS],
@@ -108,14 +144,11 @@ struct World {
 impl World {
     fn new() -> World {
         let r = HeapRegion::new(POOLS, TENANTS, PROCS, LEASES);
-        for (p, cap) in CAPS.iter().enumerate() {
-            r.pool(p).limits.store(
-                pair::make(*cap, floor_of(*cap)),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        let cfg = config();
+        capacity::reset(&r, &cfg);
         World {
             r,
+            cfg,
             model: Model::default(),
             slots: [None; PROCS],
             leases: Default::default(),
@@ -133,7 +166,13 @@ impl World {
         self.pid += 1; // a new process each time (a fake pid, judged by the closures)
         let s = liveness::register(&self.r, self.pid, 1, self.now, false).expect("a free slot");
         self.slots[proc] = Some(s);
+        // As the engine's registration does: a worker more, a ticket more.
+        capacity::recompute(&self.r, &self.cfg);
         s
+    }
+
+    fn workers(&self) -> u32 {
+        self.slots.iter().flatten().count() as u32
     }
 
     fn acquire(&mut self, proc: usize, t: usize, p: usize, units: u32, quiet: bool) {
@@ -171,7 +210,7 @@ impl World {
             quiet,
         };
         let real = admission::try_acquire(&self.r, slot, 0, &a, None).expect("no error");
-        let model = self.model.acquire(p, t, units, self.now);
+        let model = self.model.acquire(p, t, units, self.now, self.workers());
         if std::env::var_os("OPSEQ_TRACE").is_some() {
             eprintln!(
                 "{}: t{t} asks {units} of pool {p}: real {real:?}, model {model:?}",
@@ -244,6 +283,8 @@ impl World {
         let reaped = recovery::reap_slot(&self.r, s, recovery::Reaper::with_pid(1), &|_, _| true)
             .expect("reap")
             .expect("the slot was live");
+        // As a reaper does after a reap: a worker fewer, a ticket fewer.
+        capacity::recompute(&self.r, &self.cfg);
         let mut returned = [0u64; POOLS];
         for h in std::mem::take(&mut self.leases[proc]) {
             returned[h.pool] += h.units as u64;
@@ -258,7 +299,15 @@ impl World {
             let in_use =
                 pool_word::in_use(r.pool(p).word.load(std::sync::atomic::Ordering::SeqCst));
             assert_eq!(in_use, self.model.in_use[p], "pool {p} in use");
-            assert!(in_use <= CAPS[p], "pool {p} over capacity");
+            assert!(in_use <= MOST[p], "pool {p} over capacity");
+            let stored = r.pool(p).limits.load(std::sync::atomic::Ordering::SeqCst);
+            let (cap, floor) = limits(p, self.workers());
+            assert_eq!(
+                (pair::lo(stored), pair::hi(stored)),
+                (cap, floor),
+                "pool {p}'s limits with {} workers",
+                self.workers()
+            );
             for t in 0..TENANTS {
                 let held = self.tenant_idx[t].map_or(0, |ti| {
                     held_word::held(
