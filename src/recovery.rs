@@ -31,7 +31,8 @@ pub struct Reaped {
     pub pid: u32,
     /// Leases that were held and are now released.
     pub leases_released: usize,
-    /// Units returned, per pool index.
+    /// Units returned to each pool, by index (a revoked resident's lease gives back its
+    /// tenant's held unit only: the pool's is its revoker's, so it is not counted here).
     pub units_returned: Vec<u64>,
     /// Units returned, per guaranteed pool index.
     pub guaranteed_units_returned: Vec<u64>,
@@ -284,19 +285,23 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                 ops::free_lease(lease, generation, state);
                 return Ok(());
             }
-            ls::HELD => {
-                let d = ops::release(r, l, generation, None)?;
+            ls::HELD | ls::RELEASING => {
+                let (d, to_pool) = if state == ls::HELD {
+                    ops::release_reporting(r, l, generation)?
+                } else {
+                    ops::finish_release_reporting(r, l, generation)?
+                };
                 out.leases_released += 1;
-                if let Some(u) = out.units_returned.get_mut(d.pool as usize) {
-                    *u += d.units as u64;
-                }
-                return Ok(());
-            }
-            ls::RELEASING => {
-                let d = ops::finish_release(r, l, generation, None)?;
-                out.leases_released += 1;
-                if let Some(u) = out.units_returned.get_mut(d.pool as usize) {
-                    *u += d.units as u64;
+                if to_pool {
+                    if let Some(u) = out.units_returned.get_mut(d.pool as usize) {
+                        *u += d.units as u64;
+                    }
+                } else if (d.pool as usize) < r.geometry().pools {
+                    // A revoked resident's unit is its revoker's: only its tenant's held
+                    // unit came back, not the pool's. That tenant may have left the
+                    // active set with it, as after any unit a reaper gives back (see
+                    // `reap_slot`). Relaxed: a priority input (see `admission::touch`).
+                    r.pool(d.pool as usize).rescan_at_ms.store(0, Relaxed);
                 }
                 return Ok(());
             }
@@ -382,32 +387,4 @@ fn undo_acquire<R: Region>(
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::take_out_waiters;
-    use crate::region::{HeapRegion, Region};
-    use crate::sync::Ordering::SeqCst;
-
-    #[test]
-    fn a_dead_slots_waiters_are_taken_out_of_each_pool_and_no_one_else_s() {
-        // 18 pools: a slot's counts span two records.
-        let r = HeapRegion::new(18, 1, 2, 1);
-        for (p, pool_waiters, dead_slots, other_slots) in
-            [(0, 3, 2, 1), (9, 1, 1, 0), (17, 4, 1, 2), (5, 1, 7, 0)]
-        {
-            r.pool(p).waiters.store(pool_waiters, SeqCst);
-            r.slot_waiters(0, p).store(dead_slots, SeqCst);
-            r.slot_waiters(1, p).store(other_slots, SeqCst);
-        }
-        take_out_waiters(&r, 0);
-        // Pool 5's count of 7 (a hostile write) over its 1 waiter takes it to 0.
-        for (p, left, other) in [(0, 1, 1), (9, 0, 0), (17, 3, 2), (5, 0, 0), (1, 0, 0)] {
-            assert_eq!(r.pool(p).waiters.load(SeqCst), left, "pool {p}");
-            assert_eq!(r.slot_waiters(0, p).load(SeqCst), 0, "pool {p}");
-            assert_eq!(r.slot_waiters(1, p).load(SeqCst), other, "pool {p}");
-        }
-        // Taken over by a second reaper: nothing is taken out twice.
-        take_out_waiters(&r, 0);
-        assert_eq!(r.pool(0).waiters.load(SeqCst), 1);
-        assert_eq!(r.pool(17).waiters.load(SeqCst), 3);
-    }
-}
+mod tests;

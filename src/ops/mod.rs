@@ -78,7 +78,11 @@ pub(crate) use lease::{
     spare_or_claim,
 };
 pub(crate) use transfer::{Transferred, transfer};
-pub(crate) use release::{finish_release, release, release_keeping};
+#[cfg(any(test, loom))]
+pub(crate) use release::release;
+pub(crate) use release::{
+    finish_release, finish_release_reporting, release_keeping, release_reporting,
+};
 pub(crate) use settle::{Word, settle};
 
 use crate::error::Result;

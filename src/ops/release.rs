@@ -11,7 +11,9 @@ use crate::sync::{AtomicU64, Ordering::*, SpinBackoff, fence, store_over_rmw};
 /// Exactly one caller can win the first step; any other gets `AlreadyReleased`.
 ///
 /// `known` is the caller's copy of the descriptor (the owner has it); without it the
-/// descriptor is read from the lease.
+/// descriptor is read from the lease. (The library's own releases go through
+/// `release_keeping` and a reaper's through `release_reporting`; this is the models'.)
+#[cfg(any(test, loom))]
 pub(crate) fn release<R: Region>(
     r: &R,
     l: usize,
@@ -19,6 +21,28 @@ pub(crate) fn release<R: Region>(
     known: Option<&Desc>,
 ) -> Result<Desc> {
     release_keeping(r, l, generation, known, None)
+}
+
+/// `release` by a reaper, which reports what went back: the descriptor, and whether
+/// its units went back to the pool (`false` for a revoked resident's: that unit is its
+/// revoker's, and only the tenant's held unit is given back).
+pub(crate) fn release_reporting<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+) -> Result<(Desc, bool)> {
+    start_release(r.lease(l), l, generation)?;
+    crash_point("release.published")?;
+    finish_release_inner(r, l, generation, None, None, true)
+}
+
+/// `finish_release` by a reaper, reporting as [`release_reporting`] does.
+pub(crate) fn finish_release_reporting<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+) -> Result<(Desc, bool)> {
+    finish_release_inner(r, l, generation, None, None, false)
 }
 
 /// `HELD -> RELEASING`, keeping the record of what the grant charged. Exactly one
@@ -85,6 +109,20 @@ pub(super) fn finish_release_keeping<R: Region>(
     keep: Option<u32>,
     fresh: bool,
 ) -> Result<Desc> {
+    finish_release_inner(r, l, generation, known, keep, fresh).map(|(d, _)| d)
+}
+
+/// `finish_release_keeping`, which also says whether the pool's units went back (see
+/// [`release_reporting`]).
+#[inline(always)]
+fn finish_release_inner<R: Region>(
+    r: &R,
+    l: usize,
+    generation: u32,
+    known: Option<&Desc>,
+    keep: Option<u32>,
+    fresh: bool,
+) -> Result<(Desc, bool)> {
     let lease = r.lease(l);
     let d = match known {
         Some(d) => *d,
@@ -147,7 +185,7 @@ pub(super) fn finish_release_keeping<R: Region>(
             fence(Release);
         }
     }
-    Ok(d)
+    Ok((d, !revoked))
 }
 
 /// Takes `d.units` back from `word` with the release's `tag`, unless that step is done:
