@@ -4,19 +4,27 @@
 //! at every step, and the invariants after each.
 //!
 //! Input: chunks of 3 bytes `[op, a, b]`:
-//! - `op % 5` 0 or 1: process `a % 3` acquires `1 + b % 3` units of pool `(b >> 4) % 3`
-//!   for tenant `(a >> 2) % 4` (registering first if it is not);
+//! - `op % 6` 0 or 1: process `a % 3` acquires `1 + b % 3` units (1 of the residents
+//!   pool) of pool `(b >> 4) % 4` for tenant `(a >> 2) % 4` (registering first if it is
+//!   not);
 //! - 2: process `a % 3` releases its `b`-th lease (modulo how many it holds);
 //! - 3: time moves on by `8 * b` ms (the window is 1000 ms), or, for an odd `a`, back
 //!   by as much (never below 1): an explicit `now` is the caller's, and a replayed or
 //!   merged trace may step back;
 //! - 4: process `a % 3` dies: its slot is reaped, and it registers again on its next
-//!   acquire.
+//!   acquire;
+//! - 5: process `a % 3` begins a call on its `b`-th lease if that is an idle resident,
+//!   ends it if in a call, and finds a revoked one revoked.
 //!
 //! The pools: 6 permits with the default floor (5%: 1); a `per_worker` pool (quota 1,
 //! so as many tickets as registered processes: 0 to 3, recomputed as they register
 //! and die, and below what is held when a holder's peer dies); 7 permits with a floor
-//! of 30% (2).
+//! of 30% (2); and a residents pool of 4 (`evict`): when the rule refuses, the
+//! asker revokes a resident and takes its permit, which seed 000 names: over its share
+//! its own idlest (oldest last call, not in a call), under it the idlest of the tenant
+//! furthest over its share (with residents not in a call); with none, the refusal is
+//! `too_many_residents`. The victim's tenant counts its unit until its owner releases
+//! the revoked lease, which gives back no pool unit (the revoker's now).
 //!
 //! `OPSEQ_TRACE=1` prints every step (to read a finding).
 //! Run: `cd fuzz && cargo fuzz run -s none op_sequence`.
@@ -26,13 +34,15 @@ use fairshm::admission::{self, Admitted, Attempt};
 use fairshm::config::{Config, PoolConfig};
 use fairshm::layout::{held_word, lease_state as ls, pair, pool_word};
 use fairshm::region::{HeapRegion, Region};
-use fairshm::{capacity, recovery};
+use fairshm::{capacity, recovery, residents};
 use fairshm::{liveness, tenants};
 use libfuzzer_sys::fuzz_target;
 
-const POOLS: usize = 3;
+const POOLS: usize = 4;
 /// The most each pool can ever hold (the `per_worker` pool's with all three registered).
-const MOST: [u32; POOLS] = [6, 3, 7];
+const MOST: [u32; POOLS] = [6, 3, 7, 4];
+/// The residents pool.
+const EVICT: usize = 3;
 const TENANTS: usize = 4;
 const WEIGHTS: [u32; TENANTS] = [1, 2, 1, 3];
 const PROCS: usize = 3;
@@ -44,6 +54,7 @@ fn config() -> Config {
         PoolConfig::new("fixed", 6),
         PoolConfig::per_worker("workers", 1.0, 0),
         PoolConfig::new("floored", 7).floor_percent(30),
+        PoolConfig::new("residents", 4).evicting(),
     ])
 }
 
@@ -54,7 +65,8 @@ fn limits(p: usize, workers: u32) -> (u32, u32) {
     let (cap, pct) = match p {
         0 => (6, 5),
         1 => (workers, 5), // quota 1, min_tickets 0
-        _ => (7, 30),
+        2 => (7, 30),
+        _ => (4, 5),
     };
     (cap, (cap * pct / 100).max(1))
 }
@@ -66,6 +78,10 @@ struct Held {
     pool: usize,
     tenant: usize,
     units: u32,
+    /// A resident's: in a call, its last call (or grant), revoked.
+    in_call: bool,
+    last_call: u64,
+    revoked: bool,
 }
 
 /// The sequential model: seed 000, read literally.
@@ -117,8 +133,24 @@ impl Model {
         }
     }
 
+    /// Whether tenant `t` of pool `p` is under its share at `now`.
+    fn under(&self, p: usize, t: usize, now: u64, workers: u32) -> bool {
+        let (cap, floor) = limits(p, workers);
+        let held = self.held[p][t] as u64;
+        held < floor as u64 || held * self.active_weight(p, now) < cap as u64 * WEIGHTS[t] as u64
+    }
+
+    /// How far past its share tenant `t` is, times the active weight.
+    fn excess(&self, p: usize, t: usize, now: u64, workers: u32) -> i128 {
+        let (cap, floor) = limits(p, workers);
+        let total = self.active_weight(p, now) as i128;
+        self.held[p][t] as i128 * total
+            - (floor as i128 * total).max(cap as i128 * WEIGHTS[t] as i128)
+    }
+
     fn release(&mut self, h: &Held, now: Option<u64>) {
-        self.in_use[h.pool] -= h.units;
+        // A revoked resident's pool unit is its revoker's already.
+        self.in_use[h.pool] -= if h.revoked { 0 } else { h.units };
         self.held[h.pool][h.tenant] -= h.units;
         if let Some(now) = now {
             let l = &mut self.last[h.pool][h.tenant];
@@ -143,7 +175,7 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let r = HeapRegion::new(POOLS, TENANTS, PROCS, LEASES);
+        let r = HeapRegion::new(POOLS, TENANTS, PROCS, LEASES).with_residents();
         let cfg = config();
         capacity::reset(&r, &cfg);
         World {
@@ -205,7 +237,7 @@ impl World {
                 .pool(p)
                 .limits
                 .load(std::sync::atomic::Ordering::Relaxed),
-            evict: false,
+            evict: p == EVICT,
             queued_us: fairshm::server_queue::UNKNOWN,
             quiet,
         };
@@ -224,11 +256,55 @@ impl World {
                 pool: p,
                 tenant: t,
                 units,
+                in_call: false,
+                last_call: self.now,
+                revoked: false,
             }),
+            (Admitted::Granted { lease, desc }, Err(_)) if p == EVICT => {
+                let victims = self.victims(t, model.unwrap_err() == 2);
+                let taken: Vec<(usize, usize)> = (0..PROCS)
+                    .flat_map(|q| (0..self.leases[q].len()).map(move |i| (q, i)))
+                    .filter(|&(q, i)| {
+                        let h = &self.leases[q][i];
+                        !h.revoked
+                            && h.pool == EVICT
+                            && residents::status(&self.r, h.lease, h.generation, "v").unwrap()
+                                == residents::Status::Revoked
+                    })
+                    .collect();
+                assert_eq!(taken.len(), 1, "one resident revoked for a grant");
+                assert!(
+                    victims.contains(&taken[0]),
+                    "t{t} revoked {:?}, the seed's victims are {victims:?}",
+                    self.leases[taken[0].0][taken[0].1]
+                );
+                self.leases[taken[0].0][taken[0].1].revoked = true;
+                self.model.held[p][t] += units; // the victim's tenant counts its unit too
+                self.leases[proc].push(Held {
+                    lease,
+                    generation: desc.generation,
+                    pool: p,
+                    tenant: t,
+                    units,
+                    in_call: false,
+                    last_call: self.now,
+                    revoked: false,
+                });
+            }
             (Admitted::Refused { facts, .. }, Err(reason)) => {
                 let real_reason = match facts.verdict {
                     fairshm::policy::Verdict::Refuse { reason, .. } => reason,
                     v => panic!("a refusal with verdict {v:?}"),
+                };
+                let evict = p == EVICT;
+                if evict {
+                    let victims = self.victims(t, reason == 2);
+                    assert!(victims.is_empty(), "refused with victims {victims:?}");
+                }
+                let reason = if evict {
+                    residents::TOO_MANY_RESIDENTS
+                } else {
+                    reason
                 };
                 assert_eq!(real_reason, reason, "reason at {}: {facts:?}", self.now);
                 assert_eq!(facts.in_use, self.model.in_use[p], "in use seen");
@@ -239,8 +315,9 @@ impl World {
                     "active weight at {}",
                     self.now
                 );
-                // A quiet try decides the same and is not counted.
-                self.refused[p][t] += u64::from(!quiet);
+                // A quiet try decides the same and is not counted; a residents pool
+                // counts `too_many_residents` apart.
+                self.refused[p][t] += u64::from(!quiet && !evict);
                 let counted: u64 = self
                     .r
                     .tenant_pool(p, ti)
@@ -258,6 +335,69 @@ impl World {
                  (in use {:?}, held {:?})",
                 self.now, self.model.in_use, self.model.held
             ),
+        }
+    }
+
+    /// The residents seed 000 lets tenant `t` put to sleep, as `(process, index)`:
+    /// `over` its share, its own idlest; under it, the idlest of the tenant furthest
+    /// over its share among those with residents not in a call (ties: any of the
+    /// oldest last call).
+    fn victims(&self, t: usize, over: bool) -> Vec<(usize, usize)> {
+        let (now, workers) = (self.now, self.workers());
+        let all: Vec<(usize, usize, &Held)> = (0..PROCS)
+            .flat_map(|q| {
+                self.leases[q]
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, h)| (q, i, h))
+            })
+            .filter(|(_, _, h)| h.pool == EVICT && !h.revoked && !h.in_call)
+            .collect();
+        let tenants: Vec<usize> = if over {
+            vec![t]
+        } else {
+            let over_share: Vec<usize> = (0..TENANTS)
+                .filter(|&v| v != t && !self.model.under(EVICT, v, now, workers))
+                .filter(|&v| all.iter().any(|(_, _, h)| h.tenant == v))
+                .collect();
+            let most = over_share
+                .iter()
+                .map(|&v| self.model.excess(EVICT, v, now, workers))
+                .max();
+            over_share
+                .into_iter()
+                .filter(|&v| Some(self.model.excess(EVICT, v, now, workers)) == most)
+                .collect()
+        };
+        let of = |h: &Held| tenants.contains(&h.tenant);
+        let oldest = all.iter().filter(|x| of(x.2)).map(|x| x.2.last_call).min();
+        all.iter()
+            .filter(|x| of(x.2) && Some(x.2.last_call) == oldest)
+            .map(|x| (x.0, x.1))
+            .collect()
+    }
+
+    /// Begins or ends a call on a resident, or finds a revoked one revoked.
+    fn call(&mut self, proc: usize, which: usize) {
+        if self.leases[proc].is_empty() {
+            return;
+        }
+        let i = which % self.leases[proc].len();
+        let now = self.now;
+        let h = &mut self.leases[proc][i];
+        if h.pool != EVICT {
+            return;
+        }
+        let (r, l, g) = (&self.r, h.lease, h.generation);
+        if h.revoked {
+            let e = residents::begin_call(r, l, g, now, "x").expect_err("revoked");
+            assert!(matches!(e, fairshm::Error::Revoked { .. }), "{e:?}");
+        } else if h.in_call {
+            residents::end_call(r, l, g, now, "x").expect("in a call");
+            (h.in_call, h.last_call) = (false, now);
+        } else {
+            residents::begin_call(r, l, g, now, "x").expect("idle");
+            (h.in_call, h.last_call) = (true, now);
         }
     }
 
@@ -287,7 +427,7 @@ impl World {
         capacity::recompute(&self.r, &self.cfg);
         let mut returned = [0u64; POOLS];
         for h in std::mem::take(&mut self.leases[proc]) {
-            returned[h.pool] += h.units as u64;
+            returned[h.pool] += if h.revoked { 0 } else { h.units as u64 };
             self.model.release(&h, None); // a reaper's release is not the tenant's activity
         }
         assert_eq!(reaped.units_returned, returned.to_vec(), "units returned");
@@ -336,18 +476,20 @@ fuzz_target!(|data: &[u8]| {
     let mut w = World::new();
     for c in data.chunks_exact(3) {
         let (op, a, b) = (c[0], c[1] as usize, c[2]);
-        match op % 5 {
+        let pool = (b as usize >> 4) % POOLS;
+        match op % 6 {
             0 | 1 => w.acquire(
                 a % PROCS,
                 (a >> 2) % TENANTS,
-                (b as usize >> 4) % POOLS,
-                1 + b as u32 % 3,
+                pool,
+                if pool == EVICT { 1 } else { 1 + b as u32 % 3 },
                 op >= 128, // a waiter's later try
             ),
             2 => w.release(a % PROCS, b as usize),
             3 if a % 2 == 1 => w.now = w.now.saturating_sub(8 * b as u64).max(1),
             3 => w.now += 8 * b as u64,
-            _ => w.kill(a % PROCS),
+            4 => w.kill(a % PROCS),
+            _ => w.call(a % PROCS, b as usize),
         }
         w.check();
     }
