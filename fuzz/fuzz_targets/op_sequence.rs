@@ -435,11 +435,11 @@ impl World {
 
     fn check(&self) {
         let r = &self.r;
-        for p in 0..POOLS {
+        for (p, &most) in MOST.iter().enumerate() {
             let in_use =
                 pool_word::in_use(r.pool(p).word.load(std::sync::atomic::Ordering::SeqCst));
             assert_eq!(in_use, self.model.in_use[p], "pool {p} in use");
-            assert!(in_use <= MOST[p], "pool {p} over capacity");
+            assert!(in_use <= most, "pool {p} over capacity");
             let stored = r.pool(p).limits.load(std::sync::atomic::Ordering::SeqCst);
             let (cap, floor) = limits(p, self.workers());
             assert_eq!(
