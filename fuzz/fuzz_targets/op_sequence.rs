@@ -249,17 +249,21 @@ impl World {
                 self.now
             );
         }
+        let now = self.now;
+        let held = |lease, desc: fairshm::ops::Desc| Held {
+            lease,
+            generation: desc.generation,
+            pool: p,
+            tenant: t,
+            units,
+            in_call: false,
+            last_call: now,
+            revoked: false,
+        };
         match (real, model) {
-            (Admitted::Granted { lease, desc }, Ok(())) => self.leases[proc].push(Held {
-                lease,
-                generation: desc.generation,
-                pool: p,
-                tenant: t,
-                units,
-                in_call: false,
-                last_call: self.now,
-                revoked: false,
-            }),
+            (Admitted::Granted { lease, desc }, Ok(())) => {
+                self.leases[proc].push(held(lease, desc))
+            }
             (Admitted::Granted { lease, desc }, Err(_)) if p == EVICT => {
                 let victims = self.victims(t, model.unwrap_err() == 2);
                 let taken: Vec<(usize, usize)> = (0..PROCS)
@@ -280,16 +284,7 @@ impl World {
                 );
                 self.leases[taken[0].0][taken[0].1].revoked = true;
                 self.model.held[p][t] += units; // the victim's tenant counts its unit too
-                self.leases[proc].push(Held {
-                    lease,
-                    generation: desc.generation,
-                    pool: p,
-                    tenant: t,
-                    units,
-                    in_call: false,
-                    last_call: self.now,
-                    revoked: false,
-                });
+                self.leases[proc].push(held(lease, desc));
             }
             (Admitted::Refused { facts, .. }, Err(reason)) => {
                 let real_reason = match facts.verdict {
