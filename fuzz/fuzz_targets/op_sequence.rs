@@ -171,6 +171,9 @@ struct World {
     /// The refusals each tenant's record should count per pool: a quiet try's (a
     /// waiter's later try) are not.
     refused: [[u64; TENANTS]; POOLS],
+    /// Per tenant of the residents pool: residents its acquires revoked, its residents
+    /// revoked, and its counted `too_many_residents` refusals.
+    evicted: [[u64; 3]; TENANTS],
 }
 
 impl World {
@@ -188,6 +191,7 @@ impl World {
             now: 1,
             pid: 1000,
             refused: [[0; TENANTS]; POOLS],
+            evicted: [[0; 3]; TENANTS],
         }
     }
 
@@ -283,6 +287,8 @@ impl World {
                     self.leases[taken[0].0][taken[0].1]
                 );
                 self.leases[taken[0].0][taken[0].1].revoked = true;
+                self.evicted[t][0] += 1;
+                self.evicted[self.leases[taken[0].0][taken[0].1].tenant][1] += 1;
                 self.model.held[p][t] += units; // the victim's tenant counts its unit too
                 self.leases[proc].push(held(lease, desc));
             }
@@ -313,6 +319,7 @@ impl World {
                 // A quiet try decides the same and is not counted; a residents pool
                 // counts `too_many_residents` apart.
                 self.refused[p][t] += u64::from(!quiet && !evict);
+                self.evicted[t][2] += u64::from(!quiet && evict);
                 let counted: u64 = self
                     .r
                     .tenant_pool(p, ti)
@@ -430,6 +437,18 @@ impl World {
 
     fn check(&self) {
         let r = &self.r;
+        for (t, want) in self.evicted.iter().enumerate() {
+            let Some(ti) = self.tenant_idx[t] else {
+                continue;
+            };
+            let tp = r.tenant_pool(EVICT, ti);
+            let got = [&tp.evictions, &tp.revoked, &tp.too_many_residents]
+                .map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+            assert_eq!(
+                &got, want,
+                "t{t}'s evictions, residents revoked, too_many_residents"
+            );
+        }
         for (p, &most) in MOST.iter().enumerate() {
             let in_use =
                 pool_word::in_use(r.pool(p).word.load(std::sync::atomic::Ordering::SeqCst));
