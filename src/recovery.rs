@@ -191,14 +191,6 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
     }
     crate::tenants::clear_writer(r, s);
     take_out_waiters(r, s);
-    // A tenant whose units a reaper gave back may have left the active set at once (its
-    // last own activity can be long past): the pool's next decision counts again.
-    for (p, &units) in out.units_returned.iter().enumerate() {
-        if units > 0 {
-            // Relaxed: a priority input (see `admission::touch`).
-            r.pool(p).rescan_at_ms.store(0, Relaxed);
-        }
-    }
     out
 }
 
@@ -292,26 +284,17 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                     ops::finish_release_reporting(r, l, generation)?
                 };
                 out.leases_released += 1;
-                if to_pool {
-                    if let Some(u) = out.units_returned.get_mut(d.pool as usize) {
-                        *u += d.units as u64;
-                    }
-                } else if (d.pool as usize) < r.geometry().pools {
-                    // A revoked resident's unit is its revoker's: only its tenant's held
-                    // unit came back, not the pool's. That tenant may have left the
-                    // active set with it, as after any unit a reaper gives back (see
-                    // `reap_slot`). Relaxed: a priority input (see `admission::touch`).
-                    r.pool(d.pool as usize).rescan_at_ms.store(0, Relaxed);
-                }
+                // A revoked resident's unit is its revoker's: only its tenant's held
+                // unit came back, not the pool's.
+                let units = if to_pool { d.units } else { 0 };
+                gave_back(r, out, d.pool as usize, units);
                 return Ok(());
             }
             ls::ACQUIRING => {
                 if let Some(returned) = undo_acquire(r, l, generation)? {
                     out.in_flight += 1;
-                    if let Some((p, units)) = returned
-                        && let Some(u) = out.units_returned.get_mut(p)
-                    {
-                        *u += units as u64;
+                    if let Some((p, units)) = returned {
+                        gave_back(r, out, p, units);
                     }
                     return Ok(());
                 }
@@ -319,6 +302,19 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
             }
             _ => return Err(Error::Corrupt(format!("lease {l} has state word {sw:#x}"))),
         }
+    }
+}
+
+/// Notes that a reaper gave back a tenant's held units in pool `p`, and `units` to the
+/// pool itself (0 for a revoked resident's, whose unit is its revoker's). That tenant
+/// may have left the active set at once (its last own activity can be long past), so
+/// the pool's next decision counts the set again. A pool out of the report's range (a
+/// lease naming garbage) is skipped.
+fn gave_back<R: Region>(r: &R, out: &mut Reaped, p: usize, units: u32) {
+    if let Some(u) = out.units_returned.get_mut(p) {
+        *u += units as u64;
+        // Relaxed: a priority input (see `admission::touch`).
+        r.pool(p).rescan_at_ms.store(0, Relaxed);
     }
 }
 

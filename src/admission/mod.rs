@@ -444,12 +444,13 @@ pub fn release<R: Region>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::layout::pair;
     use crate::region::HeapRegion;
 
-    fn attempt(tenant: usize, weight: u32, now: u64) -> Attempt {
+    /// An attempt of 1 unit of pool 0 (2 permits, floor 1) by `tenant` at `now`.
+    pub(crate) fn attempt(tenant: usize, weight: u32, now: u64) -> Attempt {
         Attempt {
             pool: 0,
             tenant,

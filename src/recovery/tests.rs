@@ -1,6 +1,7 @@
 //! A reap's report of what went back.
 
 use super::{Reaper, reap_slot, take_out_waiters};
+use crate::admission::tests::attempt;
 use crate::admission::{self, Admitted, Attempt};
 use crate::layout::{held_word, pair, pool_word};
 use crate::region::{HeapRegion, Region};
@@ -9,20 +10,10 @@ use crate::sync::Ordering::SeqCst;
 /// One resident of pool 0 (an `evict` pool of 1) for tenant `tenant` by slot `slot`.
 fn spawn(r: &HeapRegion, slot: usize, tenant: usize, now: u64) -> usize {
     let a = Attempt {
-        pool: 0,
-        tenant,
-        units: 1,
-        hold_ms: 0,
-        now,
-        window_ms: 1000,
-        weight: 1,
-        tid: 1,
-        pid: 1,
-        log: false,
         limits: pair::make(1, 1),
         evict: true,
-        queued_us: crate::server_queue::UNKNOWN,
-        quiet: false,
+        log: false,
+        ..attempt(tenant, 1, now)
     };
     match admission::try_acquire(r, slot, 0, &a, None).unwrap() {
         Admitted::Granted { lease, .. } => lease,

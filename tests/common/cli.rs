@@ -202,19 +202,26 @@ pub fn sample(s: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)
 /// reader's process is killed, or at once once it has the lines, so that a test may
 /// fork after this without a second thread).
 pub fn read_lines(r: impl Read + Send + 'static, n: usize) -> Vec<String> {
+    let (h, lines) = reader(r, n);
+    let out = lines.take(n);
+    if out.len() == n {
+        h.join().unwrap();
+    }
+    out
+}
+
+/// A thread sending the first `most` lines of `r` as they come (it ends at the end of
+/// `r`, after `most` lines, or once the receiver is gone), and their receiving end.
+fn reader(r: impl Read + Send + 'static, most: usize) -> (std::thread::JoinHandle<()>, Lines) {
     let (tx, rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
-        for l in BufReader::new(r).lines().take(n) {
+        for l in BufReader::new(r).lines().take(most) {
             if tx.send(l.unwrap_or_default()).is_err() {
                 break;
             }
         }
     });
-    let out = Lines(rx).take(n);
-    if out.len() == n {
-        h.join().unwrap();
-    }
-    out
+    (h, Lines(rx))
 }
 
 /// The lines of a running command's output, read on a thread of [`Running`] as they
@@ -272,20 +279,12 @@ impl Running {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("run shmtool");
-        let out = child.stdout.take().expect("piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for l in BufReader::new(out).lines() {
-                if tx.send(l.unwrap_or_default()).is_err() {
-                    break;
-                }
-            }
-        });
+        let (h, lines) = reader(child.stdout.take().expect("piped"), usize::MAX);
         let running = Running {
             child,
-            reader: Some(reader),
+            reader: Some(h),
         };
-        (running, Lines(rx))
+        (running, lines)
     }
 }
 
