@@ -135,10 +135,7 @@ fn crash_execution(k: usize) -> Option<&'static str> {
         }
         Some((_, _, Transferred::Lost)) => {}
         None => {
-            let mut out = crate::recovery::Reaped {
-                units_returned: vec![0],
-                ..Default::default()
-            };
+            let mut out = crate::recovery::Reaped::new(ASKER_SLOT, 0, 1);
             crate::recovery::resolve_lease(&*r, ASKER_SLOT, &mut out);
             assert_eq!(out.quarantined, 0);
         }

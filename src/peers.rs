@@ -114,13 +114,18 @@ fn sweep(seg: &Segment, me: usize, reaper: Reaper) -> usize {
 }
 
 /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the units
-/// that came back (the guaranteed pools' too).
+/// that came back (the guaranteed pools' too). A fair pool's waiters are woken for the
+/// units taken off its tenants' holds, a revoked resident's among them: its pool unit
+/// is its revoker's, but its tenant, holding less, may now be under its share.
 pub fn announce(seg: &Segment, out: &[Reaped]) {
     if out.is_empty() {
         return;
     }
     crate::capacity::recompute(seg, seg.config());
-    for (p, &units) in out.iter().flat_map(|r| r.units_returned.iter().enumerate()) {
+    for (p, &units) in out
+        .iter()
+        .flat_map(|r| r.held_units_returned.iter().enumerate())
+    {
         if units > 0 {
             waiting::released(seg.pool(p), units.min(u32::MAX as u64) as u32);
         }

@@ -34,6 +34,11 @@ pub struct Reaped {
     /// Units returned to each pool, by index (a revoked resident's lease gives back its
     /// tenant's held unit only: the pool's is its revoker's, so it is not counted here).
     pub units_returned: Vec<u64>,
+    /// Units taken off the tenants' holds in each pool, by index: those of
+    /// `units_returned`, and a revoked resident's unit besides. A tenant that holds less
+    /// can be admitted where it was past its share, so the pool's waiters are woken for
+    /// these (see `peers::announce`).
+    pub held_units_returned: Vec<u64>,
     /// Units returned, per guaranteed pool index.
     pub guaranteed_units_returned: Vec<u64>,
     /// Acquires in flight that were finished or dropped.
@@ -52,6 +57,20 @@ pub struct Reaper {
     pub start_time: u64,
     /// A `layout::noticed` code.
     pub how: u32,
+}
+
+impl Reaped {
+    /// An empty report for slot `slot` of process `pid`, with a count for each of
+    /// `pools` fair pools.
+    pub fn new(slot: usize, pid: u32, pools: usize) -> Reaped {
+        Reaped {
+            slot,
+            pid,
+            units_returned: vec![0; pools],
+            held_units_returned: vec![0; pools],
+            ..Reaped::default()
+        }
+    }
 }
 
 impl Reaper {
@@ -171,12 +190,7 @@ pub fn retire_slot<R: Region>(
 /// Walks the lease range of slot `s`, taken (`REAPING`) by the caller.
 fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
     let geo = *r.geometry();
-    let mut out = Reaped {
-        slot: s,
-        pid,
-        units_returned: vec![0; geo.pools],
-        ..Reaped::default()
-    };
+    let mut out = Reaped::new(s, pid, geo.pools);
     for l in s * geo.leases_per_proc..(s + 1) * geo.leases_per_proc {
         resolve_lease(r, l, &mut out);
     }
@@ -286,15 +300,14 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                 out.leases_released += 1;
                 // A revoked resident's unit is its revoker's: only its tenant's held
                 // unit came back, not the pool's.
-                let units = if to_pool { d.units } else { 0 };
-                gave_back(r, out, d.pool as usize, units);
+                gave_back(r, out, d.pool as usize, d.units, to_pool);
                 return Ok(());
             }
             ls::ACQUIRING => {
                 if let Some(returned) = undo_acquire(r, l, generation)? {
                     out.in_flight += 1;
                     if let Some((p, units)) = returned {
-                        gave_back(r, out, p, units);
+                        gave_back(r, out, p, units, true);
                     }
                     return Ok(());
                 }
@@ -305,17 +318,24 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
     }
 }
 
-/// Notes that a reaper gave back a tenant's held units in pool `p`, and `units` to the
-/// pool itself (0 for a revoked resident's, whose unit is its revoker's). That tenant
-/// may have left the active set at once (its last own activity can be long past), so
-/// the pool's next decision counts the set again. A pool out of the report's range (a
-/// lease naming garbage) is skipped.
-fn gave_back<R: Region>(r: &R, out: &mut Reaped, p: usize, units: u32) {
-    if let Some(u) = out.units_returned.get_mut(p) {
-        *u += units as u64;
-        // Relaxed: a priority input (see `admission::touch`).
-        r.pool(p).rescan_at_ms.store(0, Relaxed);
+/// Notes that a reaper gave back `units` of a tenant's holds in pool `p`, and to the
+/// pool itself unless `!to_pool` (a revoked resident's unit is its revoker's). That
+/// tenant may have left the active set at once (its last own activity can be long
+/// past), so the pool's next decision counts the set again. A pool out of the
+/// report's range (a lease naming garbage) is skipped.
+fn gave_back<R: Region>(r: &R, out: &mut Reaped, p: usize, units: u32, to_pool: bool) {
+    let (Some(pool), Some(held)) = (
+        out.units_returned.get_mut(p),
+        out.held_units_returned.get_mut(p),
+    ) else {
+        return;
+    };
+    if to_pool {
+        *pool += units as u64;
     }
+    *held += units as u64;
+    // Relaxed: a priority input (see `admission::touch`).
+    r.pool(p).rescan_at_ms.store(0, Relaxed);
 }
 
 /// Undoes what an interrupted acquire of lease `l` made. `None` if its state word

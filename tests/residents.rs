@@ -393,3 +393,89 @@ fn the_decision_log_replays_evictions_and_too_many_residents() {
     bad[2].entry.outcome = 2;
     assert_eq!(fairshm::decisions::replay(&bad).len(), 1);
 }
+
+/// A reap that gives back only a revoked resident returns no pool unit (that unit is
+/// its revoker's), but its tenant now holds one less, which can admit that tenant's
+/// waiter where it was past its share: the reap wakes the pool's waiters for it, as
+/// the owner's own release of a revoked resident does. Pool of 8, floor 1.
+#[test]
+fn reaping_a_revoked_resident_wakes_its_tenants_waiter() {
+    let seg = Seg::new("res-reap-wake");
+    let cfg = Config::with_pools(vec![
+        PoolConfig::new("residents", 8)
+            .evicting()
+            .evict_wait_ms(10_000),
+    ]);
+    let t = seg.create(&cfg);
+    // Only a wake ends the waiter's sleep early: its own backup sweep is far off.
+    t.set_sweep_interval(Duration::from_secs(60));
+    let name = seg.name.clone();
+    // The child's resident of "v" is the one that gets revoked (the idlest, not in a
+    // call); the child stays alive until killed.
+    let mut children = common::Children(vec![fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        let l = t
+            .try_acquire(&Request::new("residents", "v"))
+            .unwrap()
+            .unwrap();
+        std::mem::forget(l);
+        std::thread::sleep(Duration::from_secs(30));
+        0
+    })]);
+    let child = children.0[0];
+    common::wait_until(
+        Some(child),
+        "the child's resident",
+        Duration::from_millis(1),
+        || t.snapshot().held("residents", "v") == 1,
+    );
+    let get = |tenant: &str| {
+        t.try_acquire(&Request::new("residents", tenant))
+            .unwrap()
+            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
+    };
+    let v: Vec<_> = (0..3).map(|_| get("v")).collect();
+    for l in &v {
+        l.begin_call().unwrap();
+    }
+    let w: Vec<_> = (0..3).map(|_| get("w")).collect();
+    let x1 = get("x");
+    // Full: v 4, w 3, x 1 of a share of 2 each. x, under it, evicts the idlest of v,
+    // the furthest over: the child's.
+    let x2 = get("x");
+    assert_eq!(revoked(&v), [false; 3]);
+    let snap = t.snapshot();
+    assert_eq!(snap.pool("residents").unwrap().in_use, 8);
+    assert_eq!(snap.held("residents", "v"), 4, "the revoked one counts");
+    // w leaves: once out of the window, v and x share 4 each; x takes two more.
+    drop(w);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let x34 = [get("x"), get("x")];
+    assert_eq!(t.snapshot().pool("residents").unwrap().in_use, 7);
+    std::thread::scope(|s| {
+        // v holds its share of 4 (its revoked one counted): past it, refused at
+        // in_use 7 (8 less the floor), with nothing of its own to evict.
+        let waiter = s.spawn(|| {
+            let got = t.acquire(&Request::new("residents", "v"), Duration::from_secs(10));
+            (got.map(|r| r.is_ok()), Instant::now())
+        });
+        common::wait_until(Some(child), "v's waiter", Duration::from_millis(1), || {
+            t.snapshot()
+                .pool("residents")
+                .is_some_and(|p| p.waiters > 0)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let killed = Instant::now();
+        assert_eq!(children.kill_all(), [128 + 9]);
+        // The parent's anchor reaps the child: v holds 3, under its share, and 7 < 8.
+        let (granted, at) = waiter.join().unwrap();
+        assert!(granted.unwrap(), "v's waiter granted");
+        let after = at.duration_since(killed);
+        assert!(
+            after < Duration::from_secs(5),
+            "woken {after:?} after the death, not by the reap"
+        );
+    });
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+    drop((x1, x2, x34, v));
+}

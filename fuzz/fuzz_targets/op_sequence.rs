@@ -427,12 +427,19 @@ impl World {
             .expect("the slot was live");
         // As a reaper does after a reap: a worker fewer, a ticket fewer.
         capacity::recompute(&self.r, &self.cfg);
-        let mut returned = [0u64; POOLS];
+        let (mut returned, mut held) = ([0u64; POOLS], [0u64; POOLS]);
         for h in std::mem::take(&mut self.leases[proc]) {
             returned[h.pool] += if h.revoked { 0 } else { h.units as u64 };
+            held[h.pool] += h.units as u64;
             self.model.release(&h, None); // a reaper's release is not the tenant's activity
         }
         assert_eq!(reaped.units_returned, returned.to_vec(), "units returned");
+        // Every unit its tenants held, a revoked resident's too: what waiters wake for.
+        assert_eq!(
+            reaped.held_units_returned,
+            held.to_vec(),
+            "held units returned"
+        );
     }
 
     fn check(&self) {

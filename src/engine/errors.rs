@@ -159,10 +159,7 @@ impl Engine {
             _ => p,
         };
         let tid = crate::selfid::tid();
-        let mut out = Reaped {
-            units_returned: vec![0; geo.pools],
-            ..Reaped::default()
-        };
+        let mut out = Reaped::new(slot, crate::selfid::pid(), geo.pools);
         let range = slot * geo.leases_per_proc..(slot + 1) * geo.leases_per_proc;
         for k in range {
             let lease = self.seg.lease(k);

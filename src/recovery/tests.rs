@@ -45,6 +45,7 @@ fn a_reaped_revoked_resident_reports_no_pool_unit_returned() {
     // Its release gave back the tenant's unit only: the pool's is the revoker's.
     assert_eq!(counts(&r), (1, 0, 1));
     assert_eq!(dead.units_returned, vec![0], "no pool unit came back");
+    assert_eq!(dead.held_units_returned, vec![1], "its tenant's unit did");
     // Its tenant may have left the active set with its unit: the next decision counts.
     assert_eq!(r.pool(0).rescan_at_ms.load(SeqCst), 0, "a recount is due");
     // The revoker's own resident, reaped, does give its unit back.
@@ -53,6 +54,7 @@ fn a_reaped_revoked_resident_reports_no_pool_unit_returned() {
         .expect("a live slot");
     assert_eq!(counts(&r), (0, 0, 0));
     assert_eq!(dead.units_returned, vec![1]);
+    assert_eq!(dead.held_units_returned, vec![1]);
 }
 
 #[test]

@@ -394,6 +394,7 @@ mod tests {
             slot: 3,
             pid: 42,
             leases_released: leases,
+            held_units_returned: units.clone(),
             units_returned: units,
             guaranteed_units_returned: guaranteed,
             in_flight: 0,
