@@ -64,6 +64,18 @@ impl Drop for Announced<'_> {
     }
 }
 
+/// When pool `rec`'s active set is next recounted (`rescan_at_ms`: the earliest instant
+/// a counted tenant's window can end, at most a window ahead), as an instant of the
+/// clock `now` is of; 1 ms ahead when that is due already (a recount by another
+/// process in flight, or one a reaper asked for, which the next try makes).
+fn next_recount(rec: &PoolRec, now: Instant) -> Instant {
+    // Relaxed: a priority input (see `admission::active`); a stale value only moves
+    // this try earlier or later, never past the deadline or the sweep.
+    let at = rec.rescan_at_ms.load(Relaxed);
+    let ms = at.saturating_sub(clock::segment_now()).max(1);
+    clock::after(now, Duration::from_millis(ms))
+}
+
 /// Acquires `units` of `pool` for `tenant`, waiting up to `timeout`; sweeps for dead
 /// processes every `sweep` as the backup to the kernel's death wake. `Ok(Err(..))` says
 /// why it gave up and how long it waited.
@@ -226,6 +238,13 @@ pub(crate) fn acquire(
         };
         let behind = waiting::watch::watch(seg, engine.process_slot()?, Some(p), room, &mut watch);
         let until = deadline.min(next_sweep);
+        // Past its share, the tenant may be admitted with nothing released, when
+        // another leaves the active set and the shares grow: no release wakes it then,
+        // so it sleeps no longer than the pool's next recount of the set.
+        let until = match class {
+            Class::Over => until.min(next_recount(rec, now)),
+            Class::Under => until,
+        };
         if behind.dying > 0 {
             announced = None; // not while we reap: our own releases need not wake us
             // A process died: reap it now. If it is still exiting (its anchor went
