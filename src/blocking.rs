@@ -76,6 +76,35 @@ fn next_recount(rec: &PoolRec, now: Instant) -> Instant {
     clock::after(now, Duration::from_millis(ms))
 }
 
+/// The sleep of a request refused by tenant `t`'s rates, until `until` (its token, or
+/// the wait's end), a cancellation, or a change of the tenant's rates: a rate set
+/// meanwhile applies to it at once (lifted or raised, it may be admitted sooner). No
+/// futex is woken by a change of rates, so the sleep looks at them every `sweep`,
+/// without asking again (an ask would count another refusal).
+fn sleep_for_token(
+    seg: &crate::segment::Segment,
+    t: usize,
+    until: Instant,
+    sweep: Duration,
+    cancel: Option<&Cancel>,
+) {
+    let rates = crate::rates::limits(seg, t);
+    loop {
+        let now = Instant::now();
+        let part = until.min(clock::after(now, sweep));
+        match cancel {
+            Some(c) => waiting::sleep_on(&[c.watch()], part),
+            None => std::thread::sleep(part.saturating_duration_since(now)),
+        }
+        if Instant::now() >= until
+            || cancel.is_some_and(Cancel::is_cancelled)
+            || crate::rates::limits(seg, t) != rates
+        {
+            return;
+        }
+    }
+}
+
 /// Acquires `units` of `pool` for `tenant`, waiting up to `timeout`; sweeps for dead
 /// processes every `sweep` as the backup to the kernel's death wake. `Ok(Err(..))` says
 /// why it gave up and how long it waited.
@@ -196,14 +225,10 @@ pub(crate) fn acquire(
         }
         if let Some(token) = token {
             // Refused by the tenant's rates: no release of the pool changes that, only
-            // time does. Sleep until its token (before the deadline, or this is a
-            // slice), then try again.
+            // time does, or a change of the rates. Sleep until its token (before the
+            // deadline, or this is a slice), then try again.
             announced = None; // no release is ours to wait for
-            let until = deadline.min(token);
-            match cancel {
-                Some(c) => waiting::sleep_on(&[c.watch()], until),
-                None => std::thread::sleep(until.saturating_duration_since(now)),
-            }
+            sleep_for_token(seg, tenant.index(), deadline.min(token), sweep, cancel);
             continue;
         }
         if announced.is_none() {

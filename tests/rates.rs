@@ -300,6 +300,37 @@ fn a_blocking_acquire_waits_for_its_token() {
     assert_eq!(r.reason, Reason::RateLimited, "{r}");
 }
 
+/// A rate set while a blocking acquire sleeps for its token applies to it within its
+/// sweep interval, without asking again meanwhile: lifted, the request is granted then,
+/// not when the old debt would have been paid.
+#[test]
+fn a_rate_lifted_while_a_request_waits_applies_to_it() {
+    let seg = Seg::new("rates-lift");
+    let t = seg.create(&one_pool(4));
+    t.set_rates("acme", 0, 1_000).unwrap(); // 1 ms a unit
+    assert!(t.charge("acme", 9_000).unwrap() > 7_000, "8 s of debt");
+    let req = Request::new("requests", "acme");
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let start = Instant::now();
+            let got = t.acquire(&req, Duration::from_secs(20)).unwrap();
+            (got.is_ok(), start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        t.set_rates("acme", 0, 0).unwrap();
+        let (granted, waited) = waiter.join().unwrap();
+        assert!(granted, "granted once the rate was lifted");
+        assert!(
+            waited < Duration::from_secs(4),
+            "waited {waited:?}: for the old debt, not for the rate as set"
+        );
+    });
+    // Its one refusal is counted, not one for each look at the rates.
+    let s = t.snapshot();
+    let me = s.tenants.iter().find(|x| x.name == "acme").unwrap();
+    assert_eq!(me.rates.work_debt_refusals, 1);
+}
+
 /// A request that passes its rate and is refused by the pool has used its token (the
 /// rate counts the requests that arrive): the next one, at the same instant, with room
 /// in the pool, is refused by the rate.
