@@ -83,6 +83,24 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
         if !returned.is_empty() {
             let _ = write!(out, "; returned {}", returned.join(", "));
         }
+        // A revoked resident's unit went back to its tenant's count only.
+        let revoked = r
+            .held_units_returned
+            .iter()
+            .zip(&r.units_returned)
+            .enumerate()
+            .filter(|(_, (held, pool))| held > pool);
+        for (i, (held, pool)) in revoked {
+            let name = cfg
+                .pools
+                .get(i)
+                .map_or(format!("pool #{i}"), |p| format!("{:?}", p.name));
+            let _ = write!(
+                out,
+                "; {} of {name} held by revoked residents, not returned (their revokers' now)",
+                plural(held - pool, "unit")
+            );
+        }
         if r.quarantined > 0 {
             let _ = write!(
                 out,
@@ -394,7 +412,7 @@ mod tests {
             slot: 3,
             pid: 42,
             leases_released: leases,
-            held_units_returned: units.clone(),
+            held_units_returned: units.iter().map(|u| u + 2 * (*u == 7) as u64).collect(),
             units_returned: units,
             guaranteed_units_returned: guaranteed,
             in_flight: 0,
@@ -404,6 +422,8 @@ mod tests {
             &[
                 r(1, vec![1, 0, 0, 0], vec![0], 0),
                 r(3, vec![2, 0, 0, 1], vec![40], 1),
+                // Two revoked residents besides 7 units of its own.
+                r(11, vec![0, 0, 7, 0], vec![0], 0),
             ],
             &cfg,
         );
@@ -413,7 +433,10 @@ mod tests {
              \"requests\"\n\
              pid 42 (slot 3): 3 leases released, 0 in flight finished; returned 2 units of \
              \"requests\", 1 unit of \"flights\", 40 units of \"llm\"; 1 lease quarantined, \
-             unreadable (`shmtool check` names them)\n"
+             unreadable (`shmtool check` names them)\n\
+             pid 42 (slot 3): 11 leases released, 0 in flight finished; returned 7 units of \
+             \"residents\"; 2 units of \"residents\" held by revoked residents, not \
+             returned (their revokers' now)\n"
         );
     }
 
