@@ -57,19 +57,21 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
         return "no dead process held anything\n".to_owned();
     }
     let mut out = String::new();
+    let fair: Vec<_> = cfg.pools.iter().map(|p| &p.name).collect();
+    let guaranteed: Vec<_> = cfg.guaranteed.iter().map(|g| &g.name).collect();
+    let name = |names: &[&String], i: usize| {
+        names
+            .get(i)
+            .map_or(format!("pool #{i}"), |n| format!("{n:?}"))
+    };
     for r in freed {
         let mut returned = Vec::new();
-        let fair = cfg.pools.iter().map(|p| &p.name);
-        let guaranteed = cfg.guaranteed.iter().map(|g| &g.name);
         for (names, units) in [
-            (fair.collect::<Vec<_>>(), &r.units_returned),
-            (guaranteed.collect(), &r.guaranteed_units_returned),
+            (&fair, &r.units_returned),
+            (&guaranteed, &r.guaranteed_units_returned),
         ] {
             for (i, &u) in units.iter().enumerate().filter(|(_, u)| **u > 0) {
-                let name = names
-                    .get(i)
-                    .map_or(format!("pool #{i}"), |n| format!("{n:?}"));
-                returned.push(format!("{} of {name}", plural(u, "unit")));
+                returned.push(format!("{} of {}", plural(u, "unit"), name(names, i)));
             }
         }
         let _ = write!(
@@ -91,14 +93,11 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
             .enumerate()
             .filter(|(_, (held, pool))| held > pool);
         for (i, (held, pool)) in revoked {
-            let name = cfg
-                .pools
-                .get(i)
-                .map_or(format!("pool #{i}"), |p| format!("{:?}", p.name));
             let _ = write!(
                 out,
-                "; {} of {name} held by revoked residents, not returned (their revokers' now)",
-                plural(held - pool, "unit")
+                "; {} of {} held by revoked residents, not returned (their revokers' now)",
+                plural(held - pool, "unit"),
+                name(&fair, i)
             );
         }
         if r.quarantined > 0 {
@@ -412,7 +411,7 @@ mod tests {
             slot: 3,
             pid: 42,
             leases_released: leases,
-            held_units_returned: units.iter().map(|u| u + 2 * (*u == 7) as u64).collect(),
+            held_units_returned: units.clone(),
             units_returned: units,
             guaranteed_units_returned: guaranteed,
             in_flight: 0,
@@ -422,8 +421,11 @@ mod tests {
             &[
                 r(1, vec![1, 0, 0, 0], vec![0], 0),
                 r(3, vec![2, 0, 0, 1], vec![40], 1),
-                // Two revoked residents besides 7 units of its own.
-                r(11, vec![0, 0, 7, 0], vec![0], 0),
+                // Two units of revoked residents besides 7 of its own.
+                Reaped {
+                    held_units_returned: vec![0, 0, 9, 0],
+                    ..r(11, vec![0, 0, 7, 0], vec![0], 0)
+                },
             ],
             &cfg,
         );
