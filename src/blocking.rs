@@ -265,10 +265,12 @@ pub(crate) fn acquire(
         let until = deadline.min(next_sweep);
         // Past its share, the tenant may be admitted with nothing released, when
         // another leaves the active set and the shares grow: no release wakes it then,
-        // so it sleeps no longer than the pool's next recount of the set.
-        let until = match class {
-            Class::Over => until.min(next_recount(rec, now)),
-            Class::Under => until,
+        // so it sleeps no longer than the pool's next recount of the set. (So does a
+        // spawn with nothing to evict, which may have been past its share too.)
+        let until = if class == Class::Over || last.reason == Reason::TooManyResidents {
+            until.min(next_recount(rec, now))
+        } else {
+            until
         };
         if behind.dying > 0 {
             announced = None; // not while we reap: our own releases need not wake us
