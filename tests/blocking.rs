@@ -347,33 +347,9 @@ fn an_over_share_waiter_is_admitted_when_a_tenant_leaves_the_active_set() {
     let seg = Seg::new("depart");
     let t = seg.create(&one_pool(8));
     t.set_sweep_interval(Duration::from_secs(3600));
-    let get = |tenant: &str| {
-        t.try_acquire(&Request::new("requests", tenant))
-            .unwrap()
-            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
-    };
-    // b asks once and goes: it counts for a window (1 s) from now.
-    get("b").release().unwrap();
-    let b_went = Instant::now();
-    let a: Vec<_> = (0..3).map(|_| get("a")).collect();
-    let x: Vec<_> = (0..4).map(|_| get("x")).collect();
-    // 7 in use (8 less the floor): a, holding 3 of a share of 8/3, is refused...
-    let r = t
-        .try_acquire(&Request::new("requests", "a"))
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(r.reason, Reason::OverShare, "{r}");
-    // ...until b's window ends: then a's share is 4, and it holds 3 of a pool of 7.
-    let got = t
-        .acquire(&Request::new("requests", "a"), Duration::from_secs(10))
-        .unwrap();
-    let after = b_went.elapsed();
-    assert!(got.is_ok(), "{:?}", got.err());
-    assert!(
-        after >= Duration::from_millis(990) && after < Duration::from_secs(4),
-        "admitted {after:?} after b went, not when its window ended"
-    );
-    drop((a, x, got));
+    let held = common::admitted_when_b_leaves(&t, "requests", |_| {}, Reason::OverShare);
+    assert_eq!(t.snapshot().held("requests", "a"), 4);
+    drop(held);
 }
 
 /// `Duration::MAX` is "wait for ever": granted at once when there is room, and after a

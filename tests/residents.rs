@@ -498,36 +498,8 @@ fn a_spawn_with_nothing_to_evict_is_admitted_when_a_tenant_leaves() {
     ]);
     let t = seg.create(&cfg);
     t.set_sweep_interval(Duration::from_secs(3600));
-    let get = |tenant: &str| {
-        t.try_acquire(&Request::new("residents", tenant))
-            .unwrap()
-            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
-    };
-    // b spawns once and goes: it counts for a window (1 s) from now.
-    get("b").release().unwrap();
-    let b_went = Instant::now();
-    let a: Vec<_> = (0..3).map(|_| get("a")).collect();
-    let x: Vec<_> = (0..4).map(|_| get("x")).collect();
-    for l in a.iter().chain(&x) {
-        l.begin_call().unwrap();
-    }
-    // 7 in use (8 less the floor): a, with 3 of a share of 8/3, has nothing to evict.
-    let r = t
-        .try_acquire(&Request::new("residents", "a"))
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(r.reason, Reason::TooManyResidents, "{r}");
-    // Once b's window ends, a's share is 4: it holds 3 of a pool of 7 in use.
-    let got = t
-        .acquire(&Request::new("residents", "a"), Duration::from_secs(10))
-        .unwrap();
-    let after = b_went.elapsed();
-    assert!(got.is_ok(), "{:?}", got.err());
-    assert!(
-        after >= Duration::from_millis(990) && after < Duration::from_secs(4),
-        "admitted {after:?} after b went, not when its window ended"
-    );
-    assert_eq!(revoked(&a), [false; 3], "nothing evicted");
-    assert_eq!(revoked(&x), [false; 4], "nothing evicted");
-    drop((a, x, got));
+    let busy = |l: &fairshm::Lease<'_>| l.begin_call().unwrap();
+    let held = common::admitted_when_b_leaves(&t, "residents", busy, Reason::TooManyResidents);
+    assert_eq!(revoked(&held), [false; 8], "nothing evicted");
+    drop(held);
 }

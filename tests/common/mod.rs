@@ -240,3 +240,38 @@ impl Drop for Children {
         }
     }
 }
+
+/// Seed 000's departure, in pool `pool` of `t` (8 units, floor 1, a window of 1 s): "b"
+/// asks once and goes; "a" takes 3 and "x" 4 (7 in use: 8 less the floor), and `busy`
+/// runs on each of their leases; a's next ask is refused `refused` (a has 3 of a share
+/// of 8/3). A blocking ask of a's is then admitted when b's window ends (a's share is 4),
+/// though nothing is released to wake it: not before, and not seconds later. Returns
+/// a's and x's leases, a's new one last.
+pub fn admitted_when_b_leaves<'t>(
+    t: &'t Table,
+    pool: &str,
+    busy: impl Fn(&fairshm::Lease<'t>),
+    refused: fairshm::Reason,
+) -> Vec<fairshm::Lease<'t>> {
+    use std::time::{Duration, Instant};
+    let ask = fairshm::Request::new(pool, "a");
+    let get = |tenant: &str| {
+        t.try_acquire(&fairshm::Request::new(pool, tenant))
+            .unwrap()
+            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
+    };
+    get("b").release().unwrap();
+    let b_went = Instant::now();
+    let mut held: Vec<_> = ["a", "a", "a", "x", "x", "x", "x"].map(get).into();
+    held.iter().for_each(&busy);
+    let r = t.try_acquire(&ask).unwrap().unwrap_err();
+    assert_eq!(r.reason, refused, "{r}");
+    let got = t.acquire(&ask, Duration::from_secs(10)).unwrap();
+    let after = b_went.elapsed();
+    held.push(got.unwrap_or_else(|r| panic!("{r}")));
+    assert!(
+        after >= Duration::from_millis(990) && after < Duration::from_secs(4),
+        "admitted {after:?} after b went, not when its window ended"
+    );
+    held
+}
