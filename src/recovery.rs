@@ -292,11 +292,7 @@ fn recover_lease<R: Region>(r: &R, l: usize, out: &mut Reaped) -> Result<()> {
                 return Ok(());
             }
             ls::HELD | ls::RELEASING => {
-                let (d, to_pool) = if state == ls::HELD {
-                    ops::release_reporting(r, l, generation)?
-                } else {
-                    ops::finish_release_reporting(r, l, generation)?
-                };
+                let (d, to_pool) = ops::release_reporting(r, l, generation, state == ls::HELD)?;
                 out.leases_released += 1;
                 // A revoked resident's unit is its revoker's: only its tenant's held
                 // unit came back, not the pool's.

@@ -80,9 +80,7 @@ pub(crate) use lease::{
 pub(crate) use transfer::{Transferred, transfer};
 #[cfg(any(test, loom))]
 pub(crate) use release::release;
-pub(crate) use release::{
-    finish_release, finish_release_reporting, release_keeping, release_reporting,
-};
+pub(crate) use release::{finish_release, release_keeping, release_reporting};
 pub(crate) use settle::{Word, settle};
 
 use crate::error::Result;

@@ -23,26 +23,22 @@ pub(crate) fn release<R: Region>(
     release_keeping(r, l, generation, known, None)
 }
 
-/// `release` by a reaper, which reports what went back: the descriptor, and whether
-/// its units went back to the pool (`false` for a revoked resident's: that unit is its
+/// A reaper's release of lease `l` (generation `generation`), which its dead owner left
+/// `HELD` (`held`: released here, as `release` does) or `RELEASING` (finished here, as
+/// `finish_release` does). Reports what went back: the descriptor, and whether its
+/// units went back to the pool (`false` for a revoked resident's: that unit is its
 /// revoker's, and only the tenant's held unit is given back).
 pub(crate) fn release_reporting<R: Region>(
     r: &R,
     l: usize,
     generation: u32,
+    held: bool,
 ) -> Result<(Desc, bool)> {
-    start_release(r.lease(l), l, generation)?;
-    crash_point("release.published")?;
-    finish_release_inner(r, l, generation, None, None, true)
-}
-
-/// `finish_release` by a reaper, reporting as [`release_reporting`] does.
-pub(crate) fn finish_release_reporting<R: Region>(
-    r: &R,
-    l: usize,
-    generation: u32,
-) -> Result<(Desc, bool)> {
-    finish_release_inner(r, l, generation, None, None, false)
+    if held {
+        start_release(r.lease(l), l, generation)?;
+        crash_point("release.published")?;
+    }
+    finish_release_keeping(r, l, generation, None, None, held)
 }
 
 /// `HELD -> RELEASING`, keeping the record of what the grant charged. Exactly one
@@ -78,7 +74,7 @@ pub(crate) fn release_keeping<R: Region>(
 ) -> Result<Desc> {
     start_release(r.lease(l), l, generation)?;
     crash_point("release.published")?;
-    finish_release_keeping(r, l, generation, known, keep, true)
+    finish_release_keeping(r, l, generation, known, keep, true).map(|(d, _)| d)
 }
 
 /// Drives a lease in `RELEASING` (of generation `generation`) to `FREE`: its pool step,
@@ -91,31 +87,18 @@ pub(crate) fn finish_release<R: Region>(
     generation: u32,
     known: Option<&Desc>,
 ) -> Result<Desc> {
-    finish_release_keeping(r, l, generation, known, None, false)
+    finish_release_keeping(r, l, generation, known, None, false).map(|(d, _)| d)
 }
 
 /// `finish_release`, which with `keep: Some(tid)` leaves the slot `CLAIMED` under the
 /// next generation for thread `tid` (a *spare*: its next acquire needs no claim CAS)
-/// instead of `FREE`. A spare is counted nowhere, like any claimed lease.
+/// instead of `FREE`. A spare is counted nowhere, like any claimed lease. Returns the
+/// descriptor, and whether the pool's units went back (see [`release_reporting`]).
 ///
 /// `fresh`: the caller has just moved the lease to `RELEASING` and made no step of it,
 /// so neither step can be done yet and neither is checked.
 #[inline(always)]
 pub(super) fn finish_release_keeping<R: Region>(
-    r: &R,
-    l: usize,
-    generation: u32,
-    known: Option<&Desc>,
-    keep: Option<u32>,
-    fresh: bool,
-) -> Result<Desc> {
-    finish_release_inner(r, l, generation, known, keep, fresh).map(|(d, _)| d)
-}
-
-/// `finish_release_keeping`, which also says whether the pool's units went back (see
-/// [`release_reporting`]).
-#[inline(always)]
-fn finish_release_inner<R: Region>(
     r: &R,
     l: usize,
     generation: u32,
