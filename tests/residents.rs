@@ -503,3 +503,34 @@ fn a_spawn_with_nothing_to_evict_is_admitted_when_a_tenant_leaves() {
     assert_eq!(revoked(&held), [false; 8], "nothing evicted");
     drop(held);
 }
+
+/// A resident just granted is idle, so evictable: the grant wakes the pool's waiters as
+/// a call ending does, for an acquire waiting for something to evict may have scanned
+/// the residents while this one was still being granted (`PENDING`, which no scan
+/// takes), found nothing and gone to sleep. A grant from a free unit and a grant by
+/// eviction each wake one; with nobody waiting, a grant leaves `wake` alone.
+#[test]
+fn a_resident_granted_while_an_acquire_waits_wakes_it() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::SeqCst;
+    let seg = Seg::new("res-grant-wake");
+    let t = seg.create(&residents(2));
+    let pool = t.region().pool(0);
+    let a0 = spawn(&t, "a", 10);
+    assert_eq!(pool.wake.load(SeqCst), 0, "nobody waits: no wake");
+    // A waiter announced, as `blocking` does before it sleeps.
+    pool.waiters.fetch_add(1, SeqCst);
+    let a1 = spawn(&t, "a", 20); // the pool's last free unit
+    let after_free = pool.wake.load(SeqCst);
+    assert_ne!(after_free, 0, "a grant from a free unit woke nobody");
+    let b = spawn(&t, "b", 30); // evicts a's idlest
+    let a = [a0, a1];
+    assert_eq!(revoked(&a), [true, false]);
+    assert_ne!(
+        pool.wake.load(SeqCst),
+        after_free,
+        "a grant by eviction woke nobody"
+    );
+    pool.waiters.fetch_sub(1, SeqCst);
+    drop(b);
+}

@@ -48,17 +48,26 @@ pub(crate) fn init<R: Region>(r: &R, l: usize, generation: u32, now: u64) {
     store_over_rmw64(&rec.word, rw::make(generation, rw::PENDING, 0), Release);
 }
 
-/// After lease `l` of `generation` is `HELD`: its resident becomes evictable.
+/// After lease `l` of `generation`, in pool `p`, is `HELD`: its resident becomes
+/// evictable, and the pool's waiters are woken, as by a call ending
+/// (`residents::end_call`): an acquire waiting for a resident to evict may have scanned
+/// the residents while this one was still `PENDING` (which no scan takes), found
+/// nothing and gone to sleep. One load of `waiters` when nobody waits.
 #[cold]
 #[inline(never)]
-pub(crate) fn granted<R: Region>(r: &R, l: usize, generation: u32) {
+pub(crate) fn granted<R: Region>(r: &R, p: usize, l: usize, generation: u32) {
     if let Some(rec) = r.resident(l) {
         // SeqCst, as `residents::end_call`'s CAS, the other write that makes a resident
-        // idle: the victim scan reads these words with SeqCst. No wake follows a grant
-        // (it took a free unit or a victim's); a waiter finds this resident at its next
-        // try. A plain store: PENDING is revoked by nobody, so no RMW races it but
-        // failing CASes.
+        // idle: the victim scan reads these words with SeqCst, after its announcement
+        // in `waiters`, which the wake below reads with SeqCst (the handshake of
+        // `waiting`: either the scan sees this word or the wake sees the waiter). A
+        // plain store: PENDING is revoked by nobody, so no RMW races it but failing
+        // CASes.
         store_over_rmw64(&rec.word, rw::make(generation, rw::IDLE, 0), SeqCst);
+        #[cfg(not(loom))]
+        crate::waiting::released(r.pool(p), 1);
+        #[cfg(loom)]
+        let _ = p;
     }
 }
 
