@@ -7,7 +7,8 @@
 //! the image's end, where the guaranteed pool's head and state blocks are. Whatever
 //! opens is then used: a snapshot, what `shmtool` reads (its report, tables, metrics,
 //! the decision log and its replay, the invariant check), rates, an acquire and
-//! release of both policies, a charge, a reap.
+//! release of both policies, a charge, a resident's spawn (which may evict), call and
+//! release, a reap. The image holds residents in a call, idle and revoked.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -19,10 +20,11 @@ fn small_config() -> Config {
     let mut c = Config::with_pools(vec![
         PoolConfig::new("requests", 8),
         PoolConfig::new("flights", 2),
+        PoolConfig::new("residents", 2).evicting(),
     ]);
     c.max_tenants = 4;
     c.max_processes = 2;
-    c.leases_per_process = 2;
+    c.leases_per_process = 6;
     c.weight("a", 2).guaranteed(
         fairshm::GuaranteedConfig::new("tokens", 10)
             .unit(fairshm::FairnessUnit::Cost)
@@ -47,6 +49,18 @@ fn image() -> &'static [u8] {
             .unwrap()
             .unwrap();
         let _ = lease.into_id(); // left held, so the image has a live lease
+        // Residents, left held: one in a call, one revoked by a third (its record names
+        // its revoker).
+        let spawn = |tenant, now| {
+            t.try_acquire_at(&Request::new("residents", tenant), now)
+                .unwrap()
+                .unwrap()
+        };
+        let busy = spawn("a", 5);
+        busy.begin_call_at(6).unwrap();
+        let _ = busy.into_id();
+        let _ = spawn("a", 6).into_id();
+        let _ = spawn("b", 7).into_id(); // evicts a's idle one
         // A guaranteed lease and a loan, also left held, and a refusal (a want).
         let g = t.guaranteed("tokens").unwrap();
         g.acquire("b", 5, 1000, 5).unwrap().unwrap();
@@ -112,6 +126,14 @@ fuzz_target!(|data: &[u8]| {
         let _ = t.charge_at("a", 7, 10);
         if let Ok(Ok(lease)) = t.try_acquire_at(&Request::new("requests", "b"), 10) {
             let _ = lease.release_at(11);
+        }
+        let _ = t.revoked_leases();
+        if let Ok(Ok(r)) = t.try_acquire_at(&Request::new("residents", "b"), 10) {
+            let _ = r.is_revoked();
+            if r.begin_call_at(11).is_ok() {
+                let _ = r.end_call_at(12);
+            }
+            let _ = r.release_at(13);
         }
         if let Ok(g) = t.guaranteed("tokens") {
             let _ = g.stats(20);
