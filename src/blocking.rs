@@ -243,10 +243,13 @@ pub(crate) fn acquire(
         } else {
             Class::Under
         };
-        if woken_at.is_some_and(|w| w != seqs) {
+        if woken_at.is_some_and(|w| w != seqs)
+            && let Some(bits) = waiting::pass_bits(&last, tenant.index())
+        {
             // Woken, yet refused: pass the wake on once, so a waiter that could use
-            // the permit is not left asleep behind us.
-            waiting::pass_on(rec);
+            // the permit is not left asleep behind us (not to our tenant's, when none
+            // of them could: `pass_bits`).
+            waiting::pass_on(rec, bits);
         }
         watch.clear();
         if let Some(c) = cancel {
@@ -289,7 +292,14 @@ pub(crate) fn acquire(
         let seq = waiting::half(seqs, class);
         // SeqCst: the handshake in `waiting`.
         if waiting::half(rec.wake.load(SeqCst), class) == seq {
-            waiting::sleep(rec, class, seq, &watch, until);
+            waiting::sleep(
+                rec,
+                class,
+                seq,
+                waiting::tenant_bit(tenant.index()),
+                &watch,
+                until,
+            );
         }
         woken_at = Some(seqs);
     }

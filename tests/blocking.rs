@@ -453,3 +453,135 @@ fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
     assert_eq!(waiters(&t), 0);
     assert_eq!(t.snapshot().pool("requests").unwrap().waiters, 0);
 }
+
+/// The sleeps the threads `tids` of this process have made (their voluntary context
+/// switches, from `/proc`): a blocked waiter's wakes, each followed by a sleep.
+fn sleeps(tids: &[i32]) -> u64 {
+    tids.iter()
+        .map(|tid| {
+            let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+/// A turn of [`herd_wakes`], given "t"'s and "u"'s leases.
+type Turn = dyn for<'a> Fn(&'a Table, &mut Vec<fairshm::Lease<'a>>, &mut Vec<fairshm::Lease<'a>>);
+
+/// In a pool of `cap` (floor 5%), tenant "t" holds `holds.0`, past its share of half,
+/// "u" holds `holds.1`, and 8 acquires of one unit of "t"'s wait; then `turn` runs
+/// `turns` times, 10 ms apart. Returns how often the waiters slept again meanwhile
+/// (each, once per wake that did not serve it), and whether every waiter was served
+/// once "t" and "u" let go.
+fn herd_wakes(
+    name: &str,
+    cap: u32,
+    holds: (usize, usize),
+    turns: usize,
+    turn: &Turn,
+) -> (u64, bool) {
+    const WAITERS: usize = 8;
+    let seg = Seg::new(name);
+    let t = seg.create(&one_pool(cap));
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let take = |tenant| {
+        t.try_acquire(&Request::new("requests", tenant))
+            .unwrap()
+            .unwrap()
+    };
+    let mut t_held: Vec<_> = (0..holds.0).map(|_| take("t")).collect();
+    let mut u_held: Vec<_> = (0..holds.1).map(|_| take("u")).collect();
+    let tids = std::sync::Mutex::new(Vec::new());
+    // A served waiter's thread stays until the end (or 20 s, if the test failed before
+    // it), so that its sleeps can be read.
+    let end = (std::sync::Mutex::new(false), std::sync::Condvar::new());
+    let (woke, served) = std::thread::scope(|s| {
+        let waiting: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                s.spawn(|| {
+                    tids.lock().unwrap().push(nix::unistd::gettid().as_raw());
+                    let served = t
+                        .acquire(&Request::new("requests", "t"), Duration::from_secs(20))
+                        .unwrap()
+                        .is_ok();
+                    let ended = end.0.lock().unwrap();
+                    let _ = end
+                        .1
+                        .wait_timeout_while(ended, Duration::from_secs(20), |e| !*e);
+                    served
+                })
+            })
+            .collect();
+        common::wait_until(None, "the waiters", Duration::from_millis(1), || {
+            waiters(&t) == WAITERS as u32
+        });
+        std::thread::sleep(Duration::from_millis(100)); // each asleep
+        let tids = tids.lock().unwrap().clone();
+        let before = sleeps(&tids);
+        for _ in 0..turns {
+            turn(&t, &mut t_held, &mut u_held);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let woke = sleeps(&tids) - before;
+        eprintln!("{name}: the waiters slept again {woke} times in {turns} turns");
+        t_held.clear();
+        u_held.clear();
+        *end.0.lock().unwrap() = true;
+        end.1.notify_all();
+        (woke, waiting.into_iter().all(|w| w.join().unwrap()))
+    });
+    assert_eq!(waiters(&t), 0);
+    (woke, served)
+}
+
+/// "t" holds 7 of 8, past its share of 4, and waits for more; "u" turns its one unit
+/// over again and again. None of those releases can admit "t" (the pool stays at its
+/// floor), so its waiters sleep through them: the release wakes, past their share,
+/// only its own tenant's sleepers (`waiting::released_by`). Before, each of "u"'s
+/// releases woke one of "t"'s waiters, which, refused, woke the next: all 8 woke for
+/// every unit (360 wakes in 40 turns; now none).
+#[test]
+fn a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit() {
+    let (woke, served) = herd_wakes("herd-turnover", 8, (7, 1), 40, &|t, _, u| {
+        u.clear();
+        u.push(
+            t.try_acquire(&Request::new("requests", "u"))
+                .unwrap()
+                .unwrap(),
+        );
+    });
+    // Each waiter also wakes at the active set's recounts (at most once a second).
+    assert!(
+        woke < 20,
+        "the waiters woke {woke} times in 40 turns of another tenant's unit"
+    );
+    assert!(served, "a waiter was not served once the pool emptied");
+}
+
+/// "t" holds 38 of 40 (floor 2), past its share of 20, "u" holds 2; each turn "t"
+/// releases one of its units, which wakes one of its waiters (its release may have
+/// brought it under its share); refused (still past its share, and no room past the
+/// floor), that waiter passes the wake to no waiter of its own tenant, whose asks are
+/// all refused alike (`waiting::pass_bits`); then "u" takes the unit. Before, it woke
+/// the next, which woke the next: all 8 each turn (162 wakes in 18 turns; now 18).
+#[test]
+fn a_waiter_refused_past_its_share_passes_no_wake_to_its_own_tenant() {
+    let (woke, served) = herd_wakes("herd-pass", 40, (38, 2), 18, &|t, mine, u| {
+        drop(mine.pop());
+        std::thread::sleep(Duration::from_millis(10));
+        u.push(
+            t.try_acquire(&Request::new("requests", "u"))
+                .unwrap()
+                .unwrap(),
+        );
+    });
+    // The release's one wake a turn, and the recounts'.
+    assert!(woke < 18 + 20, "the waiters woke {woke} times in 18 turns");
+    assert!(served, "a waiter was not served once the pool emptied");
+}

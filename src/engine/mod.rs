@@ -394,7 +394,7 @@ impl Engine {
                 generation: id.generation.wrapping_add(1) & crate::layout::lease_state::GEN_MASK,
             });
         }
-        crate::waiting::released(self.seg.pool(d.pool as usize), d.units);
+        crate::waiting::released_by(self.seg.pool(d.pool as usize), d.units, d.tenant as usize);
         Ok(PoolId(d.pool))
     }
 

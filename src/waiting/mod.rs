@@ -25,7 +25,13 @@
 //! release. So an uncontended release costs one load of `waiters`, no RMW.
 //!
 //! A release of `n` units wakes at most `n` waiters, under-share ones first, so no herd
-//! wakes for one permit and the tenant the rule favours is served first.
+//! wakes for one permit and the tenant the rule favours is served first. A waiter
+//! sleeps with its tenant's bit ([`tenant_bit`], `FUTEX_WAIT_BITSET`), so that a wake
+//! can pass over the sleepers it cannot serve: an owner's release wakes sleepers past
+//! their share only of its own tenant when no ask past the floor fits
+//! ([`released_by`]), and a woken waiter refused again passes the wake on only where an
+//! ask may fit ([`pass_bits`]). Without that, a busy tenant's waiters all woke, each
+//! the next, for every unit another tenant turned over: a herd in single file.
 //!
 //! A waiter may also watch owner words ([`Watch`], armed by `watch::arm`): it then
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
@@ -36,6 +42,9 @@
 //! notices deaths.
 
 pub mod watch;
+
+#[cfg(test)]
+mod tests;
 
 use std::time::{Duration, Instant};
 
@@ -117,10 +126,24 @@ fn deadline(until: Instant) -> Option<libc::timespec> {
     })
 }
 
+/// A waiter's bit in the futex bitset it sleeps with (`FUTEX_WAIT_BITSET`): its
+/// tenant's, modulo 32. Releases and reaps wake every bit; a wake that leaves a tenant's
+/// bit out (see [`released_by`], [`pass_on`]) passes over that tenant's sleepers, and
+/// over those of the tenants that share its bit.
+#[inline]
+pub fn tenant_bit(tenant: usize) -> u32 {
+    1 << (tenant % 32)
+}
+
+/// Every bit: a wake that reaches every sleeper of a half.
+pub const EVERY_TENANT: u32 = u32::MAX;
+
 /// Sleeps while `class`'s half of `pool.wake` equals `seq` and every watched word holds
-/// its value, for at most until `until`. Returns early on a wake, a signal or a changed
-/// word; the caller re-checks everything.
-pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until: Instant) {
+/// its value, for at most until `until`; woken by a wake of its half whose bitset has
+/// a bit of `bits` ([`tenant_bit`]; a sleep on several words, with `futex_waitv`, by
+/// every wake of its half). Returns early on a wake, a signal or a changed word; the
+/// caller re-checks everything.
+pub fn sleep(pool: &PoolRec, class: Class, seq: u32, bits: u32, watch: &[Watch<'_>], until: Instant) {
     let Some(deadline) = deadline(until) else {
         return;
     };
@@ -131,7 +154,7 @@ pub fn sleep(pool: &PoolRec, class: Class, seq: u32, watch: &[Watch<'_>], until:
             return;
         }
     }
-    let _ = futex_wait(word_ptr(pool, class), seq, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
+    let _ = futex_wait(word_ptr(pool, class), seq, &deadline, bits);
 }
 
 /// Sleeps while every watched word holds its value, for at most until `until` (the
@@ -343,12 +366,38 @@ impl Cancel {
     }
 }
 
-/// Wakes one waiter, under-share first (a woken waiter that was refused again passes
-/// its wake on with this).
-pub fn pass_on(pool: &PoolRec) {
-    if wake(pool, Class::Under, 1) == 0 {
-        wake(pool, Class::Over, 1);
+/// Wakes one waiter whose bitset has a bit of `bits`, under-share first: a woken
+/// waiter that was refused again passes its wake on with this (see [`pass_bits`]).
+pub fn pass_on(pool: &PoolRec, bits: u32) {
+    if wake_bits(word_ptr(pool, Class::Under), 1, bits) == 0 {
+        wake_bits(word_ptr(pool, Class::Over), 1, bits);
     }
+}
+
+/// Whom a waiter refused `last` after a wake (of tenant `tenant`) passes the wake on
+/// to, as [`pass_on`]'s bits; `None`: nobody, as nobody can be admitted.
+/// - The pool was full (`in_use >= POOL`): no ask of any tenant fits, and the holders'
+///   releases wake again.
+/// - Refused past its share with no room past the floor even for one unit (`in_use +
+///   1 > POOL - FLOOR`): every ask of its tenant is refused as it was (its tenant holds
+///   what it held, at or past the same share), so the wake goes to other tenants only.
+///   Without this, each waiter of a busy tenant woke the next, all of them, for every
+///   unit another tenant released (the test `a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit`).
+/// - Otherwise, anyone: a smaller ask, another tenant's, may fit.
+///
+/// A refusal by the rates, or `too_many_residents` (a resident that came idle may be
+/// another asker's to evict), passes to anyone.
+pub fn pass_bits(last: &crate::refusal::Refused, tenant: usize) -> Option<u32> {
+    use crate::refusal::Reason;
+    let by_rule = matches!(last.reason, Reason::PoolFull | Reason::OverShare);
+    if by_rule && last.in_use >= last.capacity {
+        return None;
+    }
+    let floor_reached = last.in_use as u64 + 1 + last.floor as u64 > last.capacity as u64;
+    if last.reason == Reason::OverShare && floor_reached {
+        return Some(!tenant_bit(tenant));
+    }
+    Some(EVERY_TENANT)
 }
 
 /// After `units` came free in `pool` (the pool word's SeqCst CAS is done): if anyone
@@ -357,16 +406,50 @@ pub fn pass_on(pool: &PoolRec) {
 pub fn released(pool: &PoolRec, units: u32) {
     // SeqCst: see the module docs (pairs with the waiter's announcement and its try).
     if pool.waiters.load(SeqCst) != 0 {
-        wake_waiters(pool, units);
+        wake_waiters(pool, units, None);
+    }
+}
+
+/// [`released`], for a release by tenant `tenant` of its own lease: a sleeper past its
+/// share is woken only if it may be admitted. One refused `over_share` is admitted
+/// only below the floor (`in_use + units <= POOL - FLOOR`) or once its tenant is under
+/// its share again; a release changes no share (the active set stays) and no holdings
+/// but its own tenant's. So when the pool, as read after the release, has no room past
+/// the floor even for one unit, only `tenant`'s own sleepers past their share are
+/// woken (the release may have brought it under its share): the others would try, be
+/// refused as before, and sleep again, each of them, for every unit another tenant
+/// turns over.
+#[inline]
+pub fn released_by(pool: &PoolRec, units: u32, tenant: usize) {
+    // SeqCst: as in `released`.
+    if pool.waiters.load(SeqCst) != 0 {
+        wake_waiters(pool, units, Some(tenant));
     }
 }
 
 #[cold]
-fn wake_waiters(pool: &PoolRec, units: u32) {
+fn wake_waiters(pool: &PoolRec, units: u32, by: Option<usize>) {
     // SeqCst: see the module docs.
     pool.wake.fetch_add(BOTH, SeqCst);
     let woke = wake(pool, Class::Under, units);
     if woke < units {
-        wake(pool, Class::Over, units - woke);
+        let bits = match by {
+            Some(t) if !room_past_floor(pool) => tenant_bit(t),
+            _ => EVERY_TENANT,
+        };
+        wake_bits(word_ptr(pool, Class::Over), units - woke, bits);
     }
+}
+
+/// Whether an ask of one unit fits `pool` past its floor now (`in_use + 1 <= POOL -
+/// FLOOR`), as its words read after a release.
+fn room_past_floor(pool: &PoolRec) -> bool {
+    use crate::layout::{op_word, pair};
+    // SeqCst, both: the pool word as the waiter handshake reads it (after our release's
+    // CAS, so it counts that release), and the limits as every acquire loads them.
+    // What changes them after this read wakes for itself: a later release or reap
+    // reads them again, and a `per_worker` pool's growth wakes with every bit.
+    let in_use = op_word::count(pool.word.load(SeqCst)) as u64;
+    let limits = pool.limits.load(SeqCst);
+    in_use + 1 + pair::hi(limits) as u64 <= pair::lo(limits) as u64
 }

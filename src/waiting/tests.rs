@@ -1,0 +1,44 @@
+use super::*;
+use crate::refusal::{Reason, Refused};
+
+/// A refusal of one unit by `reason` in a pool of 8 with a floor of 1, `in_use` in use.
+fn refused(reason: Reason, in_use: u32) -> Refused {
+    Refused {
+        reason,
+        retry_after_ms: 1,
+        units: 1,
+        in_use,
+        held: 5,
+        capacity: 8,
+        floor: 1,
+        weight: 1,
+        active_weight: 2,
+        short: 1,
+        queued: 0,
+        interval_us: 0,
+        queue_stretch_pct: 100,
+        server_queue_us: 0,
+        rate_per_s: 0,
+    }
+}
+
+/// A woken waiter refused again passes its wake on only where some ask may fit: to
+/// nobody when the pool is full, to other tenants when its own is past its share with
+/// no room past the floor, else to anyone.
+#[test]
+fn a_refused_waiter_passes_its_wake_only_where_an_ask_may_fit() {
+    let t = 3;
+    assert_eq!(pass_bits(&refused(Reason::PoolFull, 8), t), None);
+    assert_eq!(pass_bits(&refused(Reason::OverShare, 8), t), None);
+    assert_eq!(pass_bits(&refused(Reason::OverShare, 9), t), None, "a pool that shrank");
+    assert_eq!(pass_bits(&refused(Reason::OverShare, 7), t), Some(!tenant_bit(t)));
+    // Room past the floor (it asked for more than fits): a smaller ask of its own may.
+    assert_eq!(pass_bits(&refused(Reason::OverShare, 6), t), Some(EVERY_TENANT));
+    assert_eq!(pass_bits(&refused(Reason::PoolFull, 7), t), Some(EVERY_TENANT));
+    // A resident that came idle may be another asker's to evict, full pool or not.
+    assert_eq!(pass_bits(&refused(Reason::TooManyResidents, 8), t), Some(EVERY_TENANT));
+    assert_eq!(pass_bits(&refused(Reason::RateLimited, 8), t), Some(EVERY_TENANT));
+    // Bits repeat every 32 tenants; none is empty, and none leaves every bit out.
+    assert_eq!(tenant_bit(t + 32), tenant_bit(t));
+    assert!((0..64).all(|t| tenant_bit(t) != 0 && !tenant_bit(t) != 0));
+}
