@@ -292,14 +292,8 @@ pub(crate) fn acquire(
         let seq = waiting::half(seqs, class);
         // SeqCst: the handshake in `waiting`.
         if waiting::half(rec.wake.load(SeqCst), class) == seq {
-            waiting::sleep(
-                rec,
-                class,
-                seq,
-                waiting::tenant_bit(tenant.index()),
-                &watch,
-                until,
-            );
+            let bits = waiting::sleep_bits(&last, tenant.index());
+            waiting::sleep(rec, class, seq, bits, &watch, until);
         }
         woken_at = Some(seqs);
     }

@@ -454,23 +454,6 @@ fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
     assert_eq!(t.snapshot().pool("requests").unwrap().waiters, 0);
 }
 
-/// The sleeps the threads `tids` of this process have made (their voluntary context
-/// switches, from `/proc`): a blocked waiter's wakes, each followed by a sleep.
-fn sleeps(tids: &[i32]) -> u64 {
-    tids.iter()
-        .map(|tid| {
-            let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .unwrap()
-                .trim()
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum()
-}
-
 /// A turn of [`herd_wakes`], given "t"'s and "u"'s leases.
 type Turn = dyn for<'a> Fn(&'a Table, &mut Vec<fairshm::Lease<'a>>, &mut Vec<fairshm::Lease<'a>>);
 
@@ -523,12 +506,12 @@ fn herd_wakes(
         });
         std::thread::sleep(Duration::from_millis(100)); // each asleep
         let tids = tids.lock().unwrap().clone();
-        let before = sleeps(&tids);
+        let before = common::sleeps(&tids);
         for _ in 0..turns {
             turn(&t, &mut t_held, &mut u_held);
             std::thread::sleep(Duration::from_millis(10));
         }
-        let woke = sleeps(&tids) - before;
+        let woke = common::sleeps(&tids) - before;
         eprintln!("{name}: the waiters slept again {woke} times in {turns} turns");
         t_held.clear();
         u_held.clear();

@@ -534,3 +534,85 @@ fn a_resident_granted_while_an_acquire_waits_wakes_it() {
     pool.waiters.fetch_sub(1, SeqCst);
     drop(b);
 }
+
+/// "t" holds 7 residents of 8, every one in a call, past its share of 4, and 8 spawns
+/// of its wait for one of its own to come idle; "u"'s one resident ends a call again
+/// and again. "t" may evict only its own, so none of those ends can serve it: the
+/// waiter each end wakes, refused again, passes the wake to no waiter of its own
+/// tenant asking as many units, whose scan would find what its found
+/// (`waiting::pass_bits`). Before, it woke the next, which woke the next: all 8 for
+/// every call "u" ended (360 wakes in 40 turns; now 40, the ends' own).
+#[test]
+fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
+    const WAITERS: usize = 8;
+    const TURNS: usize = 40;
+    let seg = Seg::new("res-herd");
+    let cfg = Config::with_pools(vec![
+        PoolConfig::new("residents", 8)
+            .evicting()
+            .evict_wait_ms(20_000),
+    ]);
+    let t = seg.create(&cfg);
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let mine: Vec<_> = (0..7).map(|i| spawn(&t, "t", 10 + i)).collect();
+    for l in &mine {
+        l.begin_call().unwrap();
+    }
+    let theirs = spawn(&t, "u", 20);
+    let tids = std::sync::Mutex::new(Vec::new());
+    // A served spawn's thread stays until the end (or 20 s, if the test failed before
+    // it), so that its sleeps can be read.
+    let end = (std::sync::Mutex::new(false), std::sync::Condvar::new());
+    let woke = std::thread::scope(|s| {
+        let waiting: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                s.spawn(|| {
+                    tids.lock().unwrap().push(nix::unistd::gettid().as_raw());
+                    let got = t
+                        .acquire(&Request::new("residents", "t"), Duration::from_secs(20))
+                        .unwrap();
+                    let ended = end.0.lock().unwrap();
+                    let _ = end
+                        .1
+                        .wait_timeout_while(ended, Duration::from_secs(20), |e| !*e);
+                    got.is_ok()
+                })
+            })
+            .collect();
+        common::wait_until(None, "the spawns", Duration::from_millis(1), || {
+            use fairshm::region::Region;
+            t.region()
+                .pool(0)
+                .waiters
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == WAITERS as u32
+        });
+        std::thread::sleep(Duration::from_millis(100)); // each asleep
+        let tids = tids.lock().unwrap().clone();
+        let before = common::sleeps(&tids);
+        for _ in 0..TURNS {
+            theirs.begin_call().unwrap();
+            theirs.end_call().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let woke = common::sleeps(&tids) - before;
+        eprintln!("res-herd: the spawns slept again {woke} times in {TURNS} turns");
+        for l in &mine {
+            l.end_call().unwrap();
+        }
+        drop(mine);
+        *end.0.lock().unwrap() = true;
+        end.1.notify_all();
+        assert!(
+            waiting.into_iter().all(|w| w.join().unwrap()),
+            "a spawn was not served once its tenant's residents went"
+        );
+        woke
+    });
+    drop(theirs);
+    // The one each end wakes, and the active set's recounts (at most once a second).
+    assert!(
+        woke < TURNS as u64 + 20,
+        "the spawns woke {woke} times in {TURNS} turns"
+    );
+}

@@ -138,6 +138,18 @@ pub fn tenant_bit(tenant: usize) -> u32 {
 /// Every bit: a wake that reaches every sleeper of a half.
 pub const EVERY_TENANT: u32 = u32::MAX;
 
+/// The bit a waiter refused `last` sleeps with: its tenant's ([`tenant_bit`]), or, for a
+/// spawn with nothing to evict (`too_many_residents`), its tenant's and its units'
+/// together (modulo 32): a spawn's victims are residents of as many units, so two
+/// spawns of one tenant and size find the same ones, or none.
+pub fn sleep_bits(last: &crate::refusal::Refused, tenant: usize) -> u32 {
+    if last.reason == crate::refusal::Reason::TooManyResidents {
+        1 << ((tenant as u64).wrapping_add(13u64.wrapping_mul(last.units as u64)) % 32)
+    } else {
+        tenant_bit(tenant)
+    }
+}
+
 /// Sleeps while `class`'s half of `pool.wake` equals `seq` and every watched word holds
 /// its value, for at most until `until`; woken by a wake of its half whose bitset has
 /// a bit of `bits` ([`tenant_bit`]; a sleep on several words, with `futex_waitv`, by
@@ -385,10 +397,17 @@ pub fn pass_on(pool: &PoolRec, bits: u32) {
 ///   unit another tenant released (the test `a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit`).
 /// - Otherwise, anyone: a smaller ask, another tenant's, may fit.
 ///
-/// A refusal by the rates, or `too_many_residents` (a resident that came idle may be
-/// another asker's to evict), passes to anyone.
+/// A spawn with nothing to evict (`too_many_residents`) passes to any but its own
+/// tenant's spawns of as many units (its [`sleep_bits`]): their scans would find what
+/// its found, while another tenant's, or another size, may evict the resident that
+/// came idle. (Before, a busy tenant's spawns all woke, each the next, for every call
+/// another tenant ended: `a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident`.)
+/// A refusal by the rates passes to anyone.
 pub fn pass_bits(last: &crate::refusal::Refused, tenant: usize) -> Option<u32> {
     use crate::refusal::Reason;
+    if last.reason == Reason::TooManyResidents {
+        return Some(!sleep_bits(last, tenant));
+    }
     let by_rule = matches!(last.reason, Reason::PoolFull | Reason::OverShare);
     if by_rule && last.in_use >= last.capacity {
         return None;

@@ -275,3 +275,20 @@ pub fn admitted_when_b_leaves<'t>(
     );
     held
 }
+
+/// The sleeps the threads `tids` of this process have made (their voluntary context
+/// switches, from `/proc`): a blocked waiter's wakes, each followed by a sleep.
+pub fn sleeps(tids: &[i32]) -> u64 {
+    tids.iter()
+        .map(|tid| {
+            let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
