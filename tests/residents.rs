@@ -559,60 +559,28 @@ fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
         l.begin_call().unwrap();
     }
     let theirs = spawn(&t, "u", 20);
-    let tids = std::sync::Mutex::new(Vec::new());
-    // A served spawn's thread stays until the end (or 20 s, if the test failed before
-    // it), so that its sleeps can be read.
-    let end = (std::sync::Mutex::new(false), std::sync::Condvar::new());
-    let woke = std::thread::scope(|s| {
-        let waiting: Vec<_> = (0..WAITERS)
-            .map(|_| {
-                s.spawn(|| {
-                    tids.lock().unwrap().push(nix::unistd::gettid().as_raw());
-                    let got = t
-                        .acquire(&Request::new("residents", "t"), Duration::from_secs(20))
-                        .unwrap();
-                    let ended = end.0.lock().unwrap();
-                    let _ = end
-                        .1
-                        .wait_timeout_while(ended, Duration::from_secs(20), |e| !*e);
-                    got.is_ok()
-                })
-            })
-            .collect();
-        common::wait_until(None, "the spawns", Duration::from_millis(1), || {
-            use fairshm::region::Region;
-            t.region()
-                .pool(0)
-                .waiters
-                .load(std::sync::atomic::Ordering::SeqCst)
-                == WAITERS as u32
-        });
-        std::thread::sleep(Duration::from_millis(100)); // each asleep
-        let tids = tids.lock().unwrap().clone();
-        let before = common::sleeps(&tids);
+    let req = Request::new("residents", "t");
+    let ((), woke, served) = common::herd(&t, &req, 0, WAITERS, || {
         for _ in 0..TURNS {
             theirs.begin_call().unwrap();
             theirs.end_call().unwrap();
             std::thread::sleep(Duration::from_millis(10));
         }
-        let woke = common::sleeps(&tids) - before;
-        eprintln!("res-herd: the spawns slept again {woke} times in {TURNS} turns");
         for l in &mine {
             l.end_call().unwrap();
         }
         drop(mine);
-        *end.0.lock().unwrap() = true;
-        end.1.notify_all();
-        assert!(
-            waiting.into_iter().all(|w| w.join().unwrap()),
-            "a spawn was not served once its tenant's residents went"
-        );
-        woke
     });
-    drop(theirs);
-    // The one each end wakes, and the active set's recounts (at most once a second).
+    eprintln!("res-herd: the spawns slept again {woke} times in {TURNS} turns");
     assert!(
-        woke < TURNS as u64 + 20,
+        served,
+        "a spawn was not served once its tenant's residents went"
+    );
+    drop(theirs);
+    // The one each end wakes, and the active set's recounts (at most once a second
+    // each, in turns of about half a second).
+    assert!(
+        woke < (TURNS + 3 * WAITERS) as u64,
         "the spawns woke {woke} times in {TURNS} turns"
     );
 }

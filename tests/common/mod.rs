@@ -292,3 +292,48 @@ pub fn sleeps(tids: &[i32]) -> u64 {
         })
         .sum()
 }
+
+/// `n` threads that each wait up to 20 s for `req` on `t`, pool `pool`: once all are
+/// announced among the pool's waiters, and asleep, `body` runs; it must let go of
+/// what keeps them waiting before it returns. Returns what `body` returned, how often
+/// the waiters slept again while it ran (each, once per wake that did not serve it:
+/// [`sleeps`]), and whether every waiter was served. A served waiter's thread stays
+/// until `body` returns (or 20 s more, if it panicked), so that its sleeps can be read.
+pub fn herd<R>(
+    t: &Table,
+    req: &fairshm::Request,
+    pool: usize,
+    n: usize,
+    body: impl FnOnce() -> R,
+) -> (R, u64, bool) {
+    use fairshm::region::Region;
+    use std::time::Duration;
+    let tids = std::sync::Mutex::new(Vec::new());
+    let end = (std::sync::Mutex::new(false), std::sync::Condvar::new());
+    std::thread::scope(|s| {
+        let waiting: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    tids.lock().unwrap().push(nix::unistd::gettid().as_raw());
+                    let served = t.acquire(req, Duration::from_secs(20)).unwrap().is_ok();
+                    let ended = end.0.lock().unwrap();
+                    let _ = end
+                        .1
+                        .wait_timeout_while(ended, Duration::from_secs(20), |e| !*e);
+                    served
+                })
+            })
+            .collect();
+        wait_until(None, "the waiters", Duration::from_millis(1), || {
+            t.region().pool(pool).waiters.load(Ordering::SeqCst) == n as u32
+        });
+        std::thread::sleep(Duration::from_millis(100)); // each asleep
+        let tids = tids.lock().unwrap().clone();
+        let before = sleeps(&tids);
+        let got = body();
+        let woke = sleeps(&tids) - before;
+        *end.0.lock().unwrap() = true;
+        end.1.notify_all();
+        (got, woke, waiting.into_iter().all(|w| w.join().unwrap()))
+    })
+}
