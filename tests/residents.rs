@@ -541,7 +541,8 @@ fn a_resident_granted_while_an_acquire_waits_wakes_it() {
 /// waiter each end wakes, refused again, passes the wake to no waiter of its own
 /// tenant asking as many units, whose scan would find what its found
 /// (`waiting::pass_bits`). Before, it woke the next, which woke the next: all 8 for
-/// every call "u" ended (360 wakes in 40 turns; now 40, the ends' own).
+/// every call "u" ended (360 wakes in 40 turns; now 40 to 48, the ends' own and the
+/// recounts').
 #[test]
 fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
     const WAITERS: usize = 8;
