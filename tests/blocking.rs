@@ -481,7 +481,7 @@ fn herd_wakes(
     let mut t_held: Vec<_> = (0..holds.0).map(|_| take("t")).collect();
     let mut u_held: Vec<_> = (0..holds.1).map(|_| take("u")).collect();
     let req = Request::new("requests", "t");
-    let ((), woke, served) = common::herd(&t, &req, 0, WAITERS, || {
+    let ((), woke, served) = common::herd(&t, &req, "requests", WAITERS, || {
         for _ in 0..turns {
             turn(&t, &mut t_held, &mut u_held);
             std::thread::sleep(Duration::from_millis(10));
@@ -499,7 +499,7 @@ fn herd_wakes(
 /// floor), so its waiters sleep through them: the release wakes, past their share,
 /// only its own tenant's sleepers (`waiting::released_by`). Before, each of "u"'s
 /// releases woke one of "t"'s waiters, which, refused, woke the next: all 8 woke for
-/// every unit (360 wakes in 40 turns; now 0 to 6, at the active set's recounts).
+/// every unit (360 wakes in 40 turns; now 0 to 8, at the active set's recounts).
 #[test]
 fn a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit() {
     let (woke, served) = herd_wakes("herd-turnover", 8, (7, 1), 40, &|t, _, u| {
@@ -524,7 +524,7 @@ fn a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit() {
 /// brought it under its share); refused (still past its share, and no room past the
 /// floor), that waiter passes the wake to no waiter of its own tenant, whose asks are
 /// all refused alike (`waiting::pass_bits`); then "u" takes the unit. Before, it woke
-/// the next, which woke the next: all 8 each turn (162 wakes in 18 turns; now 18 to 21).
+/// the next, which woke the next: all 8 each turn (162 wakes in 18 turns; now 18 to 26).
 #[test]
 fn a_waiter_refused_past_its_share_passes_no_wake_to_its_own_tenant() {
     let (woke, served) = herd_wakes("herd-pass", 40, (38, 2), 18, &|t, mine, u| {

@@ -13,6 +13,14 @@ fn residents(cap: u32) -> Config {
     Config::with_pools(vec![PoolConfig::new("residents", cap).evicting()])
 }
 
+/// A residents pool of 8 (floor 1) whose blocking spawns wait up to `wait_ms` for
+/// something to evict.
+fn patient_residents(wait_ms: u32) -> PoolConfig {
+    PoolConfig::new("residents", 8)
+        .evicting()
+        .evict_wait_ms(wait_ms)
+}
+
 fn spawn<'t>(t: &'t Table, tenant: &str, now: u64) -> fairshm::Lease<'t> {
     t.try_acquire_at(&Request::new("residents", tenant), now)
         .unwrap()
@@ -404,12 +412,7 @@ fn reaping_a_revoked_resident_wakes_its_tenants_waiter() {
     // A window of 3 s: a waiter refused with nothing to evict also wakes at the pool's
     // next recount of the active set, a window after the last; the reap's wake comes
     // long before that.
-    let cfg = Config::with_pools(vec![
-        PoolConfig::new("residents", 8)
-            .evicting()
-            .evict_wait_ms(10_000)
-            .window_ms(3_000),
-    ]);
+    let cfg = Config::with_pools(vec![patient_residents(10_000).window_ms(3_000)]);
     let t = seg.create(&cfg);
     // Only a wake ends the waiter's sleep early: its own backup sweep is far off.
     t.set_sweep_interval(Duration::from_secs(60));
@@ -491,11 +494,7 @@ fn reaping_a_revoked_resident_wakes_its_tenants_waiter() {
 #[test]
 fn a_spawn_with_nothing_to_evict_is_admitted_when_a_tenant_leaves() {
     let seg = Seg::new("res-depart");
-    let cfg = Config::with_pools(vec![
-        PoolConfig::new("residents", 8)
-            .evicting()
-            .evict_wait_ms(10_000),
-    ]);
+    let cfg = Config::with_pools(vec![patient_residents(10_000)]);
     let t = seg.create(&cfg);
     t.set_sweep_interval(Duration::from_secs(3600));
     let busy = |l: &fairshm::Lease<'_>| l.begin_call().unwrap();
@@ -548,11 +547,7 @@ fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
     const WAITERS: usize = 8;
     const TURNS: usize = 40;
     let seg = Seg::new("res-herd");
-    let cfg = Config::with_pools(vec![
-        PoolConfig::new("residents", 8)
-            .evicting()
-            .evict_wait_ms(20_000),
-    ]);
+    let cfg = Config::with_pools(vec![patient_residents(20_000)]);
     let t = seg.create(&cfg);
     t.set_sweep_interval(Duration::from_secs(3600));
     let mine: Vec<_> = (0..7).map(|i| spawn(&t, "t", 10 + i)).collect();
@@ -561,7 +556,7 @@ fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
     }
     let theirs = spawn(&t, "u", 20);
     let req = Request::new("residents", "t");
-    let ((), woke, served) = common::herd(&t, &req, 0, WAITERS, || {
+    let ((), woke, served) = common::herd(&t, &req, "residents", WAITERS, || {
         for _ in 0..TURNS {
             theirs.begin_call().unwrap();
             theirs.end_call().unwrap();

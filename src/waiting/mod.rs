@@ -135,8 +135,9 @@ pub fn tenant_bit(tenant: usize) -> u32 {
     1 << (tenant % 32)
 }
 
-/// Every bit: a wake that reaches every sleeper of a half.
-pub const EVERY_TENANT: u32 = u32::MAX;
+/// Every bit (`FUTEX_BITSET_MATCH_ANY`): a wake that reaches every sleeper of a half,
+/// or a sleep that every wake of its word ends.
+pub const EVERY_TENANT: u32 = libc::FUTEX_BITSET_MATCH_ANY as u32;
 
 /// The bit a waiter refused `last` sleeps with: its tenant's ([`tenant_bit`]), or, for a
 /// spawn with nothing to evict (`too_many_residents`), its tenant's and its units'
@@ -181,7 +182,7 @@ pub fn sleep_on(watch: &[Watch<'_>], until: Instant) {
         return;
     };
     if !waitv(watch.iter().map(|w| (w.val, w.word.as_ptr())), &deadline) {
-        let _ = futex_wait(first.word.as_ptr(), first.val, &deadline, libc::FUTEX_BITSET_MATCH_ANY as u32);
+        let _ = futex_wait(first.word.as_ptr(), first.val, &deadline, EVERY_TENANT);
     }
 }
 
@@ -268,7 +269,7 @@ pub fn wake(pool: &PoolRec, class: Class, n: u32) -> u32 {
 /// `FUTEX_WAKE` of up to `n` waiters of the u32 at `word` (process-shared); returns how
 /// many woke.
 pub(crate) fn wake_word(word: *mut u32, n: u32) -> u32 {
-    wake_bits(word, n, libc::FUTEX_BITSET_MATCH_ANY as u32)
+    wake_bits(word, n, EVERY_TENANT)
 }
 
 /// Wakes up to `n` waiters of the u32 at `word` (process-shared) whose bitset shares a

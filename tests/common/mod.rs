@@ -293,8 +293,8 @@ pub fn sleeps(tids: &[i32]) -> u64 {
         .sum()
 }
 
-/// `n` threads that each wait up to 20 s for `req` on `t`, pool `pool`: once all are
-/// announced among the pool's waiters, and asleep, `body` runs; it must let go of
+/// `n` threads that each wait up to 20 s for `req` on `t`, of pool `pool`: once all
+/// are announced among the pool's waiters, and asleep, `body` runs; it must let go of
 /// what keeps them waiting before it returns. Returns what `body` returned, how often
 /// the waiters slept again while it ran (each, once per wake that did not serve it:
 /// [`sleeps`]), and whether every waiter was served. A served waiter's thread stays
@@ -302,11 +302,10 @@ pub fn sleeps(tids: &[i32]) -> u64 {
 pub fn herd<R>(
     t: &Table,
     req: &fairshm::Request,
-    pool: usize,
+    pool: &str,
     n: usize,
     body: impl FnOnce() -> R,
 ) -> (R, u64, bool) {
-    use fairshm::region::Region;
     use std::time::Duration;
     let tids = std::sync::Mutex::new(Vec::new());
     let end = (std::sync::Mutex::new(false), std::sync::Condvar::new());
@@ -325,7 +324,7 @@ pub fn herd<R>(
             })
             .collect();
         wait_until(None, "the waiters", Duration::from_millis(1), || {
-            t.region().pool(pool).waiters.load(Ordering::SeqCst) == n as u32
+            t.snapshot().pool(pool).unwrap().waiters == n as u32
         });
         std::thread::sleep(Duration::from_millis(100)); // each asleep
         let tids = tids.lock().unwrap().clone();
