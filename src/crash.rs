@@ -1,6 +1,10 @@
 //! Crash points (feature `crash-points`, tests only): after `arm(label, skip)`, the
 //! process kills itself with SIGKILL the `skip + 1`-th time it reaches the labelled
 //! step. A test forks a child, arms it, and lets it run into its death.
+//!
+//! [`run_at`] arms a point to run a closure there instead, once, on the thread that
+//! reaches it: a test's way to put other ops in the window between two steps of one
+//! (in a test binary of its own: the plan is the process's).
 
 use std::sync::Mutex;
 
@@ -16,10 +20,22 @@ pub const CREATE_LABELS: &[&str] = &["create.opened", "create.sized", "create.wr
 
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);
-static PLAN: Mutex<Option<(&'static str, u64)>> = Mutex::new(None);
+/// What to do at the armed hit: die, or run a closure (once).
+type Action = Option<Box<dyn FnOnce() + Send>>;
+static PLAN: Mutex<Option<(&'static str, u64, Action)>> = Mutex::new(None);
 
 /// Dies at the `skip + 1`-th hit of `label` from now on.
 pub fn arm(label: &'static str, skip: u64) {
+    plan(label, skip, None);
+}
+
+/// Runs `action` at the `skip + 1`-th hit of `label` from now on, on the thread that
+/// hits it, before that step's next one; then the point is disarmed.
+pub fn run_at(label: &'static str, skip: u64, action: impl FnOnce() + Send + 'static) {
+    plan(label, skip, Some(Box::new(action)));
+}
+
+fn plan(label: &'static str, skip: u64, action: Action) {
     assert!(
         LABELS.contains(&label)
             || GUARANTEED_LABELS.contains(&label)
@@ -27,7 +43,7 @@ pub fn arm(label: &'static str, skip: u64) {
             || CREATE_LABELS.contains(&label),
         "unknown crash point {label:?}"
     );
-    *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip));
+    *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip, action));
     // Relaxed: the plan is behind the mutex; the flag only spares unarmed hits it.
     ARMED.store(1, Relaxed);
 }
@@ -37,13 +53,25 @@ pub(crate) fn hit(label: &'static str) {
         return;
     }
     let mut plan = PLAN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((l, skip)) = plan.as_mut()
-        && *l == label
-    {
-        if *skip == 0 {
-            // SAFETY: kill and getpid have no memory-safety preconditions.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        }
-        *skip -= 1;
+    let Some((l, skip, action)) = plan.as_mut() else {
+        return;
+    };
+    if *l != label {
+        return;
     }
+    if *skip > 0 {
+        *skip -= 1;
+        return;
+    }
+    let Some(action) = action.take() else {
+        // SAFETY: kill and getpid have no memory-safety preconditions.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        unreachable!("SIGKILL returned");
+    };
+    *plan = None;
+    // Relaxed: as in `plan`.
+    ARMED.store(0, Relaxed);
+    // The lock is let go first: the action's own ops pass crash points too.
+    drop(plan);
+    action();
 }

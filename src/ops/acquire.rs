@@ -294,6 +294,21 @@ pub(super) fn back_out<R: Region>(r: &R, l: usize, d: &Desc, charging: bool) -> 
             break;
         }
     }
-    finish_release_keeping(r, l, d.generation, Some(d), None, true).map(|_| ())
+    finish_release_keeping(r, l, d.generation, Some(d), None, true)?;
+    // The held (and extra) word no longer counts our units: a waiter of our tenant
+    // refused on it meanwhile (past its share with them) may be admitted now, and no
+    // release of ours will come to wake it. Wake as a release by our tenant does (cold:
+    // only after a refusal on the pool word or a lost victim; `tests/back_out.rs`).
+    #[cfg(not(loom))]
+    {
+        let pool = r.pool(d.pool as usize);
+        // SeqCst RMW that changes nothing: the release's pool step of the waiter
+        // handshake (`waiting`). A waiter whose announcement our load of `waiters`
+        // below misses reads the pool word after this, so after the held word's
+        // restoring CAS (sequenced before it), and sees our tenant's held as it is now.
+        pool.word.fetch_add(0, SeqCst);
+        crate::waiting::released_by(pool, d.units, d.tenant as usize);
+    }
+    Ok(())
 }
 
