@@ -35,6 +35,13 @@ pub fn run_at(label: &'static str, skip: u64, action: impl FnOnce() + Send + 'st
     plan(label, skip, Some(Box::new(action)));
 }
 
+/// Takes back a plan that has not come due (its action is dropped, not run).
+pub fn disarm() {
+    *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    // Relaxed: as in `plan`.
+    ARMED.store(0, Relaxed);
+}
+
 fn plan(label: &'static str, skip: u64, action: Action) {
     assert!(
         LABELS.contains(&label)

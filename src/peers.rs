@@ -127,7 +127,7 @@ pub fn announce(seg: &Segment, out: &[Reaped]) {
         .flat_map(|r| r.held_units_returned.iter().enumerate())
     {
         if units > 0 {
-            waiting::released(seg.pool(p), units.min(u32::MAX as u64) as u32);
+            waiting::reaped(seg.pool(p), units.min(u32::MAX as u64) as u32);
         }
     }
     for (gp, &units) in out

@@ -457,8 +457,9 @@ fn a_waiter_killed_while_it_waits_is_taken_out_of_the_pools_waiters() {
 /// A turn of [`herd_wakes`], given "t"'s and "u"'s leases.
 type Turn = dyn for<'a> Fn(&'a Table, &mut Vec<fairshm::Lease<'a>>, &mut Vec<fairshm::Lease<'a>>);
 
-/// In a pool of `cap` (floor 5%), tenant "t" holds `holds.0`, past its share of half,
-/// "u" holds `holds.1`, and 8 acquires of one unit of "t"'s wait; then `turn` runs
+/// In a pool of `cap` (floor 5%, a window of 20 s: no recount of the active set
+/// during the test), tenant "t" holds `holds.0`, past its share of half, "u" holds
+/// `holds.1`, and 8 acquires of one unit of "t"'s wait; then `turn` runs
 /// `turns` times, 10 ms apart. Returns how often the waiters slept again meanwhile
 /// (each, once per wake that did not serve it), and whether every waiter was served
 /// once "t" and "u" let go.
@@ -471,7 +472,9 @@ fn herd_wakes(
 ) -> (u64, bool) {
     const WAITERS: usize = 8;
     let seg = Seg::new(name);
-    let t = seg.create(&one_pool(cap));
+    // A window of 20 s: no recount of the active set wakes the waiters meanwhile.
+    let pool = fairshm::PoolConfig::new("requests", cap).window_ms(20_000);
+    let t = seg.create(&fairshm::Config::with_pools(vec![pool]));
     t.set_sweep_interval(Duration::from_secs(3600));
     let take = |tenant| {
         t.try_acquire(&Request::new("requests", tenant))
@@ -481,14 +484,14 @@ fn herd_wakes(
     let mut t_held: Vec<_> = (0..holds.0).map(|_| take("t")).collect();
     let mut u_held: Vec<_> = (0..holds.1).map(|_| take("u")).collect();
     let req = Request::new("requests", "t");
-    let ((), woke, served) = common::herd(&t, &req, "requests", WAITERS, || {
+    let body = || {
         for _ in 0..turns {
             turn(&t, &mut t_held, &mut u_held);
             std::thread::sleep(Duration::from_millis(10));
         }
-        t_held.clear();
-        u_held.clear();
-    });
+        (t_held, u_held)
+    };
+    let (woke, served) = common::herd(&t, &req, "requests", WAITERS, body, drop);
     eprintln!("{name}: the waiters slept again {woke} times in {turns} turns");
     assert_eq!(waiters(&t), 0);
     (woke, served)
@@ -499,7 +502,7 @@ fn herd_wakes(
 /// floor), so its waiters sleep through them: the release wakes, past their share,
 /// only its own tenant's sleepers (`waiting::released_by`). Before, each of "u"'s
 /// releases woke one of "t"'s waiters, which, refused, woke the next: all 8 woke for
-/// every unit (360 wakes in 40 turns; now 0 to 8, at the active set's recounts).
+/// every unit (360 wakes in 40 turns; 40 with the pass rule alone; now none).
 #[test]
 fn a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit() {
     let (woke, served) = herd_wakes("herd-turnover", 8, (7, 1), 40, &|t, _, u| {
@@ -510,21 +513,70 @@ fn a_busy_tenants_waiters_do_not_all_wake_for_another_tenants_unit() {
                 .unwrap(),
         );
     });
-    // Each waiter also wakes at the active set's recounts (at most once a second, in
-    // turns of about half a second): at most 16, and 40 if each unit woke one waiter.
+    // None is woken (the window is 20 s: no recount either); 40 if each unit woke one.
     assert!(
-        woke < 24,
+        woke < 8,
         "the waiters woke {woke} times in 40 turns of another tenant's unit"
     );
     assert!(served, "a waiter was not served once the pool emptied");
 }
 
+/// "t" holds 38 of 40 (floor 2), past its share of 20, "u" holds 2 as one lease, and 8
+/// acquires of one unit of "t"'s wait. Each turn "t" lets go of one unit (no room past
+/// the floor: it wakes none of its waiters) and "u" of its two at once, which makes
+/// room past the floor for one and wakes two (a release wakes as many as it gives
+/// back): one is admitted, the other is refused past its share with the floor
+/// reached, and passes its wake to no waiter of its own tenant, all of whose asks are
+/// refused alike (`waiting::pass_bits`); then "u" takes its two back. Without that,
+/// each refused waiter woke the next: all the waiters left, every turn (38 or 39
+/// sleeps in 6 turns, against 12: the one served, which then waits for the end, and
+/// the one refused, each turn).
+#[test]
+fn a_waiter_refused_at_the_floor_passes_no_wake_to_its_own_tenant() {
+    const TURNS: usize = 6;
+    let seg = Seg::new("herd-floor");
+    let pool = fairshm::PoolConfig::new("requests", 40).window_ms(20_000);
+    let t = seg.create(&fairshm::Config::with_pools(vec![pool]));
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let mut mine: Vec<_> = (0..38)
+        .map(|_| {
+            t.try_acquire(&Request::new("requests", "t"))
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let two = Request::new("requests", "u").units(2);
+    let mut theirs = t.try_acquire(&two).unwrap().unwrap();
+    let req = Request::new("requests", "t");
+    let body = || {
+        for turn in 0..TURNS {
+            drop(mine.pop());
+            drop(theirs);
+            std::thread::sleep(Duration::from_millis(10));
+            theirs = t
+                .try_acquire(&two)
+                .unwrap()
+                .unwrap_or_else(|r| panic!("turn {turn}: u's two: {r}"));
+        }
+        (mine, theirs)
+    };
+    let (woke, served) = common::herd(&t, &req, "requests", 8, body, drop);
+    eprintln!("herd-floor: the waiters slept again {woke} times in {TURNS} turns");
+    // Two a turn: the one served (which then waits for the end) and the one refused.
+    assert!(
+        woke <= 2 * TURNS as u64 + 2,
+        "the waiters slept again {woke} times in {TURNS} turns"
+    );
+    assert!(served, "a waiter was not served once the pool emptied");
+}
+
 /// "t" holds 38 of 40 (floor 2), past its share of 20, "u" holds 2; each turn "t"
-/// releases one of its units, which wakes one of its waiters (its release may have
-/// brought it under its share); refused (still past its share, and no room past the
-/// floor), that waiter passes the wake to no waiter of its own tenant, whose asks are
-/// all refused alike (`waiting::pass_bits`); then "u" takes the unit. Before, it woke
-/// the next, which woke the next: all 8 each turn (162 wakes in 18 turns; now 18 to 26).
+/// releases one of its units, and "u" takes it. "t" stays past its share, and no ask
+/// fits past the floor: its release wakes none of its waiters
+/// (`admission::under_share_now` says it is not under its share). Before, it woke one,
+/// which, refused, woke the next: all 8 each turn (162 wakes in 18 turns); with the
+/// pass rule (`a_waiter_refused_at_the_floor_passes_no_wake_to_its_own_tenant`) and
+/// without that check, the one woken each turn (18); now none.
 #[test]
 fn a_waiter_refused_past_its_share_passes_no_wake_to_its_own_tenant() {
     let (woke, served) = herd_wakes("herd-pass", 40, (38, 2), 18, &|t, mine, u| {
@@ -536,7 +588,42 @@ fn a_waiter_refused_past_its_share_passes_no_wake_to_its_own_tenant() {
                 .unwrap(),
         );
     });
-    // The release's one wake a turn, and the recounts' (at most 3 each, as above).
-    assert!(woke < 18 + 24, "the waiters woke {woke} times in 18 turns");
+    // None (no recount in a window of 20 s); 18 if each release woke one.
+    assert!(woke < 9, "the waiters woke {woke} times in 18 turns");
     assert!(served, "a waiter was not served once the pool emptied");
+}
+
+/// A reap (a death) wakes up to as many under-share sleepers as it gave back units, and
+/// every sleeper past its share: the dead process's tenants hold less now, and their
+/// sleepers past their share, in other processes, may be under it, which a wake of
+/// `units` sleepers could leave out (it may go to the under-share ones first).
+/// `waiting::reaped`, which `peers::announce` and `repair` call; before, a reap woke
+/// as a release does, up to `units` in all.
+#[test]
+fn a_reap_wakes_every_sleeper_past_its_share() {
+    use fairshm::waiting::{self, Class};
+    const N: u32 = 3;
+    let seg = Seg::new("reap-wakes");
+    let t = seg.create(&one_pool(4));
+    let pool = t.region().pool(0);
+    // As `blocking` does before it sleeps.
+    pool.waiters.fetch_add(N, SeqCst);
+    let seq = waiting::half(pool.wake.load(SeqCst), Class::Over);
+    let woke: Vec<bool> = std::thread::scope(|s| {
+        let sleepers: Vec<_> = (0..N)
+            .map(|i| {
+                s.spawn(move || {
+                    let start = Instant::now();
+                    let until = start + Duration::from_secs(5);
+                    waiting::sleep(pool, Class::Over, seq, 1 << i, &[], until);
+                    start.elapsed() < Duration::from_secs(4)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100)); // asleep
+        waiting::reaped(pool, 1);
+        sleepers.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    pool.waiters.fetch_sub(N, SeqCst);
+    assert!(woke.iter().all(|&w| w), "woken by the reap: {woke:?}");
 }

@@ -417,6 +417,29 @@ fn evict_for<R: Region>(
     Ok(Err(tried))
 }
 
+/// Whether tenant `t` holds less than its share of pool `p` by the words as they are
+/// now (its held word, the pool's limits and active weight, its weight): what the wake
+/// of a release of its own asks (`waiting::released_by`: its sleepers past their
+/// share may be admitted once it is under). `t` and `p` come from a checked
+/// descriptor.
+pub fn under_share_now<R: Region>(r: &R, p: usize, t: usize) -> bool {
+    use crate::layout::{held_word, pair};
+    let pool = r.pool(p);
+    // SeqCst: the limits as every acquire loads them. Relaxed: the weights are
+    // priority inputs (`active`), as in every decision. Acquire: the held word as the
+    // rule reads it; the caller's release (its held CAS) is before this in our thread.
+    let limits = pool.limits.load(SeqCst);
+    let weight = r.tenant(t).weight.load(Relaxed);
+    let active = pool.active_weight.load(Relaxed).max(weight as u64);
+    let f = Frozen {
+        cap: pair::lo(limits),
+        floor: pair::hi(limits),
+        weight,
+        active_weight: active.min(u32::MAX as u64) as u32,
+    };
+    fair_share::under_share(&f, held_word::held(r.tenant_pool(p, t).held.load(Acquire)))
+}
+
 /// Releases lease `l` of generation `generation` at `now`, with the owner's copy of
 /// its descriptor if it has one; marks activity and feeds the hold estimate.
 /// With `keep: Some(tid)` the slot stays `CLAIMED` as thread `tid`'s spare.

@@ -394,7 +394,10 @@ impl Engine {
                 generation: id.generation.wrapping_add(1) & crate::layout::lease_state::GEN_MASK,
             });
         }
-        crate::waiting::released_by(self.seg.pool(d.pool as usize), d.units, d.tenant as usize);
+        let (p, t) = (d.pool as usize, d.tenant as usize);
+        crate::waiting::released_by(self.seg.pool(p), d.units, t, || {
+            admission::under_share_now(&self.seg, p, t)
+        });
         Ok(PoolId(d.pool))
     }
 

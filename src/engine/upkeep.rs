@@ -111,7 +111,7 @@ impl Engine {
         crate::peers::announce(&self.seg, &out.reaped);
         for p in &out.pools {
             if p.in_use_after < p.in_use_before {
-                crate::waiting::released(self.seg.pool(p.pool), p.in_use_before - p.in_use_after);
+                crate::waiting::reaped(self.seg.pool(p.pool), p.in_use_before - p.in_use_after);
             }
         }
         Ok(out)

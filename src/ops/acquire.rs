@@ -307,7 +307,10 @@ pub(super) fn back_out<R: Region>(r: &R, l: usize, d: &Desc, charging: bool) -> 
         // below misses reads the pool word after this, so after the held word's
         // restoring CAS (sequenced before it), and sees our tenant's held as it is now.
         pool.word.fetch_add(0, SeqCst);
-        crate::waiting::released_by(pool, d.units, d.tenant as usize);
+        let (p, t) = (d.pool as usize, d.tenant as usize);
+        crate::waiting::released_by(pool, d.units, t, || {
+            crate::admission::under_share_now(r, p, t)
+        });
     }
     Ok(())
 }

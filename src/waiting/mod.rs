@@ -28,10 +28,14 @@
 //! wakes for one permit and the tenant the rule favours is served first. A waiter
 //! sleeps with its tenant's bit ([`tenant_bit`], `FUTEX_WAIT_BITSET`), so that a wake
 //! can pass over the sleepers it cannot serve: an owner's release wakes sleepers past
-//! their share only of its own tenant when no ask past the floor fits
-//! ([`released_by`]), and a woken waiter refused again passes the wake on only where an
-//! ask may fit ([`pass_bits`]). Without that, a busy tenant's waiters all woke, each
-//! the next, for every unit another tenant turned over: a herd in single file.
+//! their share only of its own tenant when no ask past the floor fits, and those only
+//! when it left that tenant under its share ([`released_by`]), and a woken waiter
+//! refused again passes the wake on only where an ask may fit ([`pass_bits`]).
+//! Without that, a busy tenant's waiters all woke, each the next, for every unit
+//! another tenant turned over: a herd in single file. A sleeper's class is that of its
+//! last refusal, which its own tenant's release may have made stale (under its share
+//! now): that release wakes its tenant's sleepers past their share besides the
+//! under-share ones. A reap wakes every sleeper past its share ([`reaped`]).
 //!
 //! A waiter may also watch owner words ([`Watch`], armed by `watch::arm`): it then
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
@@ -426,38 +430,65 @@ pub fn pass_bits(last: &crate::refusal::Refused, tenant: usize) -> Option<u32> {
 pub fn released(pool: &PoolRec, units: u32) {
     // SeqCst: see the module docs (pairs with the waiter's announcement and its try).
     if pool.waiters.load(SeqCst) != 0 {
-        wake_waiters(pool, units, None);
+        wake_waiters(pool, units, None::<(usize, fn() -> bool)>);
     }
 }
 
-/// [`released`], for a release by tenant `tenant` of its own lease: a sleeper past its
-/// share is woken only if it may be admitted. One refused `over_share` is admitted
-/// only below the floor (`in_use + units <= POOL - FLOOR`) or once its tenant is under
-/// its share again; a release changes no share (the active set stays) and no holdings
-/// but its own tenant's. So when the pool, as read after the release, has no room past
-/// the floor even for one unit, only `tenant`'s own sleepers past their share are
-/// woken (the release may have brought it under its share): the others would try, be
-/// refused as before, and sleep again, each of them, for every unit another tenant
-/// turns over.
+/// [`released`], for a release by tenant `tenant` of its own lease (or an acquire's
+/// back-out): a sleeper past its share is woken only if it may be admitted. One
+/// refused `over_share` is admitted only below the floor (`in_use + units <= POOL -
+/// FLOOR`) or once its tenant is under its share again; a release changes no share
+/// (the active set stays) and no holdings but its own tenant's. So when the pool, as
+/// read after the release, has no room past the floor even for one unit, the others'
+/// sleepers past their share are not woken (they would try, be refused as before, and
+/// sleep again, each of them, for every unit another tenant turns over), and
+/// `tenant`'s own are woken, up to `units` of them besides the under-share sleepers,
+/// when `under()` says the release left it under its share
+/// ([`crate::admission::under_share_now`], asked only then): they may be admitted now,
+/// while they sleep with the class of their last refusal. (Before, the under-share
+/// sleepers took every wake first: such a sleeper, its tenant under its share and a
+/// unit free for it, slept on until another wake, its deadline or the next recount,
+/// the test `no_admissible_waiter_stays_asleep_after_ops_in_any_window` found.)
 #[inline]
-pub fn released_by(pool: &PoolRec, units: u32, tenant: usize) {
+pub fn released_by(pool: &PoolRec, units: u32, tenant: usize, under: impl FnOnce() -> bool) {
     // SeqCst: as in `released`.
     if pool.waiters.load(SeqCst) != 0 {
-        wake_waiters(pool, units, Some(tenant));
+        wake_waiters(pool, units, Some((tenant, under)));
     }
 }
 
 #[cold]
-fn wake_waiters(pool: &PoolRec, units: u32, by: Option<usize>) {
+fn wake_waiters(pool: &PoolRec, units: u32, by: Option<(usize, impl FnOnce() -> bool)>) {
     // SeqCst: see the module docs.
     pool.wake.fetch_add(BOTH, SeqCst);
     let woke = wake(pool, Class::Under, units);
-    if woke < units {
-        let bits = match by {
-            Some(t) if !room_past_floor(pool) => tenant_bit(t),
-            _ => EVERY_TENANT,
-        };
-        wake_bits(word_ptr(pool, Class::Over), units - woke, bits);
+    let Some((t, under)) = by else {
+        if woke < units {
+            wake_bits(word_ptr(pool, Class::Over), units - woke, EVERY_TENANT);
+        }
+        return;
+    };
+    if woke < units && room_past_floor(pool) {
+        wake_bits(word_ptr(pool, Class::Over), units - woke, EVERY_TENANT);
+    }
+    // The tenant's own sleepers past their share sleep with the class of their last
+    // refusal: if this left it under its share, they are admitted as the under-share
+    // sleepers are, and are woken with them.
+    if under() {
+        wake_bits(word_ptr(pool, Class::Over), units, tenant_bit(t));
+    }
+}
+
+/// After a reap gave back `units` of pool `pool` (a death: rare): wakes up to `units`
+/// under-share sleepers and every sleeper past its share. The dead process's tenants
+/// hold less now, and their sleepers past their share (in other processes) may be
+/// under it: without knowing which tenants they are, every such sleeper asks again.
+pub fn reaped(pool: &PoolRec, units: u32) {
+    // SeqCst: as in `released`.
+    if pool.waiters.load(SeqCst) != 0 {
+        pool.wake.fetch_add(BOTH, SeqCst);
+        wake(pool, Class::Under, units);
+        wake_bits(word_ptr(pool, Class::Over), u32::MAX, EVERY_TENANT);
     }
 }
 

@@ -294,18 +294,21 @@ pub fn sleeps(tids: &[i32]) -> u64 {
 }
 
 /// `n` threads that each wait up to 20 s for `req` on `t`, of pool `pool`: once all
-/// are announced among the pool's waiters, and asleep, `body` runs; it must let go of
-/// what keeps them waiting before it returns. Returns what `body` returned, how often
-/// the waiters slept again while it ran (each, once per wake that did not serve it:
-/// [`sleeps`]), and whether every waiter was served. A served waiter's thread stays
-/// until `body` returns (or 20 s more, if it panicked), so that its sleeps can be read.
+/// are announced among the pool's waiters, and asleep, `body` runs, then `let_go`
+/// with what it returned, which must let go of what keeps them waiting. Returns how
+/// often the waiters slept again while `body` ran (each, once per wake that did not
+/// serve it: [`sleeps`]; read before `let_go`, whose wakes serve them, and whose
+/// served waiters then block until the end), and whether every waiter was served. A
+/// served waiter's thread stays until `let_go` returns (or 20 s more, if it
+/// panicked), so that its sleeps can be read, and holds what it was granted till then.
 pub fn herd<R>(
     t: &Table,
     req: &fairshm::Request,
     pool: &str,
     n: usize,
     body: impl FnOnce() -> R,
-) -> (R, u64, bool) {
+    let_go: impl FnOnce(R),
+) -> (u64, bool) {
     use std::time::Duration;
     let tids = std::sync::Mutex::new(Vec::new());
     let end = (std::sync::Mutex::new(false), std::sync::Condvar::new());
@@ -314,12 +317,13 @@ pub fn herd<R>(
             .map(|_| {
                 s.spawn(|| {
                     tids.lock().unwrap().push(nix::unistd::gettid().as_raw());
-                    let served = t.acquire(req, Duration::from_secs(20)).unwrap().is_ok();
+                    // Held until the end: a served waiter's units stay taken.
+                    let got = t.acquire(req, Duration::from_secs(20)).unwrap();
                     let ended = end.0.lock().unwrap();
                     let _ = end
                         .1
                         .wait_timeout_while(ended, Duration::from_secs(20), |e| !*e);
-                    served
+                    got.is_ok()
                 })
             })
             .collect();
@@ -331,8 +335,9 @@ pub fn herd<R>(
         let before = sleeps(&tids);
         let got = body();
         let woke = sleeps(&tids) - before;
+        let_go(got);
         *end.0.lock().unwrap() = true;
         end.1.notify_all();
-        (got, woke, waiting.into_iter().all(|w| w.join().unwrap()))
+        (woke, waiting.into_iter().all(|w| w.join().unwrap()))
     })
 }
