@@ -1,6 +1,7 @@
 //! No lost wake-up, in any window: random acquires and releases of three tenants, each
 //! possibly with another op run inside it between two of its steps (a crash point armed
-//! with `fairshm::crash::run_at`), while blocked acquires wait. After every step, once
+//! with `fairshm::crash::run_at`: a release, a try, or a blocked acquire started there,
+//! which decides on the words as the paused op left them), while blocked acquires wait. After every step, once
 //! the ops are done, no waiter that the rule admits may stay asleep: each is served
 //! within a second (the sweep is an hour and the activity window 20 s, so only a wake
 //! can serve it), or the test fails naming the seed and the steps.
@@ -8,6 +9,7 @@
 //! A binary of its own: an armed crash point is the whole process's.
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,50 +43,129 @@ impl Rng {
     }
 }
 
-/// The leases held, by tenant index: the outer op and the op in its window take theirs
-/// from here, so that no lease is released twice.
-type Held = Arc<Mutex<Vec<(usize, LeaseId)>>>;
+/// What a round shares with the ops run in windows (on other threads).
+struct Rig {
+    t: Arc<Table>,
+    /// The leases held, by tenant index: the outer op and the op in its window take
+    /// theirs from here, so that no lease is released twice.
+    held: Mutex<Vec<(usize, LeaseId)>>,
+    waiters: Mutex<Vec<Waiter>>,
+    serve: Mutex<Sender<(usize, Option<LeaseId>)>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    log: Mutex<Vec<String>>,
+}
 
 struct Waiter {
     tenant: usize,
     units: u32,
     done: bool,
+    /// Set by its thread when its acquire returned (after it left the pool's count of
+    /// waiters).
+    returned: Arc<AtomicBool>,
 }
 
-/// The op run in a window: on a thread of its own (joined), so that it is nobody's
-/// nested call; a release of a held lease or a try of a random ask.
-fn window_op(t: &Arc<Table>, held: &Held, pick: u64, log: &Arc<Mutex<Vec<String>>>) {
-    let (t, held, log) = (t.clone(), held.clone(), log.clone());
+impl Rig {
+    fn note(&self, line: String) {
+        self.log.lock().unwrap().push(line);
+    }
+    fn pending(&self) -> usize {
+        self.waiters
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| !w.done)
+            .count()
+    }
+    /// Starts a blocked acquire of `units` for tenant `tn`; returns once it is asleep
+    /// (announced among the pool's waiters, and some time given) or served.
+    fn start_waiter(self: &Arc<Self>, tn: usize, units: u32, how: &str) {
+        let returned = Arc::new(AtomicBool::new(false));
+        let i = {
+            let mut w = self.waiters.lock().unwrap();
+            w.push(Waiter {
+                tenant: tn,
+                units,
+                done: false,
+                returned: returned.clone(),
+            });
+            w.len() - 1
+        };
+        self.note(format!(
+            "{how}waiter {i}: {} asks {units}, blocking",
+            TENANTS[tn]
+        ));
+        let (t, serve, back) = (
+            self.t.clone(),
+            self.serve.lock().unwrap().clone(),
+            returned.clone(),
+        );
+        self.threads
+            .lock()
+            .unwrap()
+            .push(std::thread::spawn(move || {
+                let req = Request::new("requests", TENANTS[tn]).units(units);
+                let got = t.acquire(&req, Duration::from_secs(30)).unwrap();
+                back.store(true, SeqCst);
+                let _ = serve.send((i, got.ok().map(|l| l.into_id())));
+            }));
+        // Every waiter whose acquire has not returned is counted once announced (a
+        // served one leaves the count first): once they are as many, ours is.
+        let unreturned = || {
+            let w = self.waiters.lock().unwrap();
+            w.iter().filter(|w| !w.returned.load(SeqCst)).count() as u32
+        };
+        common::wait_until(None, "the new waiter", Duration::from_millis(1), || {
+            returned.load(SeqCst)
+                || self.t.snapshot().pool("requests").unwrap().waiters >= unreturned()
+        });
+        // Past its try after the announcement: asleep.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    /// A try of `units` for tenant `tn`; the lease, if granted, joins `held`.
+    fn ask(&self, tn: usize, units: u32, how: &str) {
+        let req = Request::new("requests", TENANTS[tn]).units(units);
+        let got = self.t.try_acquire(&req).unwrap();
+        self.note(format!(
+            "{how}{} asks {units}: {}",
+            TENANTS[tn],
+            if got.is_ok() { "granted" } else { "refused" }
+        ));
+        if let Ok(l) = got {
+            self.held.lock().unwrap().push((tn, l.into_id()));
+        }
+    }
+    /// Takes a held lease, at random, out of `held`.
+    fn take_held(&self, rng: &mut Rng) -> Option<(usize, LeaseId)> {
+        let mut h = self.held.lock().unwrap();
+        (!h.is_empty()).then(|| {
+            let i = rng.below(h.len());
+            h.swap_remove(i)
+        })
+    }
+}
+
+/// The ops run in a window, one or two: on a thread of their own (joined), so that
+/// they are nobody's nested call; each a release of a held lease, a try of a random
+/// ask, or a blocked acquire started (which then decides on the words as the paused op
+/// left them).
+fn window_op(rig: &Arc<Rig>, pick: u64) {
+    let rig = rig.clone();
     std::thread::spawn(move || {
         let mut rng = Rng(pick | 1);
-        let lease = {
-            let mut h = held.lock().unwrap();
-            if rng.below(2) == 0 && !h.is_empty() {
-                let i = rng.below(h.len());
-                Some(h.swap_remove(i))
-            } else {
-                None
-            }
-        };
-        match lease {
-            Some((tn, id)) => {
-                log.lock()
-                    .unwrap()
-                    .push(format!("  window: release {} {id}", TENANTS[tn]));
-                t.release_id(id).unwrap();
-            }
-            None => {
-                let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
-                let req = Request::new("requests", TENANTS[tn]).units(units);
-                let got = t.try_acquire(&req).unwrap();
-                log.lock().unwrap().push(format!(
-                    "  window: {} asks {units}: {}",
-                    TENANTS[tn],
-                    if got.is_ok() { "granted" } else { "refused" }
-                ));
-                if let Ok(l) = got {
-                    held.lock().unwrap().push((tn, l.into_id()));
+        for _ in 0..1 + rng.below(2) {
+            let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
+            match rng.below(3) {
+                0 if rig.pending() < 4 => {
+                    rig.start_waiter(tn, 1 + rng.below(WAITER_UNITS) as u32, "  window: ");
                 }
+                1 => match rig.take_held(&mut rng) {
+                    Some((tn, id)) => {
+                        rig.note(format!("  window: release {} {id}", TENANTS[tn]));
+                        rig.t.release_id(id).unwrap();
+                    }
+                    None => rig.ask(tn, units, "  window: "),
+                },
+                _ => rig.ask(tn, units, "  window: "),
             }
         }
     })
@@ -109,26 +190,24 @@ fn admits(p: &fairshm::stats::PoolSnap, w: &Waiter) -> bool {
 /// Waits until every waiter has been served or sleeps with the rule refusing it (on two
 /// snapshots in a row). Panics, with the steps so far, if an admissible waiter is
 /// still waiting after [`SERVED_WITHIN`].
-fn quiesce(
-    t: &Table,
-    waiters: &mut [Waiter],
-    served: &Receiver<(usize, Option<LeaseId>)>,
-    held: &Held,
-    log: &Arc<Mutex<Vec<String>>>,
-    seed: u64,
-) {
+fn quiesce(rig: &Rig, served: &Receiver<(usize, Option<LeaseId>)>, seed: u64) {
     let start = Instant::now();
     let mut calm = 0;
     loop {
         while let Ok((i, got)) = served.try_recv() {
             let id = got
                 .unwrap_or_else(|| panic!("seed {seed}: waiter {i} was refused at its deadline"));
-            waiters[i].done = true;
-            held.lock().unwrap().push((waiters[i].tenant, id));
-            log.lock().unwrap().push(format!("  waiter {i} served"));
+            let tenant = {
+                let mut w = rig.waiters.lock().unwrap();
+                w[i].done = true;
+                w[i].tenant
+            };
+            rig.held.lock().unwrap().push((tenant, id));
+            rig.note(format!("  waiter {i} served"));
         }
-        let snap = t.snapshot();
+        let snap = rig.t.snapshot();
         let p = snap.pool("requests").unwrap();
+        let waiters = rig.waiters.lock().unwrap();
         let pending: Vec<usize> = (0..waiters.len()).filter(|&i| !waiters[i].done).collect();
         let stuck: Vec<usize> = pending
             .iter()
@@ -163,9 +242,10 @@ fn quiesce(
                 p.capacity,
                 p.floor,
                 p.active_weight,
-                log.lock().unwrap().join("\n")
+                rig.log.lock().unwrap().join("\n")
             );
         }
+        drop(waiters);
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "seed {seed}: the waiters never settled"
@@ -181,36 +261,28 @@ fn round(seed: u64) {
     let cfg = Config::with_pools(vec![PoolConfig::new("requests", cap).window_ms(20_000)]);
     let t = Arc::new(seg.create(&cfg));
     t.set_sweep_interval(Duration::from_secs(3600));
-    let held: Held = Arc::default();
-    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-    let mut waiters: Vec<Waiter> = Vec::new();
-    let (serve, served): (Sender<(usize, Option<LeaseId>)>, _) = channel();
-    let mut threads = Vec::new();
-    log.lock().unwrap().push(format!("pool of {cap}"));
+    let (serve, served) = channel();
+    let rig = Arc::new(Rig {
+        t,
+        held: Mutex::default(),
+        waiters: Mutex::default(),
+        serve: Mutex::new(serve),
+        threads: Mutex::default(),
+        log: Mutex::new(vec![format!("pool of {cap}")]),
+    });
     for _ in 0..STEPS {
         let kind = rng.below(10);
-        if kind < 3 && waiters.iter().filter(|w| !w.done).count() < 3 {
-            let (tn, units) = (rng.below(3), 1 + rng.below(WAITER_UNITS) as u32);
-            let i = waiters.len();
-            waiters.push(Waiter {
-                tenant: tn,
-                units,
-                done: false,
-            });
-            log.lock().unwrap().push(format!(
-                "waiter {i}: {} asks {units}, blocking",
-                TENANTS[tn]
-            ));
-            let (t, serve) = (t.clone(), serve.clone());
-            threads.push(std::thread::spawn(move || {
-                let req = Request::new("requests", TENANTS[tn]).units(units);
-                let got = t.acquire(&req, Duration::from_secs(30)).unwrap();
-                let _ = serve.send((i, got.ok().map(|l| l.into_id())));
-            }));
+        let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
+        if kind < 3 && rig.pending() < 3 {
+            rig.start_waiter(tn, 1 + rng.below(WAITER_UNITS) as u32, "");
         } else {
             // An op, maybe with another in one of its windows.
-            let release = kind >= 6 && !held.lock().unwrap().is_empty();
-            let labels: &[&'static str] = if release {
+            let lease = if kind >= 6 {
+                rig.take_held(&mut rng)
+            } else {
+                None
+            };
+            let labels: &[&'static str] = if lease.is_some() {
                 &[
                     "release.published",
                     "release.pool_applied",
@@ -226,50 +298,34 @@ fn round(seed: u64) {
             };
             let window = rng.below(labels.len() + 1);
             if let Some(&label) = labels.get(window) {
-                let (t2, h2, l2, pick) = (t.clone(), held.clone(), log.clone(), rng.next());
-                l2.lock().unwrap().push(format!("(window at {label})"));
-                fairshm::crash::run_at(label, 0, move || window_op(&t2, &h2, pick, &l2));
+                let (rig2, pick) = (rig.clone(), rng.next());
+                rig.note(format!("(window at {label})"));
+                fairshm::crash::run_at(label, 0, move || window_op(&rig2, pick));
             }
-            if release {
-                let (tn, id) = {
-                    let mut h = held.lock().unwrap();
-                    let i = rng.below(h.len());
-                    h.swap_remove(i)
-                };
-                log.lock()
-                    .unwrap()
-                    .push(format!("release {} {id}", TENANTS[tn]));
-                t.release_id(id).unwrap();
-            } else {
-                let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
-                let req = Request::new("requests", TENANTS[tn]).units(units);
-                let got = t.try_acquire(&req).unwrap();
-                log.lock().unwrap().push(format!(
-                    "{} asks {units}: {}",
-                    TENANTS[tn],
-                    if got.is_ok() { "granted" } else { "refused" }
-                ));
-                if let Ok(l) = got {
-                    held.lock().unwrap().push((tn, l.into_id()));
+            match lease {
+                Some((tn, id)) => {
+                    rig.note(format!("release {} {id}", TENANTS[tn]));
+                    rig.t.release_id(id).unwrap();
                 }
+                None => rig.ask(tn, units, ""),
             }
             fairshm::crash::disarm();
         }
-        quiesce(&t, &mut waiters, &served, &held, &log, seed);
+        quiesce(&rig, &served, seed);
     }
     // The end: everything released, every waiter served.
     loop {
-        let next = held.lock().unwrap().pop();
+        let next = rig.held.lock().unwrap().pop();
         match next {
-            Some((_, id)) => t.release_id(id).unwrap(),
-            None if waiters.iter().all(|w| w.done) => break,
-            None => quiesce(&t, &mut waiters, &served, &held, &log, seed),
+            Some((_, id)) => rig.t.release_id(id).unwrap(),
+            None if rig.pending() == 0 => break,
+            None => quiesce(&rig, &served, seed),
         }
     }
-    for th in threads {
+    for th in rig.threads.lock().unwrap().drain(..) {
         th.join().unwrap();
     }
-    let snap = t.snapshot();
+    let snap = rig.t.snapshot();
     assert_eq!(
         snap.pool("requests").unwrap().in_use,
         0,
