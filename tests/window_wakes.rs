@@ -1,10 +1,11 @@
-//! No lost wake-up, in any window: random acquires and releases of three tenants, each
-//! possibly with another op run inside it between two of its steps (a crash point armed
-//! with `fairshm::crash::run_at`: a release, a try, or a blocked acquire started there,
-//! which decides on the words as the paused op left them), while blocked acquires wait. After every step, once
-//! the ops are done, no waiter that the rule admits may stay asleep: each is served
-//! within a second (the sweep is an hour and the activity window 20 s, so only a wake
-//! can serve it), or the test fails naming the seed and the steps.
+//! No lost wake-up, in any window: random acquires and releases of three tenants (of
+//! weight 1, or of weights 1 to 3), each possibly with one or two other ops run inside
+//! it between two of its steps (a crash point armed with `fairshm::crash::run_at`: a
+//! release, a try, or a blocked acquire started there, which decides on the words as
+//! the paused op left them), while blocked acquires wait. After every step, once the
+//! ops are done, no waiter that the rule admits may stay asleep: each is served within
+//! a second (the sweep is an hour and the activity window 20 s, so only a wake can
+//! serve it), or the test fails naming the seed and the steps.
 //!
 //! A binary of its own: an armed crash point is the whole process's.
 mod common;
@@ -173,16 +174,14 @@ fn window_op(rig: &Arc<Rig>, pick: u64) {
     .unwrap();
 }
 
-/// Whether the rule admits `w` on the snapshot (every tenant of weight 1).
+/// Whether the rule admits `w` on the snapshot.
 fn admits(p: &fairshm::stats::PoolSnap, w: &Waiter) -> bool {
-    let held = p
-        .tenants
-        .iter()
-        .find(|x| x.name == TENANTS[w.tenant])
-        .map_or(0, |x| x.held) as u64;
+    let me = p.tenants.iter().find(|x| x.name == TENANTS[w.tenant]);
+    let held = me.map_or(0, |x| x.held) as u64;
+    let weight = me.map_or(1, |x| x.weight) as u64;
     let (cap, floor) = (p.capacity as u64, p.floor as u64);
-    let total = p.active_weight.max(1);
-    let under = held < floor || held * total < cap;
+    let total = p.active_weight.max(weight);
+    let under = held < floor || held * total < cap * weight;
     let limit = if under { cap } else { cap - floor };
     p.in_use as u64 + w.units as u64 <= limit
 }
@@ -258,7 +257,13 @@ fn round(seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let cap = 3 + rng.below(5) as u32;
     let seg = Seg::new("window-wakes");
-    let cfg = Config::with_pools(vec![PoolConfig::new("requests", cap).window_ms(20_000)]);
+    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", cap).window_ms(20_000)]);
+    // Weights of 1 to 3, in half the rounds.
+    if rng.below(2) == 0 {
+        for name in TENANTS {
+            cfg = cfg.weight(name, 1 + rng.below(3) as u32);
+        }
+    }
     let t = Arc::new(seg.create(&cfg));
     t.set_sweep_interval(Duration::from_secs(3600));
     let (serve, served) = channel();
@@ -268,7 +273,7 @@ fn round(seed: u64) {
         waiters: Mutex::default(),
         serve: Mutex::new(serve),
         threads: Mutex::default(),
-        log: Mutex::new(vec![format!("pool of {cap}")]),
+        log: Mutex::new(vec![format!("pool of {cap}, weights {:?}", cfg.weights)]),
     });
     for _ in 0..STEPS {
         let kind = rng.below(10);
