@@ -257,7 +257,10 @@ fn round(seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let cap = 3 + rng.below(5) as u32;
     let seg = Seg::new("window-wakes");
-    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", cap).window_ms(20_000)]);
+    // An activity window of 20 s, or of 15 ms in a quarter of the rounds (tenants
+    // then leave the active set, and the shares grow, between steps).
+    let window = if rng.below(4) == 0 { 15 } else { 20_000 };
+    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", cap).window_ms(window)]);
     // Weights of 1 to 3, in half the rounds.
     if rng.below(2) == 0 {
         for name in TENANTS {
@@ -273,7 +276,10 @@ fn round(seed: u64) {
         waiters: Mutex::default(),
         serve: Mutex::new(serve),
         threads: Mutex::default(),
-        log: Mutex::new(vec![format!("pool of {cap}, weights {:?}", cfg.weights)]),
+        log: Mutex::new(vec![format!(
+            "pool of {cap}, window {window} ms, weights {:?}",
+            cfg.weights
+        )]),
     });
     for _ in 0..STEPS {
         let kind = rng.below(10);
