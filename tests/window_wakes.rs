@@ -1,11 +1,19 @@
 //! No lost wake-up, in any window: random acquires and releases of three tenants (of
-//! weight 1, or of weights 1 to 3), each possibly with one or two other ops run inside
-//! it between two of its steps (a crash point armed with `fairshm::crash::run_at`: a
-//! release, a try, or a blocked acquire started there, which decides on the words as
-//! the paused op left them), while blocked acquires wait. After every step, once the
-//! ops are done, no waiter that the rule admits may stay asleep: each is served within
-//! a second (the sweep is an hour and the activity window 20 s, so only a wake can
-//! serve it), or the test fails naming the seed and the steps.
+//! weight 1, or of weights 1 to 3; in a fair-share pool, or in residents, with calls
+//! begun and ended), each possibly with one or two other ops run inside it between two
+//! of its steps (a crash point armed with `fairshm::crash::run_at`: a release, a try,
+//! or a blocked acquire started there, which decides on the words as the paused op
+//! left them), while blocked acquires of one unit wait. After every step, once the ops
+//! are done, no waiter that the rule admits may stay asleep: each is served within a
+//! second, or the test fails naming the seed and the steps. The sweep is an hour, and
+//! the activity window 20 s (15 ms in a quarter of the rounds, where tenants leave the
+//! active set between steps): only a wake, or a sleep's bound at the active set's next
+//! recount, can serve it.
+//!
+//! Each of these, undone, fails within the default rounds (the seed that first did):
+//! a back-out's wake (69), a release's wake of its own tenant's sleepers past their
+//! share (6), the recount's bound on a sleep past its share (46), a call's end's wake
+//! (10095), a resident grant's wake (10072).
 //!
 //! A binary of its own: an armed crash point is the whole process's.
 mod common;
@@ -19,7 +27,10 @@ use common::Seg;
 use fairshm::{Config, LeaseId, PoolConfig, Request, Table};
 
 const TENANTS: [&str; 3] = ["t0", "t1", "t2"];
+/// Rounds of each kind: of a fair-share pool (seeds from 1) and of residents (seeds
+/// from `RESIDENTS + 1`).
 const ROUNDS: u64 = 200;
+const RESIDENTS: u64 = 10_000;
 const STEPS: usize = 14;
 /// The most units a blocked acquire asks for: one. With asks of several units a wake
 /// can reach a waiter whose ask does not fit while a smaller one's would (a futex
@@ -47,6 +58,11 @@ impl Rng {
 /// What a round shares with the ops run in windows (on other threads).
 struct Rig {
     t: Arc<Table>,
+    /// An `evict` pool (residents): asks of one unit, calls begun and ended, and a
+    /// full pool evicts an idle resident instead of refusing.
+    evict: bool,
+    /// The held residents in a call.
+    in_call: Mutex<Vec<LeaseId>>,
     /// The leases held, by tenant index: the outer op and the op in its window take
     /// theirs from here, so that no lease is released twice.
     held: Mutex<Vec<(usize, LeaseId)>>,
@@ -122,8 +138,10 @@ impl Rig {
         // Past its try after the announcement: asleep.
         std::thread::sleep(Duration::from_millis(5));
     }
-    /// A try of `units` for tenant `tn`; the lease, if granted, joins `held`.
+    /// A try of `units` (one, of an `evict` pool) for tenant `tn`; the lease, if
+    /// granted, joins `held`.
     fn ask(&self, tn: usize, units: u32, how: &str) {
+        let units = if self.evict { 1 } else { units };
         let req = Request::new("requests", TENANTS[tn]).units(units);
         let got = self.t.try_acquire(&req).unwrap();
         self.note(format!(
@@ -132,16 +150,64 @@ impl Rig {
             if got.is_ok() { "granted" } else { "refused" }
         ));
         if let Ok(l) = got {
-            self.held.lock().unwrap().push((tn, l.into_id()));
+            let id = l.into_id();
+            self.held.lock().unwrap().push((tn, id));
+            // Half the residents granted (those of an odd generation) begin their
+            // first call at once, as a spawn mostly does.
+            if self.evict
+                && id.generation % 2 == 1
+                && self
+                    .t
+                    .engine()
+                    .begin_call(id, fairshm::clock::now_ms())
+                    .is_ok()
+            {
+                self.note(format!("{how}{} {id} begins a call", TENANTS[tn]));
+                self.in_call.lock().unwrap().push(id);
+            }
         }
     }
-    /// Takes a held lease, at random, out of `held`.
+    /// Takes a held lease, at random, out of `held` (and out of a call).
     fn take_held(&self, rng: &mut Rng) -> Option<(usize, LeaseId)> {
         let mut h = self.held.lock().unwrap();
-        (!h.is_empty()).then(|| {
+        let taken = (!h.is_empty()).then(|| {
             let i = rng.below(h.len());
             h.swap_remove(i)
-        })
+        });
+        if let Some((_, id)) = taken {
+            self.in_call.lock().unwrap().retain(|&c| c != id);
+        }
+        taken
+    }
+    /// Of an `evict` pool: ends the call of a held resident in one, or begins one on a
+    /// held resident, which releases it if it was revoked.
+    fn call(&self, rng: &mut Rng, how: &str) {
+        let picked = {
+            let h = self.held.lock().unwrap();
+            (!h.is_empty()).then(|| h[rng.below(h.len())])
+        };
+        let Some((tn, id)) = picked else { return };
+        let e = self.t.engine();
+        let now = fairshm::clock::now_ms();
+        let in_call = self.in_call.lock().unwrap().contains(&id);
+        if in_call {
+            self.note(format!("{how}{} {id} ends its call", TENANTS[tn]));
+            self.in_call.lock().unwrap().retain(|&c| c != id);
+            e.end_call(id, now).unwrap();
+            return;
+        }
+        match e.begin_call(id, now) {
+            Ok(()) => {
+                self.note(format!("{how}{} {id} begins a call", TENANTS[tn]));
+                self.in_call.lock().unwrap().push(id);
+            }
+            Err(fairshm::Error::Revoked { .. }) => {
+                self.note(format!("{how}{} {id} was revoked: released", TENANTS[tn]));
+                self.held.lock().unwrap().retain(|&(_, h)| h != id);
+                self.t.release_id(id).unwrap();
+            }
+            Err(e) => panic!("begin_call of {id}: {e}"),
+        }
     }
 }
 
@@ -155,7 +221,8 @@ fn window_op(rig: &Arc<Rig>, pick: u64) {
         let mut rng = Rng(pick | 1);
         for _ in 0..1 + rng.below(2) {
             let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
-            match rng.below(3) {
+            match rng.below(if rig.evict { 4 } else { 3 }) {
+                3 => rig.call(&mut rng, "  window: "),
                 0 if rig.pending() < 4 => {
                     rig.start_waiter(tn, 1 + rng.below(WAITER_UNITS) as u32, "  window: ");
                 }
@@ -174,16 +241,39 @@ fn window_op(rig: &Arc<Rig>, pick: u64) {
     .unwrap();
 }
 
-/// Whether the rule admits `w` on the snapshot.
-fn admits(p: &fairshm::stats::PoolSnap, w: &Waiter) -> bool {
-    let me = p.tenants.iter().find(|x| x.name == TENANTS[w.tenant]);
-    let held = me.map_or(0, |x| x.held) as u64;
-    let weight = me.map_or(1, |x| x.weight) as u64;
-    let (cap, floor) = (p.capacity as u64, p.floor as u64);
-    let total = p.active_weight.max(weight);
-    let under = held < floor || held * total < cap * weight;
-    let limit = if under { cap } else { cap - floor };
-    p.in_use as u64 + w.units as u64 <= limit
+/// Whether the rule admits `w` on the snapshot: the ask fits, or, in an `evict` pool,
+/// it finds a victim (an idle resident of as many units: its tenant's own when that
+/// is past its share, else one of a tenant at or past its share).
+fn admits(snap: &fairshm::stats::Snapshot, evict: bool, w: &Waiter) -> bool {
+    let p = snap.pool("requests").unwrap();
+    let under = |name: &str| {
+        let me = p.tenants.iter().find(|x| x.name == name);
+        let held = me.map_or(0, |x| x.held) as u64;
+        let weight = me.map_or(1, |x| x.weight) as u64;
+        let total = p.active_weight.max(weight);
+        held < p.floor as u64 || held * total < p.capacity as u64 * weight
+    };
+    let me = TENANTS[w.tenant];
+    let mine_under = under(me);
+    let limit = if mine_under {
+        p.capacity
+    } else {
+        p.capacity - p.floor
+    };
+    if p.in_use as u64 + w.units as u64 <= limit as u64 {
+        return true;
+    }
+    evict
+        && snap.leases.iter().any(|l| {
+            l.pool == "requests"
+                && l.resident == Some("idle")
+                && l.units == w.units
+                && if mine_under {
+                    l.tenant != me && !under(&l.tenant)
+                } else {
+                    l.tenant == me
+                }
+        })
 }
 
 /// Waits until every waiter has been served or sleeps with the rule refusing it (on two
@@ -211,7 +301,7 @@ fn quiesce(rig: &Rig, served: &Receiver<(usize, Option<LeaseId>)>, seed: u64) {
         let stuck: Vec<usize> = pending
             .iter()
             .copied()
-            .filter(|&i| admits(p, &waiters[i]))
+            .filter(|&i| admits(&snap, rig.evict, &waiters[i]))
             .collect();
         if stuck.is_empty() && p.waiters as usize == pending.len() {
             calm += 1;
@@ -260,7 +350,13 @@ fn round(seed: u64) {
     // An activity window of 20 s, or of 15 ms in a quarter of the rounds (tenants
     // then leave the active set, and the shares grow, between steps).
     let window = if rng.below(4) == 0 { 15 } else { 20_000 };
-    let mut cfg = Config::with_pools(vec![PoolConfig::new("requests", cap).window_ms(window)]);
+    // Residents (an `evict` pool) in the rounds of seeds past [`RESIDENTS`].
+    let evict = seed > RESIDENTS;
+    let mut pool = PoolConfig::new("requests", cap).window_ms(window);
+    if evict {
+        pool = pool.evicting().evict_wait_ms(30_000);
+    }
+    let mut cfg = Config::with_pools(vec![pool]);
     // Weights of 1 to 3, in half the rounds.
     if rng.below(2) == 0 {
         for name in TENANTS {
@@ -272,12 +368,15 @@ fn round(seed: u64) {
     let (serve, served) = channel();
     let rig = Arc::new(Rig {
         t,
+        evict,
+        in_call: Mutex::default(),
         held: Mutex::default(),
         waiters: Mutex::default(),
         serve: Mutex::new(serve),
         threads: Mutex::default(),
         log: Mutex::new(vec![format!(
-            "pool of {cap}, window {window} ms, weights {:?}",
+            "pool of {cap}{}, window {window} ms, weights {:?}",
+            if evict { ", evicting" } else { "" },
             cfg.weights
         )]),
     });
@@ -285,7 +384,14 @@ fn round(seed: u64) {
         let kind = rng.below(10);
         let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
         if kind < 3 && rig.pending() < 3 {
-            rig.start_waiter(tn, 1 + rng.below(WAITER_UNITS) as u32, "");
+            let units = if evict {
+                1
+            } else {
+                1 + rng.below(WAITER_UNITS) as u32
+            };
+            rig.start_waiter(tn, units, "");
+        } else if evict && (3..6).contains(&kind) {
+            rig.call(&mut rng, "");
         } else {
             // An op, maybe with another in one of its windows.
             let lease = if kind >= 6 {
@@ -293,19 +399,32 @@ fn round(seed: u64) {
             } else {
                 None
             };
-            let labels: &[&'static str] = if lease.is_some() {
-                &[
+            let labels: &[&'static str] = match (lease.is_some(), evict) {
+                (true, false) => &[
                     "release.published",
                     "release.pool_applied",
                     "release.held_applied",
-                ]
-            } else {
-                &[
+                ],
+                (true, true) => &[
+                    "release.published",
+                    "release.closed",
+                    "release.pool_applied",
+                    "release.held_applied",
+                ],
+                (false, false) => &[
                     "acquire.claimed",
                     "acquire.published",
                     "acquire.held_applied",
                     "acquire.pool_applied",
-                ]
+                ],
+                (false, true) => &[
+                    "acquire.claimed",
+                    "acquire.published",
+                    "acquire.held_applied",
+                    "acquire.pool_applied",
+                    "evict.held_applied",
+                    "evict.revoked",
+                ],
             };
             let window = rng.below(labels.len() + 1);
             if let Some(&label) = labels.get(window) {
@@ -347,15 +466,13 @@ fn round(seed: u64) {
 #[test]
 fn no_admissible_waiter_stays_asleep_after_ops_in_any_window() {
     // FAIRSHM_WINDOW_SEED=S runs round S alone (what a failure prints);
-    // FAIRSHM_WINDOW_ROUNDS=N runs N rounds from it (a longer search).
+    // FAIRSHM_WINDOW_ROUNDS=N runs N rounds of each kind (a longer search).
     let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
-    let first = env("FAIRSHM_WINDOW_SEED").unwrap_or(1);
-    let rounds = env("FAIRSHM_WINDOW_ROUNDS").unwrap_or(if env("FAIRSHM_WINDOW_SEED").is_some() {
-        1
-    } else {
-        ROUNDS
-    });
-    for seed in first..first + rounds {
+    if let Some(seed) = env("FAIRSHM_WINDOW_SEED") {
+        return round(seed);
+    }
+    let rounds = env("FAIRSHM_WINDOW_ROUNDS").unwrap_or(ROUNDS);
+    for seed in (1..=rounds).chain(RESIDENTS + 1..=RESIDENTS + rounds) {
         round(seed);
     }
 }
