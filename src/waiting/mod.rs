@@ -429,8 +429,9 @@ pub fn pass_bits(last: &crate::refusal::Refused, tenant: usize) -> Option<u32> {
 #[inline]
 pub fn released(pool: &PoolRec, units: u32) {
     // SeqCst: see the module docs (pairs with the waiter's announcement and its try).
-    if pool.waiters.load(SeqCst) != 0 {
-        wake_waiters(pool, units, None::<(usize, fn() -> bool)>);
+    let waiting = pool.waiters.load(SeqCst);
+    if waiting != 0 {
+        wake_waiters(pool, units, waiting, None::<(usize, fn() -> bool)>);
     }
 }
 
@@ -452,16 +453,24 @@ pub fn released(pool: &PoolRec, units: u32) {
 #[inline]
 pub fn released_by(pool: &PoolRec, units: u32, tenant: usize, under: impl FnOnce() -> bool) {
     // SeqCst: as in `released`.
-    if pool.waiters.load(SeqCst) != 0 {
-        wake_waiters(pool, units, Some((tenant, under)));
+    let waiting = pool.waiters.load(SeqCst);
+    if waiting != 0 {
+        wake_waiters(pool, units, waiting, Some((tenant, under)));
     }
 }
 
+/// Bumps both halves of `pool.wake` and wakes, for `units` released, with `waiting`
+/// waiters announced when the release looked (after its pool CAS).
 #[cold]
-fn wake_waiters(pool: &PoolRec, units: u32, by: Option<(usize, impl FnOnce() -> bool)>) {
+fn wake_waiters(
+    pool: &PoolRec,
+    units: u32,
+    waiting: u32,
+    by: Option<(usize, impl FnOnce() -> bool)>,
+) {
     // SeqCst: see the module docs.
     pool.wake.fetch_add(BOTH, SeqCst);
-    let woke = wake(pool, Class::Under, units);
+    let mut woke = wake(pool, Class::Under, units);
     let Some((t, under)) = by else {
         if woke < units {
             wake_bits(word_ptr(pool, Class::Over), units - woke, EVERY_TENANT);
@@ -469,12 +478,14 @@ fn wake_waiters(pool: &PoolRec, units: u32, by: Option<(usize, impl FnOnce() -> 
         return;
     };
     if woke < units && room_past_floor(pool) {
-        wake_bits(word_ptr(pool, Class::Over), units - woke, EVERY_TENANT);
+        woke += wake_bits(word_ptr(pool, Class::Over), units - woke, EVERY_TENANT);
     }
     // The tenant's own sleepers past their share sleep with the class of their last
     // refusal: if this left it under its share, they are admitted as the under-share
-    // sleepers are, and are woken with them.
-    if under() {
+    // sleepers are, and are woken with them. Only if some waiter counted before the
+    // bump is still asleep: one announced after it sees this release, and one not yet
+    // asleep sees the bump (so a lone waiter, woken above, costs no second call).
+    if waiting > woke && under() {
         wake_bits(word_ptr(pool, Class::Over), units, tenant_bit(t));
     }
 }
