@@ -442,11 +442,12 @@ pub fn released(pool: &PoolRec, units: u32) {
 /// (the active set stays) and no holdings but its own tenant's. So when the pool, as
 /// read after the release, has no room past the floor even for one unit, the others'
 /// sleepers past their share are not woken (they would try, be refused as before, and
-/// sleep again, each of them, for every unit another tenant turns over), and
-/// `tenant`'s own are woken, up to `units` of them besides the under-share sleepers,
-/// when `under()` says the release left it under its share
-/// ([`crate::admission::under_share_now`], asked only then): they may be admitted now,
-/// while they sleep with the class of their last refusal. (Before, the under-share
+/// sleep again, each of them, for every unit another tenant turns over). And, room or
+/// not, `tenant`'s own are woken, up to `units` of them besides the under-share
+/// sleepers, when `under()` says the release left it under its share
+/// ([`crate::admission::under_share_now`], asked only when some waiter counted is
+/// still asleep): they may be admitted now, while they sleep with the class of their
+/// last refusal. (Before, the under-share
 /// sleepers took every wake first: such a sleeper, its tenant under its share and a
 /// unit free for it, slept on until another wake, its deadline or the next recount,
 /// the test `no_admissible_waiter_stays_asleep_after_ops_in_any_window` found.)
