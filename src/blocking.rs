@@ -162,6 +162,8 @@ pub(crate) fn acquire(
     let mut next_sweep = clock::after(start, sweep);
     let mut pause = DYING_PAUSE;
     let mut woken_at: Option<u64> = None;
+    // Whether our last sleep was in the under-share half, ended by a wake of it.
+    let mut slept_under = false;
     let mut watch = Vec::new();
     // Before a sleep we announce ourselves (for as long as we wait), read `wake`, then
     // try (whose first load of the pool word is SeqCst): a release we do not see will
@@ -243,6 +245,7 @@ pub(crate) fn acquire(
         } else {
             Class::Under
         };
+        let woken_under = std::mem::take(&mut slept_under);
         if woken_at.is_some_and(|w| w != seqs)
             && let Some(bits) = waiting::pass_bits(&last, tenant.index())
         {
@@ -250,6 +253,11 @@ pub(crate) fn acquire(
             // the permit is not left asleep behind us (not to our tenant's, when none
             // of them could: `pass_bits`).
             waiting::pass_on(rec, bits);
+        } else if woken_under && let Some(bits) = waiting::pass_bits(&last, tenant.index()) {
+            // Woken from the under-share half with no release we had not seen (a wake
+            // passed on, or the wake of a release we tried after), and refused: hand
+            // it to the other half (see `hand_over`).
+            waiting::hand_over(rec, bits);
         }
         watch.clear();
         if let Some(c) = cancel {
@@ -293,7 +301,12 @@ pub(crate) fn acquire(
         // SeqCst: the handshake in `waiting`.
         if waiting::half(rec.wake.load(SeqCst), class) == seq {
             let bits = waiting::sleep_bits(&last, tenant.index());
-            waiting::sleep(rec, class, seq, bits, &watch, until);
+            let woken = waiting::sleep(rec, class, seq, bits, &watch, until);
+            #[cfg(feature = "crash-points")]
+            if woken {
+                crate::crash::hit("wait.woken");
+            }
+            slept_under = woken && class == Class::Under;
         }
         woken_at = Some(seqs);
     }

@@ -18,6 +18,10 @@ pub use crate::ops::RESIDENT_CRASH_LABELS as RESIDENT_LABELS;
 /// size set (a header of zeros), everything written but `ready`.
 pub const CREATE_LABELS: &[&str] = &["create.opened", "create.sized", "create.written"];
 
+/// The points of a blocking acquire's wait: `wait.woken`, a sleep on the pool's word
+/// ended by a wake of it, before the waiter's next try.
+pub const WAIT_LABELS: &[&str] = &["wait.woken"];
+
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);
 /// What to do at the armed hit: die, or run a closure (once).
@@ -47,7 +51,8 @@ fn plan(label: &'static str, skip: u64, action: Action) {
         LABELS.contains(&label)
             || GUARANTEED_LABELS.contains(&label)
             || RESIDENT_LABELS.contains(&label)
-            || CREATE_LABELS.contains(&label),
+            || CREATE_LABELS.contains(&label)
+            || WAIT_LABELS.contains(&label),
         "unknown crash point {label:?}"
     );
     *PLAN.lock().unwrap_or_else(|e| e.into_inner()) = Some((label, skip, action));

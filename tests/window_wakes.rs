@@ -3,7 +3,8 @@
 //! begun and ended), each possibly with one or two other ops run inside it between two
 //! of its steps (a crash point armed with `fairshm::crash::run_at`: a release, a try,
 //! or a blocked acquire started there, which decides on the words as the paused op
-//! left them), while blocked acquires of one unit wait. After every step, once the ops
+//! left them), while blocked acquires of one to three units wait (one, of residents).
+//! After every step, once the ops
 //! are done, no waiter that the rule admits may stay asleep: each is served within a
 //! second, or the test fails naming the seed and the steps. The sweep is an hour, and
 //! the activity window 20 s (15 ms in a quarter of the rounds, where tenants leave the
@@ -32,12 +33,12 @@ const TENANTS: [&str; 3] = ["t0", "t1", "t2"];
 const ROUNDS: u64 = 200;
 const RESIDENTS: u64 = 10_000;
 const STEPS: usize = 14;
-/// The most units a blocked acquire asks for: one. With asks of several units a wake
-/// can reach a waiter whose ask does not fit while a smaller one's would (a futex
-/// wakes in arrival order, not by size), and the wake it passes on may come back to
-/// one that tried already: the smaller ask then waits for the next wake, its sweep or
-/// the recount (a known limit; asks of one or two units fail at round 191).
-const WAITER_UNITS: usize = 1;
+/// The most units a blocked acquire of a fair-share pool asks for. A futex wakes in
+/// arrival order, not by the size of the ask: a wake reaches a waiter whose ask does
+/// not fit while a smaller one's would, and is passed on (before `hand_over`, asks of
+/// one or two units failed at round 273: the wake passed on stopped at an under-share
+/// sleeper that had tried since the release).
+const WAITER_UNITS: usize = 3;
 /// How long an admissible waiter may stay unserved once the ops are done.
 const SERVED_WITHIN: Duration = Duration::from_secs(1);
 
@@ -59,7 +60,10 @@ impl Rng {
 struct Rig {
     t: Arc<Table>,
     /// An `evict` pool (residents): asks of one unit, calls begun and ended, and a
-    /// full pool evicts an idle resident instead of refusing.
+    /// full pool evicts an idle resident instead of refusing. (Spawns of several units
+    /// sleep with bits of tenant and size that two spawns of other tenants and sizes
+    /// may share, 1 in 32, and a pass that leaves out one leaves out both: a known
+    /// limit, `waiting::sleep_bits`, that seed 10070 hit with spawns of 1 to 3 units.)
     evict: bool,
     /// The held residents in a call.
     in_call: Mutex<Vec<LeaseId>>,
@@ -224,7 +228,9 @@ fn window_op(rig: &Arc<Rig>, pick: u64) {
             match rng.below(if rig.evict { 4 } else { 3 }) {
                 3 => rig.call(&mut rng, "  window: "),
                 0 if rig.pending() < 4 => {
-                    rig.start_waiter(tn, 1 + rng.below(WAITER_UNITS) as u32, "  window: ");
+                    let units = 1 + rng.below(WAITER_UNITS) as u32;
+                    let units = if rig.evict { 1 } else { units };
+                    rig.start_waiter(tn, units, "  window: ");
                 }
                 1 => match rig.take_held(&mut rng) {
                     Some((tn, id)) => {
@@ -319,8 +325,8 @@ fn quiesce(rig: &Rig, served: &Receiver<(usize, Option<LeaseId>)>, seed: u64) {
                 .collect();
             panic!(
                 "seed {seed}: waiters {stuck:?} ({}) admitted by the rule but asleep for \
-                 {:?}: pool {} of {} in use (floor {}, active weight {}), {tenants:?}\n\
-                 steps:\n{}",
+                 {:?}: pool {} of {} in use (floor {}, active weight {}), {tenants:?}, \
+                 leases {:?}\nsteps:\n{}",
                 stuck
                     .iter()
                     .map(|&i| format!("{} asks {}", TENANTS[waiters[i].tenant], waiters[i].units))
@@ -331,6 +337,16 @@ fn quiesce(rig: &Rig, served: &Receiver<(usize, Option<LeaseId>)>, seed: u64) {
                 p.capacity,
                 p.floor,
                 p.active_weight,
+                snap.leases
+                    .iter()
+                    .map(|l| format!(
+                        "{} {} {}/{}",
+                        l.index,
+                        l.tenant,
+                        l.units,
+                        l.resident.unwrap_or("-")
+                    ))
+                    .collect::<Vec<_>>(),
                 rig.log.lock().unwrap().join("\n")
             );
         }

@@ -30,7 +30,10 @@
 //! can pass over the sleepers it cannot serve: an owner's release wakes sleepers past
 //! their share only of its own tenant when no ask past the floor fits, and those only
 //! when it left that tenant under its share ([`released_by`]), and a woken waiter
-//! refused again passes the wake on only where an ask may fit ([`pass_bits`]).
+//! refused again passes the wake on only where an ask may fit ([`pass_bits`]): once a
+//! release, under-share sleepers first ([`pass_on`]); one of those that had tried
+//! since the release hands it to the sleepers past their share ([`hand_over`]), so
+//! that an ask of fewer units behind the asks that did not fit is reached.
 //! Without that, a busy tenant's waiters all woke, each the next, for every unit
 //! another tenant turned over: a herd in single file. A sleeper's class is that of its
 //! last refusal, which its own tenant's release may have made stale (under its share
@@ -146,7 +149,11 @@ pub const EVERY_TENANT: u32 = libc::FUTEX_BITSET_MATCH_ANY as u32;
 /// The bit a waiter refused `last` sleeps with: its tenant's ([`tenant_bit`]), or, for a
 /// spawn with nothing to evict (`too_many_residents`), its tenant's and its units'
 /// together (modulo 32): a spawn's victims are residents of as many units, so two
-/// spawns of one tenant and size find the same ones, or none.
+/// spawns of one tenant and size find the same ones, or none. A spawn of another tenant
+/// and size may share the bit (1 in 32): a pass that leaves the bit out passes over it
+/// too, and it waits for the next wake, its sweep or the recount (the test
+/// `no_admissible_waiter_stays_asleep_after_ops_in_any_window` saw this with spawns of
+/// several units, and so asks one unit of residents).
 pub fn sleep_bits(last: &crate::refusal::Refused, tenant: usize) -> u32 {
     if last.reason == crate::refusal::Reason::TooManyResidents {
         1 << ((tenant as u64).wrapping_add(13u64.wrapping_mul(last.units as u64)) % 32)
@@ -159,19 +166,21 @@ pub fn sleep_bits(last: &crate::refusal::Refused, tenant: usize) -> u32 {
 /// its value, for at most until `until`; woken by a wake of its half whose bitset has
 /// a bit of `bits` ([`tenant_bit`]; a sleep on several words, with `futex_waitv`, by
 /// every wake of its half). Returns early on a wake, a signal or a changed word; the
-/// caller re-checks everything.
-pub fn sleep(pool: &PoolRec, class: Class, seq: u32, bits: u32, watch: &[Watch<'_>], until: Instant) {
+/// caller re-checks everything. True if a wake of its half ended it (not a timeout, a
+/// signal, a changed word or a watched word's wake).
+#[must_use]
+pub fn sleep(pool: &PoolRec, class: Class, seq: u32, bits: u32, watch: &[Watch<'_>], until: Instant) -> bool {
     let Some(deadline) = deadline(until) else {
-        return;
+        return false;
     };
     if !watch.is_empty() {
         let first = std::iter::once((seq, word_ptr(pool, class)));
         let rest = watch.iter().map(|w| (w.val, w.word.as_ptr()));
-        if waitv(first.chain(rest), &deadline) {
-            return;
+        if let Some(rc) = waitv_rc(first.chain(rest), &deadline) {
+            return rc == 0;
         }
     }
-    let _ = futex_wait(word_ptr(pool, class), seq, &deadline, bits);
+    futex_wait(word_ptr(pool, class), seq, &deadline, bits)
 }
 
 /// Sleeps while every watched word holds its value, for at most until `until` (the
@@ -389,6 +398,30 @@ pub fn pass_on(pool: &PoolRec, bits: u32) {
     if wake_bits(word_ptr(pool, Class::Under), 1, bits) == 0 {
         wake_bits(word_ptr(pool, Class::Over), 1, bits);
     }
+}
+
+/// Wakes one sleeper past its share whose bitset has a bit of `bits`: a waiter woken
+/// from the under-share half with no release it had not seen (a wake passed on, or a
+/// release's wake that came after its try), and refused again, hands the wake on to
+/// that half with this.
+///
+/// A woken waiter refused passes the wake on ([`pass_on`]) once a release (a new value
+/// of `wake`), under-share sleepers first, where one that has tried since the release
+/// may sleep at the head (refused, it slept again, or it started after the release)
+/// and take it. Before, that one passed nothing on, and the sleepers past their share
+/// in the other half were never asked: with asks of several units, one of them may fit
+/// where the asks woken did not (the tests
+/// `a_wake_passed_to_a_sleeper_that_tried_since_the_release_reaches_the_other_half` and
+/// `no_admissible_waiter_stays_asleep_after_ops_in_any_window` found such a sleeper
+/// left to its deadline, or its sweep).
+///
+/// The chain of wakes ends: a hand-on goes from the under-share half to the other only,
+/// and a sleeper past its share woken with no release it had not seen hands nothing
+/// on; one that had not tried since the release passes once. In each half, FIFO, those
+/// that had not tried since the release sleep ahead of those that had, so a chain ends
+/// only once none of them is left that its bits reach.
+pub fn hand_over(pool: &PoolRec, bits: u32) {
+    wake_bits(word_ptr(pool, Class::Over), 1, bits);
 }
 
 /// Whom a waiter refused `last` after a wake (of tenant `tenant`) passes the wake on
