@@ -116,18 +116,24 @@ fn sweep(seg: &Segment, me: usize, reaper: Reaper) -> usize {
 /// After slots were emptied: resizes `per_worker` pools and wakes waiters for the units
 /// that came back (the guaranteed pools' too). A fair pool's waiters are woken for the
 /// units taken off its tenants' holds, a revoked resident's among them: its pool unit
-/// is its revoker's, but its tenant, holding less, may now be under its share.
+/// is its revoker's, but its tenant, holding less, may now be under its share. And for
+/// the dead process's waiters taken out of the pool's count: one killed as a wake
+/// ended its sleep took it along (the test
+/// `a_waiter_killed_as_a_wake_ends_its_sleep_leaves_no_one_asleep_for_it`).
 pub fn announce(seg: &Segment, out: &[Reaped]) {
     if out.is_empty() {
         return;
     }
     crate::capacity::recompute(seg, seg.config());
-    for (p, &units) in out
-        .iter()
-        .flat_map(|r| r.held_units_returned.iter().enumerate())
-    {
-        if units > 0 {
-            waiting::reaped(seg.pool(p), units.min(u32::MAX as u64) as u32);
+    for r in out {
+        for (p, &units) in r.held_units_returned.iter().enumerate() {
+            // A waiter killed as a wake ended its sleep took the wake with it, and
+            // passed none on: one more for each waiter taken out.
+            let gone = r.waiters_taken_out.get(p).copied().unwrap_or(0);
+            let n = units.saturating_add(gone);
+            if n > 0 && p < seg.geometry().pools {
+                waiting::reaped(seg.pool(p), n.min(u32::MAX as u64) as u32);
+            }
         }
     }
     for (gp, &units) in out

@@ -41,6 +41,10 @@ pub struct Reaped {
     pub held_units_returned: Vec<u64>,
     /// Units returned, per guaranteed pool index.
     pub guaranteed_units_returned: Vec<u64>,
+    /// Waiters the process had announced in each pool, by index, taken out of the
+    /// pool's `waiters`. One killed as a wake ended its sleep took that wake with it,
+    /// so the pool's waiters are woken for these too (see `peers::announce`).
+    pub waiters_taken_out: Vec<u64>,
     /// Acquires in flight that were finished or dropped.
     pub in_flight: usize,
     /// Leases that could not be understood or finished, quarantined (see
@@ -68,6 +72,7 @@ impl Reaped {
             pid,
             units_returned: vec![0; pools],
             held_units_returned: vec![0; pools],
+            waiters_taken_out: vec![0; pools],
             ..Reaped::default()
         }
     }
@@ -204,7 +209,7 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
         }
     }
     crate::tenants::clear_writer(r, s);
-    take_out_waiters(r, s);
+    take_out_waiters(r, s, &mut out);
     out
 }
 
@@ -214,8 +219,9 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
 /// count is emptied first (`swap`), so a reaper that takes the walk over after our
 /// death takes out nothing twice; one that dies between the two steps leaves the
 /// announcements in `waiters`, which costs spurious wakes, never a lost one. A count
-/// larger than `waiters` (a hostile write) takes it to 0, not round.
-fn take_out_waiters<R: Region>(r: &R, s: usize) {
+/// larger than `waiters` (a hostile write) takes it to 0, not round. Each pool's count
+/// is added to `out.waiters_taken_out`.
+fn take_out_waiters<R: Region>(r: &R, s: usize, out: &mut Reaped) {
     for p in 0..r.geometry().pools {
         // Acquire: pairs with the waiter's Release raise, which follows its
         // announcement in `waiters` (so our subtraction comes after it).
@@ -228,6 +234,10 @@ fn take_out_waiters<R: Region>(r: &R, s: usize) {
                 waiters.compare_exchange(seen, seen.saturating_sub(k), SeqCst, SeqCst)
             {
                 seen = now;
+            }
+            // What the CAS took out (a hostile count past `waiters` took it to 0).
+            if let Some(n) = out.waiters_taken_out.get_mut(p) {
+                *n += k.min(seen) as u64;
             }
         }
     }

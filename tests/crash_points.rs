@@ -129,3 +129,70 @@ fn a_reused_pid_is_not_taken_for_the_dead_process() {
     );
     drop(lease);
 }
+
+/// A waiter SIGKILLed as a wake ends its sleep, before its try, takes that wake with
+/// it. Its reaper, taking it out of the pool's waiters, must wake for it, or a waiter
+/// behind it, whose ask now fits, sleeps on to its deadline (its sweep is an hour
+/// here): before, a reap that returned no units woke nobody.
+#[test]
+fn a_waiter_killed_as_a_wake_ends_its_sleep_leaves_no_one_asleep_for_it() {
+    use std::sync::Arc;
+    use std::time::Instant;
+    const PATIENCE: Duration = Duration::from_secs(10);
+    let waiters = |t: &Table| t.snapshot().pool("requests").unwrap().waiters;
+    let seg = Seg::new("woken-killed");
+    let t = Arc::new(seg.create(&one_pool(1)));
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let mine = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let name = seg.name.clone();
+    let doomed = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        t.set_sweep_interval(Duration::from_secs(3600));
+        fairshm::crash::arm("wait.woken", 0);
+        let got = t.acquire(&Request::new("requests", "b"), Duration::from_secs(60));
+        // Not reached: killed at the wake.
+        i32::from(!matches!(got, Ok(Ok(_))))
+    });
+    let mut kids = common::Children(vec![doomed]);
+    common::wait_until(
+        Some(doomed),
+        "the doomed waiter",
+        Duration::from_millis(1),
+        || waiters(&t) == 1,
+    );
+    // Past its try after the announcement: asleep, first in the futex's queue.
+    std::thread::sleep(Duration::from_millis(100));
+    // Forked before: a thread of ours waits behind it.
+    let t2 = t.clone();
+    let live = std::thread::spawn(move || {
+        let start = Instant::now();
+        let got = t2
+            .acquire(&Request::new("requests", "c"), PATIENCE)
+            .unwrap();
+        (start.elapsed(), got.ok().map(|l| l.into_id()))
+    });
+    common::wait_until(None, "the live waiter", Duration::from_millis(1), || {
+        waiters(&t) == 2
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // The release wakes one waiter: the doomed one, which dies at the wake.
+    drop(mine);
+    assert_eq!(wait(doomed), 128 + 9, "killed at its wake");
+    kids.0.clear();
+    let (took, lease) = live.join().unwrap();
+    assert!(
+        lease.is_some() && took < PATIENCE / 2,
+        "the live waiter, its unit free once the doomed one died, was {} after {took:?}: \
+         the wake died with the waiter it woke",
+        if lease.is_some() {
+            "granted"
+        } else {
+            "refused"
+        }
+    );
+    t.release_id(lease.unwrap()).unwrap();
+    assert_eq!(waiters(&t), 0, "the dead waiter taken out");
+}

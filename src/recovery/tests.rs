@@ -1,6 +1,6 @@
 //! A reap's report of what went back.
 
-use super::{Reaper, reap_slot, take_out_waiters};
+use super::{Reaped, Reaper, reap_slot, take_out_waiters};
 use crate::admission::tests::attempt;
 use crate::admission::{self, Admitted, Attempt};
 use crate::layout::{held_word, pair, pool_word};
@@ -68,15 +68,22 @@ fn a_dead_slots_waiters_are_taken_out_of_each_pool_and_no_one_else_s() {
         r.slot_waiters(0, p).store(dead_slots, SeqCst);
         r.slot_waiters(1, p).store(other_slots, SeqCst);
     }
-    take_out_waiters(&r, 0);
+    let mut out = Reaped::new(0, 1, 18);
+    take_out_waiters(&r, 0, &mut out);
     // Pool 5's count of 7 (a hostile write) over its 1 waiter takes it to 0.
     for (p, left, other) in [(0, 1, 1), (9, 0, 0), (17, 3, 2), (5, 0, 0), (1, 0, 0)] {
         assert_eq!(r.pool(p).waiters.load(SeqCst), left, "pool {p}");
         assert_eq!(r.slot_waiters(0, p).load(SeqCst), 0, "pool {p}");
         assert_eq!(r.slot_waiters(1, p).load(SeqCst), other, "pool {p}");
     }
+    // Reported as taken out (for `peers::announce`'s wake): what left `waiters`.
+    let mut taken = vec![0; 18];
+    (taken[0], taken[9], taken[17], taken[5]) = (2, 1, 1, 1);
+    assert_eq!(out.waiters_taken_out, taken);
     // Taken over by a second reaper: nothing is taken out twice.
-    take_out_waiters(&r, 0);
+    let mut again = Reaped::new(0, 1, 18);
+    take_out_waiters(&r, 0, &mut again);
     assert_eq!(r.pool(0).waiters.load(SeqCst), 1);
     assert_eq!(r.pool(17).waiters.load(SeqCst), 3);
+    assert_eq!(again.waiters_taken_out, vec![0; 18]);
 }

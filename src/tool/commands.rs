@@ -100,6 +100,19 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
                 name(&fair, i)
             );
         }
+        for (i, &n) in r
+            .waiters_taken_out
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+        {
+            let _ = write!(
+                out,
+                "; {} of {} taken out (it died waiting)",
+                plural(n, "waiter"),
+                name(&fair, i)
+            );
+        }
         if r.quarantined > 0 {
             let _ = write!(
                 out,
@@ -414,6 +427,7 @@ mod tests {
             held_units_returned: units.clone(),
             units_returned: units,
             guaranteed_units_returned: guaranteed,
+            waiters_taken_out: vec![0; 4],
             in_flight: 0,
             quarantined,
         };
@@ -425,6 +439,11 @@ mod tests {
                 Reaped {
                     held_units_returned: vec![0, 0, 9, 0],
                     ..r(11, vec![0, 0, 7, 0], vec![0], 0)
+                },
+                // Killed while two of its threads waited, holding nothing.
+                Reaped {
+                    waiters_taken_out: vec![2, 0, 0, 0],
+                    ..r(0, vec![0, 0, 0, 0], vec![0], 0)
                 },
             ],
             &cfg,
@@ -438,7 +457,9 @@ mod tests {
              unreadable (`shmtool check` names them)\n\
              pid 42 (slot 3): 11 leases released, 0 in flight finished; returned 7 units of \
              \"residents\"; 2 units of \"residents\" held by revoked residents, not \
-             returned (their revokers' now)\n"
+             returned (their revokers' now)\n\
+             pid 42 (slot 3): 0 leases released, 0 in flight finished; 2 waiters of \
+             \"requests\" taken out (it died waiting)\n"
         );
     }
 
