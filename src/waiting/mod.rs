@@ -524,8 +524,9 @@ fn wake_waiters(
     }
 }
 
-/// After a reap gave back `units` of pool `pool` (a death: rare): wakes up to `units`
-/// under-share sleepers and every sleeper past its share. The dead process's tenants
+/// After a reap gave back `units` of pool `pool`, or took out as many of its waiters (a
+/// death: rare; a waiter killed as a wake ended its sleep took that wake along): wakes
+/// up to `units` under-share sleepers and every sleeper past its share. The dead process's tenants
 /// hold less now, and their sleepers past their share (in other processes) may be
 /// under it: without knowing which tenants they are, every such sleeper asks again.
 pub fn reaped(pool: &PoolRec, units: u32) {
