@@ -189,6 +189,31 @@ pub(crate) fn acquire(
             Outcome::Refused(r) => r,
         };
         asked = asked.after(last.reason);
+        let class = if last.reason == Reason::OverShare {
+            Class::Over
+        } else {
+            Class::Under
+        };
+        let woken_under = std::mem::take(&mut slept_under);
+        if woken_at.is_some_and(|w| w != seqs)
+            && let Some(bits) = waiting::pass_bits(&last, tenant.index())
+        {
+            // Woken, yet refused: pass the wake on once, so a waiter that could use
+            // the permit is not left asleep behind us (not to our tenant's, when none
+            // of them could: `pass_bits`). Before anything else: also when the wait
+            // ends now (its deadline, a cancel) or sleeps for the rates' token, which
+            // before took the wake along.
+            waiting::pass_on(rec, bits);
+        } else if woken_under && let Some(bits) = waiting::pass_bits(&last, tenant.index()) {
+            // Woken from the under-share half with no release we had not seen (a wake
+            // passed on, or the wake of a release we tried after), and refused: hand
+            // it to the other half (see `hand_over`).
+            waiting::hand_over(rec, bits);
+        }
+        // Passed (or nothing to pass): the next pass is for a release after this one.
+        if woken_at.is_some() {
+            woken_at = Some(seqs);
+        }
         let now = Instant::now();
         // Refused by the tenant's rates, whose next token comes after the deadline: no
         // release changes that, so the wait ends now, with this refusal.
@@ -239,25 +264,6 @@ pub(crate) fn acquire(
             let slot = engine.process_slot()?;
             announced = Some(Announced::new(rec, seg.slot_waiters(slot, p)));
             continue;
-        }
-        let class = if last.reason == Reason::OverShare {
-            Class::Over
-        } else {
-            Class::Under
-        };
-        let woken_under = std::mem::take(&mut slept_under);
-        if woken_at.is_some_and(|w| w != seqs)
-            && let Some(bits) = waiting::pass_bits(&last, tenant.index())
-        {
-            // Woken, yet refused: pass the wake on once, so a waiter that could use
-            // the permit is not left asleep behind us (not to our tenant's, when none
-            // of them could: `pass_bits`).
-            waiting::pass_on(rec, bits);
-        } else if woken_under && let Some(bits) = waiting::pass_bits(&last, tenant.index()) {
-            // Woken from the under-share half with no release we had not seen (a wake
-            // passed on, or the wake of a release we tried after), and refused: hand
-            // it to the other half (see `hand_over`).
-            waiting::hand_over(rec, bits);
         }
         watch.clear();
         if let Some(c) = cancel {

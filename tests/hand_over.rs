@@ -3,8 +3,12 @@
 //! passed nothing on: a sleeper past its share behind, whose ask fits, slept on to its
 //! deadline. It must hand the wake to the other half.
 //!
-//! One test in a binary of its own: it arms a point to run code in a window
-//! (`fairshm::crash::run_at`), and an armed point is the whole process's.
+//! A waiter woken and refused whose wait then ends (its deadline, a cancel, the rates)
+//! must pass the wake it took on as well.
+//!
+//! A binary of its own: its tests arm a point to run code in a window
+//! (`fairshm::crash::run_at`), and an armed point is the whole process's (they take
+//! turns: [`ONE_AT_A_TIME`]).
 mod common;
 
 use std::sync::Arc;
@@ -13,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use common::{Seg, wait_until};
 use fairshm::{Config, LeaseId, PoolConfig, Request, Table};
+
+/// The tests' turns: an armed point is the whole process's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn waiters(t: &Table) -> u32 {
     t.snapshot().pool("requests").unwrap().waiters
@@ -58,6 +65,7 @@ fn waiter(
 /// again, and O slept on to its deadline.
 #[test]
 fn a_wake_passed_to_a_sleeper_that_tried_since_the_release_reaches_the_other_half() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const PATIENCE: Duration = Duration::from_secs(5);
     let seg = Seg::new("hand-over");
     let cfg = Config::with_pools(vec![PoolConfig::new("requests", 6).window_ms(20_000)]);
@@ -102,4 +110,54 @@ fn a_wake_passed_to_a_sleeper_that_tried_since_the_release_reaches_the_other_hal
             t.release_id(l).unwrap();
         }
     }
+}
+
+/// Pool `requests` of 2, "a" holding both. W1 ("b" asks 2, a deadline 1 s away) sleeps
+/// first, then W2 ("c" asks 1). "a" releases one unit: the release wakes one sleeper,
+/// W1, which is held up past its deadline before its try (in the window after its
+/// wake), is refused (1 + 2 > 2) and ends its wait, timed out. W2's 1 fits: W1 must pass
+/// the wake it took on as it goes. Before, a waiter whose wait ended passed nothing on,
+/// and W2 slept to its deadline.
+#[test]
+fn a_waiter_woken_whose_wait_then_ends_passes_its_wake_on() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const PATIENCE: Duration = Duration::from_secs(10);
+    const SHORT: Duration = Duration::from_secs(1);
+    let seg = Seg::new("wait-ends");
+    let cfg = Config::with_pools(vec![PoolConfig::new("requests", 2).window_ms(20_000)]);
+    let t = Arc::new(seg.create(&cfg));
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let a1 = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let a2 = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let w1 = waiter(&t, "b", 2, SHORT, 0);
+    let w2 = waiter(&t, "c", 1, PATIENCE, 1);
+    let (held_up, done) = mpsc::channel();
+    fairshm::crash::run_at("wait.woken", 0, move || {
+        std::thread::sleep(SHORT + Duration::from_millis(200));
+        held_up.send(()).unwrap();
+    });
+    drop(a1);
+    done.recv_timeout(Duration::from_secs(30))
+        .expect("W1 was woken by the release");
+    let (_, lease) = w1.join().unwrap();
+    assert!(lease.is_none(), "W1's 2 do not fit");
+    let (took, lease) = w2.join().unwrap();
+    assert!(
+        lease.is_some() && took < PATIENCE / 2,
+        "W2 (c asks 1, its unit free) was {} after {took:?}: the wake W1 took ended \
+         with its wait",
+        if lease.is_some() {
+            "granted"
+        } else {
+            "refused"
+        }
+    );
+    t.release_id(lease.unwrap()).unwrap();
+    drop(a2);
 }

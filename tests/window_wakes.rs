@@ -3,9 +3,8 @@
 //! begun and ended), each possibly with one or two other ops run inside it between two
 //! of its steps (a crash point armed with `fairshm::crash::run_at`: a release, a try,
 //! or a blocked acquire started there, which decides on the words as the paused op
-//! left them), while blocked acquires of one to three units wait (one, of residents).
-//! After every step, once the ops
-//! are done, no waiter that the rule admits may stay asleep: each is served within a
+//! left them), while blocked acquires wait (of one unit; in a third kind of round, of a
+//! fair-share pool, of one to three units). After every step, once the ops are done, no waiter that the rule admits may stay asleep: each is served within a
 //! second, or the test fails naming the seed and the steps. The sweep is an hour, and
 //! the activity window 20 s (15 ms in a quarter of the rounds, where tenants leave the
 //! active set between steps): only a wake, or a sleep's bound at the active set's next
@@ -14,7 +13,8 @@
 //! Each of these, undone, fails within the default rounds (the seed that first did):
 //! a back-out's wake (69), a release's wake of its own tenant's sleepers past their
 //! share (6), the recount's bound on a sleep past its share (46), a call's end's wake
-//! (10095), a resident grant's wake (10072).
+//! (10095), a resident grant's wake (10072). (The rounds of several units, with the
+//! same mutants: own tenant's wake 20084, recount's bound 20041.)
 //!
 //! A binary of its own: an armed crash point is the whole process's.
 mod common;
@@ -28,17 +28,21 @@ use common::Seg;
 use fairshm::{Config, LeaseId, PoolConfig, Request, Table};
 
 const TENANTS: [&str; 3] = ["t0", "t1", "t2"];
-/// Rounds of each kind: of a fair-share pool (seeds from 1) and of residents (seeds
-/// from `RESIDENTS + 1`).
+/// Rounds of each kind: of a fair-share pool with blocked asks of one unit (seeds from
+/// 1), of residents (seeds from `RESIDENTS + 1`), and of a fair-share pool with blocked
+/// asks of one to [`MULTI_UNITS`] units (seeds from `MULTI + 1`).
 const ROUNDS: u64 = 200;
 const RESIDENTS: u64 = 10_000;
+const MULTI: u64 = 20_000;
 const STEPS: usize = 14;
-/// The most units a blocked acquire of a fair-share pool asks for. A futex wakes in
-/// arrival order, not by the size of the ask: a wake reaches a waiter whose ask does
-/// not fit while a smaller one's would, and is passed on (before `hand_over`, asks of
-/// one or two units failed at round 273: the wake passed on stopped at an under-share
-/// sleeper that had tried since the release).
-const WAITER_UNITS: usize = 3;
+/// The most units a blocked acquire asks for in the rounds past [`MULTI`]. A futex
+/// wakes in arrival order, not by the size of the ask: a wake reaches a waiter whose
+/// ask does not fit while a smaller one's would, and is passed on (before `hand_over`,
+/// asks of one or two units failed at round 273: the wake passed on stopped at an
+/// under-share sleeper that had tried since the release). The rounds of one unit stay:
+/// they find what these do not (an acquire's back-out's wake, undone, fails at round
+/// 69 of those and in none of 1,000 of these).
+const MULTI_UNITS: usize = 3;
 /// How long an admissible waiter may stay unserved once the ops are done.
 const SERVED_WITHIN: Duration = Duration::from_secs(1);
 
@@ -65,6 +69,8 @@ struct Rig {
     /// may share, 1 in 32, and a pass that leaves out one leaves out both: a known
     /// limit, `waiting::sleep_bits`, that seed 10070 hit with spawns of 1 to 3 units.)
     evict: bool,
+    /// The most units a blocked acquire asks for: one, or [`MULTI_UNITS`].
+    waiter_units: usize,
     /// The held residents in a call.
     in_call: Mutex<Vec<LeaseId>>,
     /// The leases held, by tenant index: the outer op and the op in its window take
@@ -228,8 +234,7 @@ fn window_op(rig: &Arc<Rig>, pick: u64) {
             match rng.below(if rig.evict { 4 } else { 3 }) {
                 3 => rig.call(&mut rng, "  window: "),
                 0 if rig.pending() < 4 => {
-                    let units = 1 + rng.below(WAITER_UNITS) as u32;
-                    let units = if rig.evict { 1 } else { units };
+                    let units = 1 + rng.below(rig.waiter_units) as u32;
                     rig.start_waiter(tn, units, "  window: ");
                 }
                 1 => match rig.take_held(&mut rng) {
@@ -366,8 +371,10 @@ fn round(seed: u64) {
     // An activity window of 20 s, or of 15 ms in a quarter of the rounds (tenants
     // then leave the active set, and the shares grow, between steps).
     let window = if rng.below(4) == 0 { 15 } else { 20_000 };
-    // Residents (an `evict` pool) in the rounds of seeds past [`RESIDENTS`].
-    let evict = seed > RESIDENTS;
+    // Residents (an `evict` pool) in the rounds of seeds past [`RESIDENTS`], blocked
+    // asks of several units past [`MULTI`].
+    let evict = seed > RESIDENTS && seed <= MULTI;
+    let waiter_units = if seed > MULTI { MULTI_UNITS } else { 1 };
     let mut pool = PoolConfig::new("requests", cap).window_ms(window);
     if evict {
         pool = pool.evicting().evict_wait_ms(30_000);
@@ -385,6 +392,7 @@ fn round(seed: u64) {
     let rig = Arc::new(Rig {
         t,
         evict,
+        waiter_units,
         in_call: Mutex::default(),
         held: Mutex::default(),
         waiters: Mutex::default(),
@@ -400,11 +408,7 @@ fn round(seed: u64) {
         let kind = rng.below(10);
         let (tn, units) = (rng.below(3), 1 + rng.below(2) as u32);
         if kind < 3 && rig.pending() < 3 {
-            let units = if evict {
-                1
-            } else {
-                1 + rng.below(WAITER_UNITS) as u32
-            };
+            let units = 1 + rng.below(rig.waiter_units) as u32;
             rig.start_waiter(tn, units, "");
         } else if evict && (3..6).contains(&kind) {
             rig.call(&mut rng, "");
@@ -488,7 +492,8 @@ fn no_admissible_waiter_stays_asleep_after_ops_in_any_window() {
         return round(seed);
     }
     let rounds = env("FAIRSHM_WINDOW_ROUNDS").unwrap_or(ROUNDS);
-    for seed in (1..=rounds).chain(RESIDENTS + 1..=RESIDENTS + rounds) {
+    let kinds = [0, RESIDENTS, MULTI];
+    for seed in kinds.iter().flat_map(|&k| k + 1..=k + rounds) {
         round(seed);
     }
 }
