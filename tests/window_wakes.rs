@@ -65,10 +65,11 @@ impl Rng {
 struct Rig {
     t: Arc<Table>,
     /// An `evict` pool (residents): asks of one unit, calls begun and ended, and a
-    /// full pool evicts an idle resident instead of refusing. (Spawns of several units
-    /// sleep with bits of tenant and size that two spawns of other tenants and sizes
-    /// may share, 1 in 32, and a pass that leaves out one leaves out both: a known
-    /// limit, `waiting::sleep_bits`, that seed 10070 hit with spawns of 1 to 3 units.)
+    /// full pool evicts an idle resident instead of refusing. (Spawns sleep with two
+    /// bits of tenant and size, `waiting::spawn_bits`; with one, 1 in 32 pairs of
+    /// tenants and sizes shared it, and a pass that left out one left out both: seed
+    /// 10070, with spawns of 1 to 3 units, hit it. With two bits, 1,000 rounds of
+    /// spawns of 1 to 3 units passed; these rounds keep one unit, and their seeds.)
     evict: bool,
     /// The most units a blocked acquire asks for: one, or [`MULTI_UNITS`].
     waiter_units: usize,

@@ -146,20 +146,32 @@ pub fn tenant_bit(tenant: usize) -> u32 {
 /// or a sleep that every wake of its word ends.
 pub const EVERY_TENANT: u32 = libc::FUTEX_BITSET_MATCH_ANY as u32;
 
-/// The bit a waiter refused `last` sleeps with: its tenant's ([`tenant_bit`]), or, for a
-/// spawn with nothing to evict (`too_many_residents`), its tenant's and its units'
-/// together (modulo 32): a spawn's victims are residents of as many units, so two
-/// spawns of one tenant and size find the same ones, or none. A spawn of another tenant
-/// and size may share the bit (1 in 32): a pass that leaves the bit out passes over it
-/// too, and it waits for the next wake, its sweep or the recount (the test
-/// `no_admissible_waiter_stays_asleep_after_ops_in_any_window` saw this with spawns of
-/// several units, and so asks one unit of residents).
+/// The bits a waiter refused `last` sleeps with: its tenant's ([`tenant_bit`]), or, for
+/// a spawn with nothing to evict (`too_many_residents`), two bits of its tenant and its
+/// units together ([`spawn_bits`]): a spawn's victims are residents of as many units,
+/// so two spawns of one tenant and size find the same ones, or none.
 pub fn sleep_bits(last: &crate::refusal::Refused, tenant: usize) -> u32 {
     if last.reason == crate::refusal::Reason::TooManyResidents {
-        1 << ((tenant as u64).wrapping_add(13u64.wrapping_mul(last.units as u64)) % 32)
+        spawn_bits(tenant, last.units)
     } else {
         tenant_bit(tenant)
     }
+}
+
+/// A spawn's two bits, one in each half of the bitset: `(tenant + 13 * units) % 16`
+/// and `16 + (tenant / 16 + 7 * units) % 16`. A pass that leaves them out
+/// ([`pass_bits`]) passes over the spawns of the same tenant and size, and over a spawn
+/// of another whose two bits are the same: of one size, only a tenant whose directory
+/// slot is a multiple of 256 away; of other sizes, about 1 in 256 of the pairs. Such a
+/// spawn waits for the next wake, its sweep or the recount. (With one bit, `(tenant +
+/// 13 * units) % 32`, 1 in 32: the test
+/// `no_admissible_waiter_stays_asleep_after_ops_in_any_window` found "t0" asking 3
+/// and "t2" asking 1 on one bit, one left asleep with a victim for it.)
+pub fn spawn_bits(tenant: usize, units: u32) -> u32 {
+    let (t, u) = (tenant as u64, units as u64);
+    let lo = t.wrapping_add(13u64.wrapping_mul(u)) % 16;
+    let hi = 16 + (t / 16).wrapping_add(7u64.wrapping_mul(u)) % 16;
+    (1 << lo) | (1 << hi)
 }
 
 /// Sleeps while `class`'s half of `pool.wake` equals `seq` and every watched word holds

@@ -50,3 +50,36 @@ fn a_refused_waiter_passes_its_wake_only_where_an_ask_may_fit() {
     assert_eq!(tenant_bit(t + 32), tenant_bit(t));
     assert!((0..64).all(|t| tenant_bit(t) != 0 && !tenant_bit(t) != 0));
 }
+
+/// A spawn's two bits: a pass that leaves out one spawn's bits reaches a spawn of the
+/// same size of any tenant less than 256 slots away, and one of the same tenant of any
+/// other size (up to 16 units); of all pairs of tenants and sizes, few share both.
+#[test]
+fn a_spawns_pass_leaves_out_few_but_its_own_tenant_and_size() {
+    let reaches = |from: u32, to: u32| to & !from != 0;
+    for u in 1..=4 {
+        for t in 0..256 {
+            let own = spawn_bits(t, u);
+            assert_eq!(own.count_ones(), 2, "two bits");
+            assert!(!reaches(own, own), "its own tenant and size left out");
+            for other in (0..256).filter(|&o| o != t) {
+                assert!(reaches(own, spawn_bits(other, u)), "{t} and {other}, {u} units");
+            }
+            for v in (1..=16).filter(|&v| v != u) {
+                assert!(reaches(own, spawn_bits(t, v)), "{t}: {u} and {v} units");
+            }
+        }
+    }
+    // Tenants 0..1024, sizes 1..=3: the pairs left out together, under 1 in 200.
+    let all: Vec<u32> = (0..1024)
+        .flat_map(|t| (1..=3).map(move |u| spawn_bits(t, u)))
+        .collect();
+    let pairs = all.len() * (all.len() - 1) / 2;
+    let shared = (0..all.len())
+        .flat_map(|i| (i + 1..all.len()).map(move |j| (i, j)))
+        .filter(|&(i, j)| all[i] == all[j])
+        .count();
+    assert!(shared * 200 < pairs, "{shared} of {pairs} pairs share both bits");
+    // The spawns that `window_wakes` found on one bit: now apart.
+    assert_ne!(spawn_bits(969, 3), spawn_bits(99, 1));
+}
