@@ -194,21 +194,23 @@ pub(crate) fn acquire(
         } else {
             Class::Under
         };
+        // Woken, yet refused: pass the wake on, so a waiter that could use the permit
+        // is not left asleep behind us (not to our tenant's, when none of them could:
+        // `pass_bits`). Before anything else: also when the wait ends now (its
+        // deadline, a cancel) or sleeps for the rates' token, which before took the
+        // wake along. Once a release, under-share sleepers first; woken from the
+        // under-share half with no release we had not seen (a wake passed on, or the
+        // wake of a release we tried after), to the other half (see `hand_over`).
         let woken_under = std::mem::take(&mut slept_under);
-        if woken_at.is_some_and(|w| w != seqs)
+        let new_release = woken_at.is_some_and(|w| w != seqs);
+        if (new_release || woken_under)
             && let Some(bits) = waiting::pass_bits(&last, tenant.index())
         {
-            // Woken, yet refused: pass the wake on once, so a waiter that could use
-            // the permit is not left asleep behind us (not to our tenant's, when none
-            // of them could: `pass_bits`). Before anything else: also when the wait
-            // ends now (its deadline, a cancel) or sleeps for the rates' token, which
-            // before took the wake along.
-            waiting::pass_on(rec, bits);
-        } else if woken_under && let Some(bits) = waiting::pass_bits(&last, tenant.index()) {
-            // Woken from the under-share half with no release we had not seen (a wake
-            // passed on, or the wake of a release we tried after), and refused: hand
-            // it to the other half (see `hand_over`).
-            waiting::hand_over(rec, bits);
+            if new_release {
+                waiting::pass_on(rec, bits);
+            } else {
+                waiting::hand_over(rec, bits);
+            }
         }
         // Passed (or nothing to pass): the next pass is for a release after this one.
         if woken_at.is_some() {
@@ -308,9 +310,8 @@ pub(crate) fn acquire(
         if waiting::half(rec.wake.load(SeqCst), class) == seq {
             let bits = waiting::sleep_bits(&last, tenant.index());
             let woken = waiting::sleep(rec, class, seq, bits, &watch, until);
-            #[cfg(feature = "crash-points")]
             if woken {
-                crate::crash::hit("wait.woken");
+                crate::ops::crash_point("wait.woken")?;
             }
             slept_under = woken && class == Class::Under;
         }

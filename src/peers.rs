@@ -131,7 +131,7 @@ pub fn announce(seg: &Segment, out: &[Reaped]) {
             // passed none on: one more for each waiter taken out.
             let gone = r.waiters_taken_out.get(p).copied().unwrap_or(0);
             let n = units.saturating_add(gone);
-            if n > 0 && p < seg.geometry().pools {
+            if n > 0 {
                 waiting::reaped(seg.pool(p), n.min(u32::MAX as u64) as u32);
             }
         }
