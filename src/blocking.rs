@@ -47,6 +47,12 @@ impl<'a> Announced<'a> {
     fn new(pool: &'a PoolRec, mine: &'a AtomicU32) -> Self {
         // SeqCst: the waiter's half of the handshake in `waiting`.
         pool.waiters.fetch_add(1, SeqCst);
+        // The window between the two counts: a waiter killed here is in `waiters` and
+        // not in its slot's count, so its reaper cannot take it out (`Table::repair`
+        // recounts `waiters` from the slots). Without `crash-points` this is nothing;
+        // a constructor has no `Result` for `ops::crash_point` to return.
+        #[cfg(feature = "crash-points")]
+        crate::crash::hit("wait.announced");
         // Release: a reaper that reads this count (its `swap`, Acquire) finds our
         // announcement above in `waiters` before it takes it out.
         mine.fetch_add(1, Release);

@@ -18,9 +18,10 @@ pub use crate::ops::RESIDENT_CRASH_LABELS as RESIDENT_LABELS;
 /// size set (a header of zeros), everything written but `ready`.
 pub const CREATE_LABELS: &[&str] = &["create.opened", "create.sized", "create.written"];
 
-/// The points of a blocking acquire's wait: `wait.woken`, a sleep on the pool's word
-/// ended by a wake of it, before the waiter's next try.
-pub const WAIT_LABELS: &[&str] = &["wait.woken"];
+/// The points of a blocking acquire's wait: `wait.announced`, counted in the pool's
+/// `waiters` and not yet in its process slot's count; `wait.woken`, a sleep on the
+/// pool's word ended by a wake of it, before the waiter's next try.
+pub const WAIT_LABELS: &[&str] = &["wait.announced", "wait.woken"];
 
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);

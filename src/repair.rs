@@ -49,6 +49,9 @@ pub struct PoolRepair {
     pub in_use_after: u32,
     /// Tenants whose held word was rebuilt.
     pub tenants_fixed: usize,
+    /// The pool's `waiters` before and after `Table::repair` set it to what the process
+    /// slots announce, when the two disagreed (see `shm-layout.md`, "Waiting").
+    pub waiters: Option<(u32, u32)>,
 }
 
 /// The sums the lease records give for pool `p`, read while no lease of it was mid-op,
@@ -159,6 +162,7 @@ pub fn repair_pool<R: Region>(r: &R, p: usize, budget: Duration) -> Result<PoolR
             in_use_before: op_word::count(s.pool_word),
             in_use_after: op_word::count(s.pool_word),
             tenants_fixed: 0,
+            waiters: None,
         };
         for (t, (&w, &sum)) in s.held_words.iter().zip(&s.held).enumerate() {
             if op_word::count(w) as u64 == sum {
@@ -278,4 +282,70 @@ pub fn resolve_orphans<R: Region>(r: &R, reaper: Reaper) -> Vec<Reaped> {
                 .flatten()
         })
         .collect()
+}
+
+/// How many reads of a pool's waiter counts must agree, `WAITER_GAP` apart, before
+/// [`steady_waiters`] trusts them: a live waiter is between its two counts (the pool's
+/// `waiters` and its slot's) for two instructions, a reaper between its `swap` and its
+/// CAS for a few more.
+const WAITER_READS: usize = 3;
+const WAITER_GAP: Duration = Duration::from_millis(2);
+
+/// Pool `p`'s `waiters` and the sum of what the process slots in use announce in it
+/// (their `WaitingRec` counts; a free slot announces nothing, whatever its words say),
+/// when `WAITER_READS` reads agree; `None` while they move. They differ for good only
+/// when a waiter was killed between its two counts (its reaper takes out what its slot
+/// counts), a reaper was killed between its two steps, or something wrote the words.
+pub fn steady_waiters<R: Region>(r: &R, p: usize) -> Option<(u32, u64)> {
+    let read = || {
+        // SeqCst: as every access to `waiters` (the handshake in `waiting`).
+        let counted = r.pool(p).waiters.load(SeqCst);
+        let announced: u64 = (0..r.geometry().procs)
+            // Acquire: as any reader of a slot.
+            .filter(|&s| ps::status(r.proc_slot(s).state.load(Acquire)) != ps::FREE)
+            // Acquire: pairs with the waiter's Release raise, as the reaper's swap.
+            .map(|s| r.slot_waiters(s, p).load(Acquire) as u64)
+            .sum();
+        (counted, announced)
+    };
+    let first = read();
+    for _ in 1..WAITER_READS {
+        std::thread::sleep(WAITER_GAP);
+        if read() != first {
+            return None;
+        }
+    }
+    Some(first)
+}
+
+/// Sets pool `p`'s `waiters` to what the process slots announce when the two disagree
+/// steadily ([`steady_waiters`]), by a CAS from the value read, so that a waiter that
+/// came or went meanwhile makes it read again; gives up, changing nothing, at
+/// `deadline`. Returns the count before and after when it changed it.
+///
+/// A count above the truth costs a `FUTEX_WAKE` for nobody at every release of the pool;
+/// one below it lets a release skip the wake of a sleeper, which then waits for its
+/// sweep. A waiter stalled for the whole of [`steady_waiters`]' reads between its two
+/// counts (descheduled there) is recounted without the one it is missing: the count
+/// ends one off until a waiter leaves with it at 0 (a wake for nobody per release,
+/// until the next repair).
+pub fn recount_waiters<R: Region>(r: &R, p: usize, deadline: Instant) -> Option<(u32, u32)> {
+    while Instant::now() < deadline {
+        let Some((counted, announced)) = steady_waiters(r, p) else {
+            continue;
+        };
+        if counted as u64 == announced {
+            return None;
+        }
+        let to = announced.min(u32::MAX as u64) as u32;
+        // SeqCst: as every access to `waiters`.
+        if r.pool(p)
+            .waiters
+            .compare_exchange(counted, to, SeqCst, Relaxed)
+            .is_ok()
+        {
+            return Some((counted, to));
+        }
+    }
+    None
 }

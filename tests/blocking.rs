@@ -627,3 +627,60 @@ fn a_reap_wakes_every_sleeper_past_its_share() {
     pool.waiters.fetch_sub(N, SeqCst);
     assert!(woke.iter().all(|&w| w), "woken by the reap: {woke:?}");
 }
+
+/// `waiters` written low from outside (0, with a waiter asleep) lets a release skip its
+/// wake: the sleeper waits, its unit free, for its sweep (an hour here) or its
+/// deadline. `check` names the difference; `repair` recounts `waiters` from the process
+/// slots and wakes the sleepers, since releases may have skipped them: the waiter is
+/// served at once.
+#[test]
+fn a_waiters_count_written_low_is_recounted_by_repair_and_the_sleeper_served() {
+    use std::sync::Arc;
+    const PATIENCE: Duration = Duration::from_secs(10);
+    let seg = Seg::new("waiters-low");
+    let t = Arc::new(seg.create(&one_pool(1)));
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let mine = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap()
+        .into_id();
+    let t2 = t.clone();
+    let waiter = std::thread::spawn(move || {
+        let start = Instant::now();
+        let got = t2
+            .acquire(&Request::new("requests", "b"), PATIENCE)
+            .unwrap();
+        (start.elapsed(), got.ok().map(|l| l.into_id()))
+    });
+    wait_asleep(&t, None, Duration::from_millis(1));
+    // Past its try: asleep.
+    std::thread::sleep(Duration::from_millis(100));
+    t.region().pool(0).waiters.store(0, SeqCst);
+    assert_eq!(
+        t.check().unwrap(),
+        vec![
+            "pool 0: waiters is 0, its processes announce 1 (a waiter or its reaper killed \
+             between its two counts, or a write from outside; repair recounts it)"
+                .to_owned()
+        ]
+    );
+    // The release reads no waiter: no wake.
+    t.release_id(mine).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!waiter.is_finished(), "served without a wake");
+    assert_eq!(t.repair().unwrap().pools[0].waiters, Some((0, 1)));
+    let (took, lease) = waiter.join().unwrap();
+    assert!(
+        lease.is_some() && took < PATIENCE / 2,
+        "the waiter was {} after {took:?}",
+        if lease.is_some() {
+            "granted"
+        } else {
+            "refused"
+        }
+    );
+    t.release_id(lease.unwrap()).unwrap();
+    assert_eq!(waiters(&t), 0);
+    assert_eq!(t.check().unwrap(), Vec::<String>::new());
+}

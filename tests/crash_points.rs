@@ -196,3 +196,53 @@ fn a_waiter_killed_as_a_wake_ends_its_sleep_leaves_no_one_asleep_for_it() {
     t.release_id(lease.unwrap()).unwrap();
     assert_eq!(waiters(&t), 0, "the dead waiter taken out");
 }
+
+/// A waiter SIGKILLed between its two counts (the pool's `waiters`, then its process
+/// slot's) is in `waiters` and not in its slot: its reaper, which takes out what the
+/// slot counts, leaves it there, and every release of the pool would make a wake for
+/// nobody from then on. `check` names the difference, and `repair` recounts `waiters`
+/// from the process slots.
+#[test]
+fn a_waiter_killed_between_its_two_counts_is_named_by_check_and_recounted_by_repair() {
+    let seg = Seg::new("announce-killed");
+    let t = seg.create(&one_pool(1));
+    let mine = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    let name = seg.name.clone();
+    let doomed = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        fairshm::crash::arm("wait.announced", 0);
+        let got = t.acquire(&Request::new("requests", "b"), Duration::from_secs(60));
+        // Not reached: killed as it announces itself.
+        i32::from(!matches!(got, Ok(Ok(_))))
+    });
+    assert_eq!(wait(doomed), 128 + 9, "killed between its counts");
+    // Reaped (by our anchor, or here): nothing of its slot counts the waiter.
+    t.reap_dead().unwrap();
+    common::wait_until(
+        None,
+        "the dead waiter's slot freed",
+        Duration::from_millis(1),
+        || t.snapshot().processes.len() == 1,
+    );
+    let waiters = |t: &Table| t.snapshot().pool("requests").unwrap().waiters;
+    assert_eq!(waiters(&t), 1, "the dead waiter left in `waiters`");
+    let found = t.check().unwrap();
+    assert_eq!(
+        found,
+        vec![
+            "pool 0: waiters is 1, its processes announce 0 (a waiter or its reaper killed \
+             between its two counts, or a write from outside; repair recounts it)"
+                .to_owned()
+        ]
+    );
+    let repaired = t.repair().unwrap();
+    assert_eq!(repaired.pools[0].waiters, Some((1, 0)));
+    assert_eq!(waiters(&t), 0);
+    assert_eq!(t.check().unwrap(), Vec::<String>::new());
+    drop(mine);
+    // Nothing to recount now.
+    assert_eq!(t.repair().unwrap().pools[0].waiters, None);
+}

@@ -10,11 +10,14 @@ use crate::region::Region;
 use crate::stats::{self, Snapshot};
 use crate::sync::Ordering::*;
 use crate::tenants;
+use std::time::Instant;
 
 impl Engine {
     /// Checks every invariant that the lease records let one check: each pool's and
-    /// each tenant's counts against the sums of their held leases, and every record in
-    /// a state some version writes. One line per violation; empty when sound.
+    /// each tenant's counts against the sums of their held leases, each pool's
+    /// `waiters` against what the process slots announce (when both hold still for a
+    /// few ms), and every record in a state some version writes. One line per
+    /// violation; empty when sound.
     pub fn check(&self) -> Result<Vec<String>> {
         self.seg.check_size()?;
         let mut out = Vec::new();
@@ -42,6 +45,17 @@ impl Engine {
                 "leases quarantined: {quarantined} (repair frees them)"
             ));
         }
+        for p in 0..self.seg.geometry().pools {
+            if let Some((counted, announced)) = crate::repair::steady_waiters(&self.seg, p)
+                && counted as u64 != announced
+            {
+                out.push(format!(
+                    "pool {p}: waiters is {counted}, its processes announce {announced} \
+                     (a waiter or its reaper killed between its two counts, or a write \
+                     from outside; repair recounts it)"
+                ));
+            }
+        }
         out.extend(crate::guaranteed::shared::check(&self.seg));
         Ok(out)
     }
@@ -49,9 +63,9 @@ impl Engine {
     /// Repairs the table in place, while it is in use: takes process slots in a state
     /// no version writes and reaps dead processes, clears tenant slots left `WRITING`
     /// by no live process, quarantines lease records in a state no version writes,
-    /// rebuilds every pool's counters from its lease records, then frees the
-    /// quarantined leases, and refills every tenant's rate buckets (forgiving debts;
-    /// the rates are kept). A guaranteed pool's waiters are woken and announce
+    /// rebuilds every pool's counters from its lease records and its `waiters` from
+    /// the process slots' counts, then frees the quarantined leases, and refills every
+    /// tenant's rate buckets (forgiving debts; the rates are kept). A guaranteed pool's waiters are woken and announce
     /// themselves anew (their stamp cleared). Returns what it did.
     pub fn repair(&self) -> Result<Repaired> {
         self.writable("repairing")?;
@@ -97,11 +111,17 @@ impl Engine {
             }
         }
         for p in 0..self.seg.geometry().pools {
-            out.pools.push(crate::repair::repair_pool(
-                &self.seg,
-                p,
-                crate::repair::REPAIR_BUDGET,
-            )?);
+            let mut pool = crate::repair::repair_pool(&self.seg, p, crate::repair::REPAIR_BUDGET)?;
+            let deadline = clock::after(Instant::now(), crate::repair::REPAIR_BUDGET);
+            pool.waiters = crate::repair::recount_waiters(&self.seg, p, deadline);
+            if let Some((before, after)) = pool.waiters
+                && after > before
+            {
+                // Releases that read the count low may have skipped a wake: every
+                // sleeper asks again.
+                crate::waiting::reaped(self.seg.pool(p), u32::MAX);
+            }
+            out.pools.push(pool);
         }
         out.leases_freed = crate::repair::free_quarantined(&self.seg);
         self.repair_guaranteed(&mut out)?;

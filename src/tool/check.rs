@@ -7,8 +7,9 @@ use crate::region::Region;
 use crate::sync::Ordering::*;
 
 /// Each violated invariant, one line each (empty: sound). Besides [`Table::check`]
-/// (each pool's and tenant's counters equal the sums of their leases; every record in
-/// a state some version writes): each pool's units in use are within its capacity (a
+/// (each pool's and tenant's counters equal the sums of their leases; each pool's
+/// `waiters` equals what its processes announce; every record in a state some version
+/// writes): each pool's units in use are within its capacity (a
 /// `per_worker` pool's within the tickets of a worker in every process slot: it
 /// shrinks below what is held when workers go); no
 /// lease belongs to a free process slot, nor to a process that is dead (its permits
