@@ -65,8 +65,16 @@ impl Drop for Announced<'_> {
         // Relaxed: our own slot's count, which only a reaper of our dead process reads
         // (and then an RMW, which reads the last value).
         self.mine.fetch_sub(1, Relaxed);
-        // SeqCst: as the announcement.
-        self.pool.waiters.fetch_sub(1, SeqCst);
+        // SeqCst, the load and the CAS: as the announcement. Never below 0: a count
+        // that `repair` recounted without us (stalled between our two counts) or that
+        // a write from outside lowered must not wrap round to u32::MAX, a wake for
+        // nobody at every release; at 0 it is whole again once its waiters are gone.
+        let waiters = &self.pool.waiters;
+        let mut seen = waiters.load(SeqCst);
+        while let Err(now) = waiters.compare_exchange(seen, seen.saturating_sub(1), SeqCst, SeqCst)
+        {
+            seen = now;
+        }
     }
 }
 

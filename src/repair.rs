@@ -327,8 +327,8 @@ pub fn steady_waiters<R: Region>(r: &R, p: usize) -> Option<(u32, u64)> {
 /// one below it lets a release skip the wake of a sleeper, which then waits for its
 /// sweep. A waiter stalled for the whole of [`steady_waiters`]' reads between its two
 /// counts (descheduled there) is recounted without the one it is missing: the count
-/// ends one off until a waiter leaves with it at 0 (a wake for nobody per release,
-/// until the next repair).
+/// is one low until the pool's waiters are gone (a waiter leaves by a CAS that never
+/// takes it below 0).
 pub fn recount_waiters<R: Region>(r: &R, p: usize, deadline: Instant) -> Option<(u32, u32)> {
     while Instant::now() < deadline {
         let Some((counted, announced)) = steady_waiters(r, p) else {

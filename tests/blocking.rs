@@ -684,3 +684,29 @@ fn a_waiters_count_written_low_is_recounted_by_repair_and_the_sleeper_served() {
     assert_eq!(waiters(&t), 0);
     assert_eq!(t.check().unwrap(), Vec::<String>::new());
 }
+
+/// A waiter leaves `waiters` without taking it below 0: a count written low from
+/// outside (or recounted by `repair` without a waiter stalled between its two counts)
+/// would otherwise wrap round to `u32::MAX`, and every release of the pool would make a
+/// wake for nobody from then on.
+#[test]
+fn a_waiter_leaving_a_count_written_low_takes_it_to_0_not_round() {
+    let seg = Seg::new("waiters-wrap");
+    let t = seg.create(&one_pool(1));
+    let _mine = t
+        .try_acquire(&Request::new("requests", "a"))
+        .unwrap()
+        .unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            t.acquire(&Request::new("requests", "b"), Duration::from_millis(500))
+                .unwrap()
+                .unwrap_err()
+                .reason
+        });
+        wait_asleep(&t, None, Duration::from_millis(1));
+        t.region().pool(0).waiters.store(0, SeqCst);
+        assert_eq!(waiter.join().unwrap(), Reason::TimedOut);
+    });
+    assert_eq!(waiters(&t), 0);
+}
