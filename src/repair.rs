@@ -41,7 +41,7 @@ pub const REPAIR_BUDGET: Duration = Duration::from_secs(1);
 pub const INLINE_BUDGET: Duration = Duration::from_millis(5);
 
 /// What a repair of one pool changed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PoolRepair {
     pub pool: usize,
     /// Units in use before and after.

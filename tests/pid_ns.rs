@@ -52,6 +52,9 @@ fn from_a_foreign_namespace(name: &str) -> i32 {
     if code(&shmtool(&["clean", name, "--force"])) != 6 {
         return 17;
     }
+    if code(&shmtool(&["repair", name])) != 6 {
+        return 18;
+    }
     0
 }
 

@@ -51,6 +51,15 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Repair a segment in place, while it is in use: reap dead processes, rebuild
+    /// every pool's counters from its leases and its waiters from its processes,
+    /// quarantine or free what no version writes, refill the rate buckets; print what
+    /// changed.
+    Repair {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove a segment that no live process uses (or, with --stale, every such one).
     /// Files that are not readable segments are never touched.
     Clean {
@@ -187,6 +196,16 @@ fn run(cmd: Cmd) -> Result<Exit, Fail> {
                 write!(out, "{}", tool::reaped_text(&freed, t.config()))?
             }
         }
+        Cmd::Repair { name, json: j } => {
+            // As a tool: a worker's registration would grow per_worker pools.
+            let t = Table::open_tool(&name)?;
+            let done = t.repair()?;
+            if j {
+                json(&mut out, &done)?
+            } else {
+                write!(out, "{}", tool::repaired_text(&done, t.config()))?
+            }
+        }
         Cmd::Clean {
             name: Some(name),
             force,
@@ -288,6 +307,7 @@ fn main() -> ExitCode {
         Cmd::Inspect { name, .. }
         | Cmd::Top { name, .. }
         | Cmd::Reap { name, .. }
+        | Cmd::Repair { name, .. }
         | Cmd::Metrics { name, .. }
         | Cmd::Check { name }
         | Cmd::Log { name, .. }

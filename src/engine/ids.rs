@@ -67,7 +67,7 @@ pub enum Outcome {
 }
 
 /// What [`Engine::repair`](super::Engine::repair) did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Repaired {
     /// Process slots in a state no version writes, taken and emptied.
     pub slots_taken: usize,

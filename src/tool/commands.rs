@@ -125,6 +125,71 @@ pub fn reaped_text(freed: &[Reaped], cfg: &Config) -> String {
     out
 }
 
+/// `repair`'s lines: the dead processes it reaped (as `reap` says them), then each thing
+/// it changed, each pool by its name in `cfg`; what it found sound is not listed.
+pub fn repaired_text(r: &crate::Repaired, cfg: &Config) -> String {
+    let mut out = String::new();
+    if !r.reaped.is_empty() {
+        out.push_str(&reaped_text(&r.reaped, cfg));
+    }
+    let pool = |i: usize| {
+        cfg.pools
+            .get(i)
+            .map_or(format!("pool #{i}"), |p| format!("pool {:?}", p.name))
+    };
+    for p in &r.pools {
+        let mut fixed = Vec::new();
+        if p.in_use_before != p.in_use_after {
+            fixed.push(format!("in use {} -> {}", p.in_use_before, p.in_use_after));
+        }
+        if p.tenants_fixed > 0 {
+            fixed.push(format!(
+                "held rebuilt for {}",
+                plural(p.tenants_fixed as u64, "tenant")
+            ));
+        }
+        if let Some((before, after)) = p.waiters {
+            fixed.push(format!("waiters {before} -> {after}"));
+        }
+        if !fixed.is_empty() {
+            let _ = writeln!(out, "{}: {}", pool(p.pool), fixed.join(", "));
+        }
+    }
+    for (n, what) in [
+        (
+            r.slots_taken,
+            "process slot in a state no version writes taken and emptied",
+        ),
+        (
+            r.tenant_slots_cleared,
+            "tenant slot left mid-write by no live process cleared",
+        ),
+        (r.orphans_resolved, "lease of a free process slot resolved"),
+        (r.leases_quarantined, "lease quarantined (unreadable)"),
+        (r.leases_freed, "quarantined lease freed"),
+        (
+            r.guaranteed_orphans_released,
+            "guaranteed lease of no live process released",
+        ),
+    ] {
+        if n > 0 {
+            let _ = writeln!(out, "{n} x {what}");
+        }
+    }
+    for g in &r.guaranteed_reset {
+        let _ = writeln!(
+            out,
+            "guaranteed pool {g:?} unreadable: reset to its state at creation"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "rate buckets of {} refilled (debts forgiven; rates kept)",
+        plural(r.rate_buckets_refilled as u64, "tenant")
+    );
+    out
+}
+
 /// `clean --stale`: removes every segment under /dev/shm (whose name starts with
 /// `prefix`, if given) that no live process uses, and says for each what it did:
 /// readable ones, ones of another layout version and ones their creator never made

@@ -21,8 +21,8 @@ pub use check::check;
 #[cfg(feature = "cli")]
 pub use commands::serve_metrics;
 pub use commands::{
-    FOLLOW_EVERY, LogFilter, clean_stale, list_text, rates_text, reaped_text, replay_text,
-    write_log,
+    FOLLOW_EVERY, LogFilter, clean_stale, list_text, rates_text, reaped_text, repaired_text,
+    replay_text, write_log,
 };
 pub use follow::{Followed, Now};
 pub use list::{Clean, HeaderInfo, Listed, clean, list, list_dir, mapped_by, read_header};
@@ -131,7 +131,7 @@ Exit codes:
   4  not a readable fairshm segment (another file, corrupt, truncated, another layout
      version, still being created)
   5  refused: `clean` of a segment that live processes use, without --force
-  6  permission denied, or a segment of another pid namespace (`reap`, `clean`)
+  6  permission denied, or a segment of another pid namespace (`reap`, `repair`, `clean`)
   7  any other failure";
 
 #[cfg(test)]
