@@ -65,8 +65,9 @@ impl Engine {
     /// by no live process, quarantines lease records in a state no version writes,
     /// rebuilds every pool's counters from its lease records and its `waiters` from
     /// the process slots' counts, then frees the quarantined leases, and refills every
-    /// tenant's rate buckets (forgiving debts; the rates are kept). A guaranteed pool's waiters are woken and announce
-    /// themselves anew (their stamp cleared). Returns what it did.
+    /// tenant's rate buckets (forgiving debts; the rates are kept). A guaranteed pool's
+    /// waiters are woken and announce themselves anew (their stamp cleared). Returns
+    /// what it did.
     pub fn repair(&self) -> Result<Repaired> {
         self.writable("repairing")?;
         self.seg.check_size()?;
