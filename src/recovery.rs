@@ -218,7 +218,8 @@ fn empty_slot<R: Region>(r: &R, s: usize, pid: u32) -> Reaped {
 /// (A slot given back by its live process counts none: its waiters are gone.) Each
 /// count is emptied first (`swap`), so a reaper that takes the walk over after our
 /// death takes out nothing twice; one that dies between the two steps leaves the
-/// announcements in `waiters`, which costs spurious wakes, never a lost one. A count
+/// announcements in `waiters`, which costs spurious wakes, never a lost one, until
+/// `Table::repair` recounts `waiters` from the slots (`repair::recount_waiters`). A count
 /// larger than `waiters` (a hostile write) takes it to 0, not round. Each pool's count
 /// is added to `out.waiters_taken_out`.
 fn take_out_waiters<R: Region>(r: &R, s: usize, out: &mut Reaped) {
