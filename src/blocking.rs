@@ -65,16 +65,9 @@ impl Drop for Announced<'_> {
         // Relaxed: our own slot's count, which only a reaper of our dead process reads
         // (and then an RMW, which reads the last value).
         self.mine.fetch_sub(1, Relaxed);
-        // SeqCst, the load and the CAS: as the announcement. Never below 0: a count
-        // that `repair` recounted without us (stalled between our two counts) or that
-        // a write from outside lowered must not wrap round to u32::MAX, a wake for
-        // nobody at every release; at 0 it is whole again once its waiters are gone.
-        let waiters = &self.pool.waiters;
-        let mut seen = waiters.load(SeqCst);
-        while let Err(now) = waiters.compare_exchange(seen, seen.saturating_sub(1), SeqCst, SeqCst)
-        {
-            seen = now;
-        }
+        // Never below 0 (a count lowered from outside, or recounted by `repair`
+        // without us): at 0 it is whole again once its waiters are gone.
+        crate::recovery::take_out(self.pool, 1);
     }
 }
 

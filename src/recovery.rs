@@ -228,20 +228,30 @@ fn take_out_waiters<R: Region>(r: &R, s: usize, out: &mut Reaped) {
         // announcement in `waiters` (so our subtraction comes after it).
         let k = r.slot_waiters(s, p).swap(0, Acquire);
         if k > 0 {
-            // SeqCst: as every access to `waiters` (the handshake in `waiting`).
-            let waiters = &r.pool(p).waiters;
-            let mut seen = waiters.load(SeqCst);
-            while let Err(now) =
-                waiters.compare_exchange(seen, seen.saturating_sub(k), SeqCst, SeqCst)
-            {
-                seen = now;
-            }
-            // What the CAS took out (a hostile count past `waiters` took it to 0).
+            // What was taken out (a hostile count past `waiters` took it to 0).
+            let taken = take_out(r.pool(p), k);
             if let Some(n) = out.waiters_taken_out.get_mut(p) {
-                *n += k.min(seen) as u64;
+                *n += taken as u64;
             }
         }
     }
+}
+
+/// Takes `n` waiters out of `pool.waiters`, never below 0, and returns how many it took
+/// out (fewer than `n` only when the count was lower: a write from outside, or a count
+/// that `repair` recounted without a waiter stalled between its two counts). A wrap
+/// round to `u32::MAX` would make every release of the pool wake for nobody. Used by a
+/// waiter that leaves (`blocking`) and by the reaper of a dead one's slot (here, where
+/// loom models it too).
+pub fn take_out(pool: &crate::layout::PoolRec, n: u32) -> u32 {
+    // SeqCst, the load and the CAS: as every access to `waiters` (the handshake in
+    // `waiting`).
+    let waiters = &pool.waiters;
+    let mut seen = waiters.load(SeqCst);
+    while let Err(now) = waiters.compare_exchange(seen, seen.saturating_sub(n), SeqCst, SeqCst) {
+        seen = now;
+    }
+    n.min(seen)
 }
 
 /// Frees slot `s`, taken (`REAPING`) by the caller and emptied.

@@ -130,6 +130,21 @@ fn a_reused_pid_is_not_taken_for_the_dead_process() {
     drop(lease);
 }
 
+/// Forks a process that opens table `name`, arms the crash point `label` and blocks in
+/// an acquire of one unit of pool `requests` for tenant "b" (its sweep an hour off), to
+/// die at that point: its exit code says whether it got there (128 + SIGKILL) or not.
+fn doomed_waiter(name: &str, label: &'static str) -> nix::unistd::Pid {
+    let name = name.to_owned();
+    fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        t.set_sweep_interval(Duration::from_secs(3600));
+        fairshm::crash::arm(label, 0);
+        let got = t.acquire(&Request::new("requests", "b"), Duration::from_secs(60));
+        // Not reached: killed at the point.
+        i32::from(!matches!(got, Ok(Ok(_))))
+    })
+}
+
 /// A waiter SIGKILLed as a wake ends its sleep, before its try, takes that wake with
 /// it. Its reaper, taking it out of the pool's waiters, must wake for it, or a waiter
 /// behind it, whose ask now fits, sleeps on to its deadline (its sweep is an hour
@@ -147,15 +162,7 @@ fn a_waiter_killed_as_a_wake_ends_its_sleep_leaves_no_one_asleep_for_it() {
         .try_acquire(&Request::new("requests", "a"))
         .unwrap()
         .unwrap();
-    let name = seg.name.clone();
-    let doomed = fork_child(move || {
-        let t = Table::open(&name).unwrap();
-        t.set_sweep_interval(Duration::from_secs(3600));
-        fairshm::crash::arm("wait.woken", 0);
-        let got = t.acquire(&Request::new("requests", "b"), Duration::from_secs(60));
-        // Not reached: killed at the wake.
-        i32::from(!matches!(got, Ok(Ok(_))))
-    });
+    let doomed = doomed_waiter(&seg.name, "wait.woken");
     let mut kids = common::Children(vec![doomed]);
     common::wait_until(
         Some(doomed),
@@ -210,14 +217,7 @@ fn a_waiter_killed_between_its_two_counts_is_named_by_check_and_recounted_by_rep
         .try_acquire(&Request::new("requests", "a"))
         .unwrap()
         .unwrap();
-    let name = seg.name.clone();
-    let doomed = fork_child(move || {
-        let t = Table::open(&name).unwrap();
-        fairshm::crash::arm("wait.announced", 0);
-        let got = t.acquire(&Request::new("requests", "b"), Duration::from_secs(60));
-        // Not reached: killed as it announces itself.
-        i32::from(!matches!(got, Ok(Ok(_))))
-    });
+    let doomed = doomed_waiter(&seg.name, "wait.announced");
     assert_eq!(wait(doomed), 128 + 9, "killed between its counts");
     // Reaped (by our anchor, or here): nothing of its slot counts the waiter.
     t.reap_dead().unwrap();

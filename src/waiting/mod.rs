@@ -181,7 +181,14 @@ pub fn spawn_bits(tenant: usize, units: u32) -> u32 {
 /// caller re-checks everything. True if a wake of its half ended it (not a timeout, a
 /// signal, a changed word or a watched word's wake).
 #[must_use]
-pub fn sleep(pool: &PoolRec, class: Class, seq: u32, bits: u32, watch: &[Watch<'_>], until: Instant) -> bool {
+pub fn sleep(
+    pool: &PoolRec,
+    class: Class,
+    seq: u32,
+    bits: u32,
+    watch: &[Watch<'_>],
+    until: Instant,
+) -> bool {
     let Some(deadline) = deadline(until) else {
         return false;
     };
@@ -220,7 +227,10 @@ fn waitv(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec
 /// [`waitv`], with what the call returned: the index of the word whose wake ended it
 /// (`>= 0`), or -1 (a timeout, a signal, a word that did not hold its value); `None`
 /// if the kernel has no `futex_waitv`.
-fn waitv_rc(words: impl Iterator<Item = (u32, *mut u32)>, deadline: &libc::timespec) -> Option<i64> {
+fn waitv_rc(
+    words: impl Iterator<Item = (u32, *mut u32)>,
+    deadline: &libc::timespec,
+) -> Option<i64> {
     if NO_WAITV.load(Relaxed) != 0 {
         return None;
     }
@@ -358,7 +368,10 @@ pub fn guaranteed_sleep<R: crate::region::Region>(
     if let Some(c) = cancel {
         let c = c.watch();
         // Without futex_waitv (None), the pool's word alone: a cancel is seen at the end.
-        if let Some(rc) = waitv_rc([(seen, word), (c.val, c.word.as_ptr())].into_iter(), &deadline) {
+        if let Some(rc) = waitv_rc(
+            [(seen, word), (c.val, c.word.as_ptr())].into_iter(),
+            &deadline,
+        ) {
             return rc == 0;
         }
     }
@@ -538,9 +551,10 @@ fn wake_waiters(
 
 /// After a reap gave back `units` of pool `pool`, or took out as many of its waiters (a
 /// death: rare; a waiter killed as a wake ended its sleep took that wake along): wakes
-/// up to `units` under-share sleepers and every sleeper past its share. The dead process's tenants
-/// hold less now, and their sleepers past their share (in other processes) may be
-/// under it: without knowing which tenants they are, every such sleeper asks again.
+/// up to `units` under-share sleepers and every sleeper past its share. The dead
+/// process's tenants hold less now, and their sleepers past their share (in other
+/// processes) may be under it: without knowing which tenants they are, every such
+/// sleeper asks again.
 pub fn reaped(pool: &PoolRec, units: u32) {
     // SeqCst: as in `released`.
     if pool.waiters.load(SeqCst) != 0 {

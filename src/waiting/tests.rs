@@ -63,7 +63,10 @@ fn a_spawns_pass_leaves_out_few_but_its_own_tenant_and_size() {
             assert_eq!(own.count_ones(), 2, "two bits");
             assert!(!reaches(own, own), "its own tenant and size left out");
             for other in (0..256).filter(|&o| o != t) {
-                assert!(reaches(own, spawn_bits(other, u)), "{t} and {other}, {u} units");
+                assert!(
+                    reaches(own, spawn_bits(other, u)),
+                    "{t} and {other}, {u} units"
+                );
             }
             for v in (1..=16).filter(|&v| v != u) {
                 assert!(reaches(own, spawn_bits(t, v)), "{t}: {u} and {v} units");
@@ -79,7 +82,10 @@ fn a_spawns_pass_leaves_out_few_but_its_own_tenant_and_size() {
         .flat_map(|i| (i + 1..all.len()).map(move |j| (i, j)))
         .filter(|&(i, j)| all[i] == all[j])
         .count();
-    assert!(shared * 200 < pairs, "{shared} of {pairs} pairs share both bits");
+    assert!(
+        shared * 200 < pairs,
+        "{shared} of {pairs} pairs share both bits"
+    );
     // The spawns that `window_wakes` found on one bit: now apart.
     assert_ne!(spawn_bits(969, 3), spawn_bits(99, 1));
 }
