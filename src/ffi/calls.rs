@@ -46,8 +46,8 @@ pub(super) unsafe fn put<T>(p: *mut T, v: T) {
     }
 }
 
-/// The handles of a refusal to explain: the pool checked here (an acquire leaves that
-/// to the engine, which checks it first), the tenant read from the directory.
+/// The handles of an acquire or of a refusal to explain: the pool checked first, then
+/// the tenant read from the directory.
 pub(super) fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, TenantId), i32> {
     if pool as usize >= table.config().pools.len() {
         return Err(fail(
@@ -58,9 +58,11 @@ pub(super) fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, 
     Ok((PoolId(pool), t))
 }
 
-/// The arguments of an acquire, checked: the table, a lease pointer to write, and the
-/// tenant (its weight read from the directory). The pool handle is the engine's to
-/// check: its acquire does that first.
+/// The arguments of an acquire, checked in their order: the table, the pool handle,
+/// the tenant (its weight read from the directory), and a lease pointer to write. So
+/// an error names the first bad argument: a pool handle of no pool is named as such
+/// even when the tenant handle is bad too (the engine's acquire checks the pool
+/// first, but only once it has a tenant).
 ///
 /// # Safety
 /// `t` is null or an open table.
@@ -72,11 +74,11 @@ unsafe fn asking<'a>(
 ) -> Result<(TableRef<'a>, PoolId, TenantId), i32> {
     // SAFETY: per the caller's contract.
     let table = unsafe { arg_table(t) }?;
+    let (p, tn) = handles(&table, pool, tenant)?;
     if lease.is_null() {
         return Err(invalid("argument `lease` is null".into()));
     }
-    let tn = table.engine().tenant_by_index(tenant).map_err(fail)?;
-    Ok((table, PoolId(pool), tn))
+    Ok((table, p, tn))
 }
 
 /// Resolves `name` with `f` into `*out`: the body of `fairshm_pool` and

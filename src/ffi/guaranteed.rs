@@ -212,8 +212,9 @@ type Out = (
     usize,
 );
 
-/// The two guaranteed acquires' common part: checks the table, the out-pointers and the
-/// tenant handle, asks with `ask`, and writes what it came to for C.
+/// The two guaranteed acquires' common part: checks the table, the pool handle, the
+/// tenant handle and the out-pointers (in their order, so that an error names the
+/// first bad argument), asks with `ask`, and writes what it came to for C.
 ///
 /// # Safety
 /// `t` is null or an open table; `lease` and `refusal` null or writable; `why` null or
@@ -230,16 +231,19 @@ unsafe fn acquire_with(
         Ok(t) => t,
         Err(rc) => return rc,
     };
+    if let Err(e) = table.engine().guaranteed_rules(GPoolId(pool)) {
+        return fail(e);
+    }
+    let Ok(tenant) = u16::try_from(tenant) else {
+        return invalid(format!(
+            "tenant handle {tenant} is not one of a guaranteed pool's"
+        ));
+    };
     let (Some(lease), Some(refusal)) = (
         std::ptr::NonNull::new(lease),
         std::ptr::NonNull::new(refusal),
     ) else {
         return invalid("argument `lease` or `refusal` is null".into());
-    };
-    let Ok(tenant) = u16::try_from(tenant) else {
-        return invalid(format!(
-            "tenant handle {tenant} is not one of a guaranteed pool's"
-        ));
     };
     let outcome = ask(table.engine(), tenant);
     // SAFETY: non-null, hence writable, and `why` null or writable for `why_len` bytes,

@@ -135,6 +135,19 @@ int main(int argc, char **argv) {
   uint64_t own, loan, got = 0;
   fairshm_guaranteed_refusal r;
   char why[FAIRSHM_GUARANTEED_WHY_MAX];
+  /* Bad handles: the error names the first bad argument, the pool before the tenant. */
+  CHECK(fairshm_guaranteed_acquire(t, 9, 70000, 50, 50, FAIRSHM_NOW, &own, &r, NULL, 0) ==
+                FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "guaranteed pool handle 9") != NULL,
+        "a bad pool handle named before a bad tenant handle (%s)", fairshm_last_error());
+  CHECK(fairshm_guaranteed_acquire(t, pool, 70000, 50, 50, FAIRSHM_NOW, &own, &r, NULL, 0) ==
+                FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "tenant handle 70000") != NULL,
+        "a bad tenant handle (%s)", fairshm_last_error());
+  CHECK(fairshm_guaranteed_acquire(t, 9, a, 50, 50, FAIRSHM_NOW, NULL, &r, NULL, 0) ==
+                FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "guaranteed pool handle 9") != NULL,
+        "a bad pool handle named before a null lease pointer (%s)", fairshm_last_error());
   CHECK(fairshm_guaranteed_acquire(t, pool, b, 50, 60000, FAIRSHM_NOW, &own, &r, NULL, 0) ==
             FAIRSHM_OK,
         "b's own 50");

@@ -167,6 +167,14 @@ int main(int argc, char **argv) {
         "a pool handle of no pool");
   CHECK(fairshm_try_acquire(t, pool, 4000, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST,
         "a tenant handle of no tenant");
+  /* Both handles bad: the error names the first argument that is, the pool. */
+  CHECK(fairshm_try_acquire(t, 7, 4000, 1, 0, &lease, NULL) == FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "pool handle 7") != NULL,
+        "a bad pool handle named before a bad tenant handle (%s)", fairshm_last_error());
+  CHECK(fairshm_acquire(t, 7, 4000, 1, 0, 10, 0, NULL, &lease, NULL) ==
+                FAIRSHM_E_INVALID_REQUEST &&
+            strstr(fairshm_last_error(), "pool handle 7") != NULL,
+        "a blocking acquire names the bad pool handle first (%s)", fairshm_last_error());
   CHECK(fairshm_acquire(t, 7, tenant, 1, 0, 10, 0, NULL, &lease, NULL) ==
             FAIRSHM_E_INVALID_REQUEST,
         "a blocking acquire with a pool handle of no pool");
