@@ -61,8 +61,8 @@ pub(super) fn handles(table: &Table, pool: u32, tenant: u32) -> Result<(PoolId, 
 /// The arguments of an acquire, checked in their order: the table, the pool handle,
 /// the tenant (its weight read from the directory), and a lease pointer to write. So
 /// an error names the first bad argument: a pool handle of no pool is named as such
-/// even when the tenant handle is bad too (the engine's acquire checks the pool
-/// first, but only once it has a tenant).
+/// even when the tenant handle is bad too (the engine's acquire checks its pool
+/// handle first as well, but it is called with a tenant already resolved here).
 ///
 /// # Safety
 /// `t` is null or an open table.
