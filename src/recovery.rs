@@ -155,7 +155,10 @@ pub fn reap_slot<R: Region>(
     // Relaxed: as above.
     let info = rec.death_info.load(Relaxed);
     rec.death_info.store(
-        pair::make(pair::lo(info), pair::hi(info).saturating_add(out.leases_released as u32)),
+        pair::make(
+            pair::lo(info),
+            pair::hi(info).saturating_add(out.leases_released as u32),
+        ),
         Relaxed,
     );
     free_slot(r, s);

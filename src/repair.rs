@@ -102,8 +102,9 @@ fn sums<R: Region>(r: &R, p: usize, deadline: Instant) -> Result<Sums> {
             // it until the release.
             // SeqCst: the record is read between the two loads of `evictions`.
             let revoked = residency::is_resident(d.inputs[2])
-                && crate::residents::held_resident(r, l, SeqCst)
-                    .is_some_and(|(_, st, g)| st == resident_word::REVOKED && g == ls::generation(s));
+                && crate::residents::held_resident(r, l, SeqCst).is_some_and(|(_, st, g)| {
+                    st == resident_word::REVOKED && g == ls::generation(s)
+                });
             if !revoked {
                 total += d.units as u64;
             }
@@ -320,8 +321,8 @@ pub fn steady_waiters<R: Region>(r: &R, p: usize) -> Option<(u32, u64)> {
 
 /// Sets pool `p`'s `waiters` to what the process slots announce when the two disagree
 /// steadily ([`steady_waiters`]), by a CAS from the value read, so that a waiter that
-/// came or went meanwhile makes it read again; gives up, changing nothing, at
-/// `deadline`. Returns the count before and after when it changed it.
+/// came or went meanwhile makes it read again; gives up, changing nothing, after
+/// `budget` (as [`repair_pool`]). Returns the count before and after when it changed it.
 ///
 /// A count above the truth costs a `FUTEX_WAKE` for nobody at every release of the pool;
 /// one below it lets a release skip the wake of a sleeper, which then waits for its
@@ -329,7 +330,8 @@ pub fn steady_waiters<R: Region>(r: &R, p: usize) -> Option<(u32, u64)> {
 /// counts (descheduled there) is recounted without the one it is missing: the count
 /// is one low until the pool's waiters are gone (a waiter leaves by a CAS that never
 /// takes it below 0).
-pub fn recount_waiters<R: Region>(r: &R, p: usize, deadline: Instant) -> Option<(u32, u32)> {
+pub fn recount_waiters<R: Region>(r: &R, p: usize, budget: Duration) -> Option<(u32, u32)> {
+    let deadline = crate::clock::after(Instant::now(), budget);
     while Instant::now() < deadline {
         let Some((counted, announced)) = steady_waiters(r, p) else {
             continue;

@@ -10,7 +10,6 @@ use crate::region::Region;
 use crate::stats::{self, Snapshot};
 use crate::sync::Ordering::*;
 use crate::tenants;
-use std::time::Instant;
 
 impl Engine {
     /// Checks every invariant that the lease records let one check: each pool's and
@@ -112,9 +111,9 @@ impl Engine {
             }
         }
         for p in 0..self.seg.geometry().pools {
-            let mut pool = crate::repair::repair_pool(&self.seg, p, crate::repair::REPAIR_BUDGET)?;
-            let deadline = clock::after(Instant::now(), crate::repair::REPAIR_BUDGET);
-            pool.waiters = crate::repair::recount_waiters(&self.seg, p, deadline);
+            let budget = crate::repair::REPAIR_BUDGET;
+            let mut pool = crate::repair::repair_pool(&self.seg, p, budget)?;
+            pool.waiters = crate::repair::recount_waiters(&self.seg, p, budget);
             if let Some((before, after)) = pool.waiters
                 && after > before
             {

@@ -23,7 +23,11 @@ fn spawn(r: &HeapRegion, slot: usize, tenant: usize, now: u64) -> usize {
 
 fn counts(r: &HeapRegion) -> (u32, u32, u32) {
     let held = |t| held_word::held(r.tenant_pool(0, t).held.load(SeqCst));
-    (pool_word::in_use(r.pool(0).word.load(SeqCst)), held(0), held(1))
+    (
+        pool_word::in_use(r.pool(0).word.load(SeqCst)),
+        held(0),
+        held(1),
+    )
 }
 
 #[test]

@@ -30,22 +30,46 @@ fn a_refused_waiter_passes_its_wake_only_where_an_ask_may_fit() {
     let t = 3;
     assert_eq!(pass_bits(&refused(Reason::PoolFull, 8), t), None);
     assert_eq!(pass_bits(&refused(Reason::OverShare, 8), t), None);
-    assert_eq!(pass_bits(&refused(Reason::OverShare, 9), t), None, "a pool that shrank");
-    assert_eq!(pass_bits(&refused(Reason::OverShare, 7), t), Some(!tenant_bit(t)));
+    assert_eq!(
+        pass_bits(&refused(Reason::OverShare, 9), t),
+        None,
+        "a pool that shrank"
+    );
+    assert_eq!(
+        pass_bits(&refused(Reason::OverShare, 7), t),
+        Some(!tenant_bit(t))
+    );
     // Room past the floor (it asked for more than fits): a smaller ask of its own may.
-    assert_eq!(pass_bits(&refused(Reason::OverShare, 6), t), Some(EVERY_TENANT));
-    assert_eq!(pass_bits(&refused(Reason::PoolFull, 7), t), Some(EVERY_TENANT));
+    assert_eq!(
+        pass_bits(&refused(Reason::OverShare, 6), t),
+        Some(EVERY_TENANT)
+    );
+    assert_eq!(
+        pass_bits(&refused(Reason::PoolFull, 7), t),
+        Some(EVERY_TENANT)
+    );
     // A resident that came idle may be another tenant's spawn's to evict, or another
     // size's, full pool or not; not a spawn's of its tenant and size.
     let spawn = refused(Reason::TooManyResidents, 8);
     let own = sleep_bits(&spawn, t);
     assert_eq!(pass_bits(&spawn, t), Some(!own));
-    assert_ne!(own, tenant_bit(t), "a spawn's bit is its tenant's and its size's");
+    assert_ne!(
+        own,
+        tenant_bit(t),
+        "a spawn's bit is its tenant's and its size's"
+    );
     let bigger = Refused { units: 2, ..spawn };
     assert_ne!(sleep_bits(&bigger, t), own, "another size, another bit");
-    assert_ne!(sleep_bits(&spawn, t + 1), own, "another tenant, another bit");
+    assert_ne!(
+        sleep_bits(&spawn, t + 1),
+        own,
+        "another tenant, another bit"
+    );
     assert_eq!(sleep_bits(&refused(Reason::OverShare, 7), t), tenant_bit(t));
-    assert_eq!(pass_bits(&refused(Reason::RateLimited, 8), t), Some(EVERY_TENANT));
+    assert_eq!(
+        pass_bits(&refused(Reason::RateLimited, 8), t),
+        Some(EVERY_TENANT)
+    );
     // Bits repeat every 32 tenants; none is empty, and none leaves every bit out.
     assert_eq!(tenant_bit(t + 32), tenant_bit(t));
     assert!((0..64).all(|t| tenant_bit(t) != 0 && !tenant_bit(t) != 0));
