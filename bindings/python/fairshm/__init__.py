@@ -287,6 +287,10 @@ _try_acquire_queued = lib.fairshm_try_acquire_queued
 _try_acquire_at = lib.fairshm_try_acquire_at
 _acquire = lib.fairshm_acquire
 _release = lib.fairshm_release
+# The try-acquire's fast path: the defaults' own int objects, and the bare allocation
+# a `Lease` is built with there.
+_ONE, _ZERO = 1, 0
+_new_object = object.__new__
 
 
 class _Out(threading.local):
@@ -470,9 +474,13 @@ class Table:
                     "explicit now_ms (note it with note_queue, on the library's clock)"
                 )
             now = _now(now_ms)
-        if not (type(units) is int and type(hold_ms) is int
-                and 0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
-            _check_request(units, hold_ms)  # other integer types pass; the rest raises
+        # The default request (1 unit, no hold) is known good: `is` holds only for
+        # the very int objects of the defaults (a bool 1 or another int type takes the
+        # checks), and skipping them is about a twentieth of a pair.
+        if units is not _ONE or hold_ms is not _ZERO:
+            if not (type(units) is int and type(hold_ms) is int
+                    and 0 <= units <= 0xFFFFFFFF and 0 <= hold_ms <= 0xFFFFFFFFFFFFFFFF):
+                _check_request(units, hold_ms)  # other integer types pass; the rest raises
         try:
             p = self._pools[pool]
             t = self._tenants[tenant]
@@ -488,7 +496,16 @@ class Table:
             _check("queued_us", queued_us, _U64)
             rc = _try_acquire_queued(self._h, p, t, units, hold_ms, queued_us, lref, rref)
         if rc == 0:
-            return Lease(self, lease.value, pool, tenant, units, now_ms)
+            # What `Lease(...)` builds, without a class call and `__init__`'s frame
+            # (another twentieth of a pair).
+            granted = _new_object(Lease)
+            granted.table = self
+            granted.id = lease.value
+            granted.pool = pool
+            granted.tenant = tenant
+            granted.units = units
+            granted._at = now_ms
+            return granted
         if rc == 1:
             raise Refused(self, _copy(refusal), pool, tenant)
         self._fail(rc)
