@@ -44,6 +44,18 @@ def test_a_lease_says_what_it_holds(table):
     lease.release()
 
 
+def test_the_default_requests_lease_is_built_as_the_constructor_builds_it(table):
+    # `try_acquire` builds the lease of a default request without `Lease.__init__`
+    # (its fast path): every slot the constructor sets must be set there too.
+    lease = table.try_acquire("requests", "acme")
+    built = fairshm.Lease(table, lease.id, "requests", "acme", 1, None)
+    for slot in fairshm.Lease.__slots__:
+        assert getattr(lease, slot) == getattr(built, slot), slot
+    lease.release()
+    with pytest.raises(fairshm.AlreadyReleased):
+        built.release()
+
+
 def test_permit_releases_on_leaving_the_block(table):
     with table.permit("requests", "acme", units=2, hold_ms=10) as lease:
         assert table.stats()["pools"][0]["in_use"] == 2
