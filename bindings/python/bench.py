@@ -24,10 +24,11 @@ from fairshm import _lib
 def load_other(directory):
     """The ``fairshm`` package under ``directory``, imported as ``fairshm_against``."""
     pkg = os.path.join(directory, "fairshm")
+    init = os.path.join(pkg, "__init__.py")
+    if not os.path.isfile(init):
+        raise SystemExit("--against: no fairshm package in %s (no %s)" % (directory, init))
     spec = importlib.util.spec_from_file_location(
-        "fairshm_against", os.path.join(pkg, "__init__.py"), submodule_search_locations=[pkg])
-    if spec is None:
-        raise SystemExit("--against: no fairshm package in %s" % directory)
+        "fairshm_against", init, submodule_search_locations=[pkg])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
