@@ -4,9 +4,9 @@ ctypes mechanism (the same signatures), in one run. Prints ns per pair and the r
     python bench.py [--pairs N] [--rounds N] [--json] [--against DIR]
 
 ``--against DIR`` also times the pair through another copy of the binding (DIR holds
-its ``fairshm`` package, say an earlier commit's ``bindings/python``), in the same
-process and rounds: a change to the binding shows there even when the host's speed
-moves more than it from one run to the next.
+its ``fairshm`` package, say an earlier commit's ``bindings/python``; it calls the
+library this one loads), in the same process and rounds: a change to the binding shows
+there even when the host's speed moves more than it from one run to the next.
 """
 
 import argparse
@@ -45,8 +45,10 @@ def main():
     other = load_other(a.against) if a.against else None
     name = "fairshm-bench-py-%d" % os.getpid()
     table = fairshm.Table.create(name, {"pools": [{"name": "requests", "capacity": 1000}]})
-    other_table = other.Table.open(name) if other else None
+    other_table = None
     try:
+        if other:
+            other_table = other.Table.open(name)
         pool, tenant = table.pool("requests"), table.tenant("acme")
         nop_a, nop_r = _lib.lib.fairshm_nop_acquire, _lib.lib.fairshm_nop_release
         h = table._h
