@@ -9,6 +9,12 @@ use crate::sync::{AtomicU32, Backoff, Ordering::*};
 use crate::table::Table;
 use crate::waiting::Cancel;
 
+std::thread_local! {
+    /// This thread's buffers for its ops on guaranteed pools (see `shared::Scratch`).
+    static SCRATCH: std::cell::RefCell<super::shared::Scratch> =
+        std::cell::RefCell::new(super::shared::Scratch::new());
+}
+
 /// A release, with its place in the replay order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct GReleased {
@@ -94,9 +100,18 @@ impl Engine {
         let slot = self.process_slot()?;
         let call = call(slot as u16);
         let _lock = BlockLock::take(&self.g_lock);
-        let (effect, seq) = super::shared::update(self.seg(), pool.index(), slot, |st| {
-            check(st, rules, slot)?;
-            st.apply(rules, call)
+        let op = |scratch: &mut super::shared::Scratch| {
+            super::shared::update_with(self.seg(), pool.index(), slot, scratch, |st| {
+                check(st, rules, slot)?;
+                // In place: an `Err` publishes nothing, and the next op reads afresh.
+                st.apply_in_place(rules, call)
+            })
+        };
+        // The thread's buffers; fresh ones if they are in use (never, but a borrow
+        // that fails must not panic).
+        let (effect, seq) = SCRATCH.with(|c| match c.try_borrow_mut() {
+            Ok(mut scratch) => op(&mut scratch),
+            Err(_) => op(&mut super::shared::Scratch::new()),
         })?;
         Ok((effect, seq, call))
     }

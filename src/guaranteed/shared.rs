@@ -83,12 +83,39 @@ fn store_block<R: Region>(r: &R, gp: usize, b: usize, w: &[u64]) {
     }
 }
 
+/// The buffers of an op: the block's copy, the state decoded from it (which the op
+/// changes) and the words of the state it publishes. Each op of the engine reuses its
+/// thread's, so that a pair allocates nothing for them once they have grown to the
+/// pool's size; their contents never outlive one op.
+pub(crate) struct Scratch {
+    copy: Vec<u64>,
+    state: State,
+    words: Vec<u64>,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Scratch {
+        Scratch {
+            copy: Vec::new(),
+            state: State::empty(),
+            words: Vec::new(),
+        }
+    }
+}
+
 /// The current state of pool `gp`, with the head value it was read under.
 pub fn read<R: Region>(r: &R, gp: usize) -> Result<(u64, State)> {
+    let mut st = State::empty();
+    let h = read_into(r, gp, &mut Vec::new(), &mut st)?;
+    Ok((h, st))
+}
+
+/// [`read`] into `st`, through the copy buffer `copy`; returns the head value it was
+/// read under. On `Err`, `st` holds no valid state.
+fn read_into<R: Region>(r: &R, gp: usize, copy: &mut Vec<u64>, st: &mut State) -> Result<u64> {
     let rules = r.g_rules(gp);
     let blocks = 2 * r.geometry().procs;
     let backoff = crate::sync::Backoff::new();
-    let mut copy: Vec<u64> = Vec::new();
     loop {
         // Acquire: pairs with the publisher's Release CAS (the block's words are its).
         let h = r.g_head(gp).load(Acquire);
@@ -119,9 +146,9 @@ pub fn read<R: Region>(r: &R, gp: usize) -> Result<(u64, State)> {
             backoff.snooze();
             continue;
         }
-        return match words::decode(&copy, rules) {
-            Ok(st) if st.seq == head_seq(h) => Ok((h, st)),
-            Ok(st) => Err(Error::Corrupt(format!(
+        return match words::decode_into(copy, rules, st) {
+            Ok(()) if st.seq == head_seq(h) => Ok(h),
+            Ok(()) => Err(Error::Corrupt(format!(
                 "guaranteed pool {:?}: head seq {} names a block of seq {}",
                 rules.name,
                 head_seq(h),
@@ -146,15 +173,31 @@ pub fn update<R: Region, T>(
     r: &R,
     gp: usize,
     slot: usize,
+    f: impl FnMut(&mut State) -> Result<T>,
+) -> Result<(T, u64)> {
+    update_with(r, gp, slot, &mut Scratch::new(), f)
+}
+
+/// [`update`] through the buffers `scratch` (the engine passes its thread's).
+pub(crate) fn update_with<R: Region, T>(
+    r: &R,
+    gp: usize,
+    slot: usize,
+    scratch: &mut Scratch,
     mut f: impl FnMut(&mut State) -> Result<T>,
 ) -> Result<(T, u64)> {
     debug_assert!(slot < r.geometry().procs, "slot {slot} out of range");
+    let Scratch {
+        copy,
+        state,
+        words: buf,
+    } = scratch;
     loop {
-        let (h, mut st) = read(r, gp)?;
-        let out = f(&mut st)?;
-        if publish(r, gp, slot, h, &mut st)? {
+        let h = read_into(r, gp, copy, state)?;
+        let out = f(state)?;
+        if publish(r, gp, slot, h, state, buf)? {
             crate::ops::crash_point("guaranteed.published")?;
-            return Ok((out, st.seq));
+            return Ok((out, state.seq));
         }
     }
 }
@@ -163,7 +206,15 @@ pub fn update<R: Region, T>(
 /// writes it into the one of `slot`'s blocks that `h` does not name, and CASes the head
 /// from `h`. `false` if another op was published first (nothing of this one is kept).
 /// The caller is the one writer of `slot`'s blocks.
-fn publish<R: Region>(r: &R, gp: usize, slot: usize, h: u64, st: &mut State) -> Result<bool> {
+/// The state's words are encoded through the buffer `buf`.
+fn publish<R: Region>(
+    r: &R,
+    gp: usize,
+    slot: usize,
+    h: u64,
+    st: &mut State,
+    buf: &mut Vec<u64>,
+) -> Result<bool> {
     st.seq = head_seq(h) + 1;
     let mine = if head_block(h) == 2 * slot {
         2 * slot + 1
@@ -173,7 +224,8 @@ fn publish<R: Region>(r: &R, gp: usize, slot: usize, h: u64, st: &mut State) -> 
     // Release fence: our head loads (in `read`) come before the block's words, so a
     // reader that sees one of them sees a head past the one that named it (S2).
     fence(Release);
-    store_block(r, gp, mine, &words::encode(st));
+    words::encode_into(st, buf);
+    store_block(r, gp, mine, buf);
     crate::ops::crash_point("guaranteed.written")?;
     // Release: publishes the block's words to readers that load the new head (S1).
     // Relaxed on failure: nothing of a failed attempt is kept; the next read's Acquire
@@ -218,7 +270,14 @@ pub fn reset<R: Region>(r: &R, gp: usize, slot: usize) -> Result<bool> {
         }
         // Acquire: as in `read`.
         let h = r.g_head(gp).load(Acquire);
-        if publish(r, gp, slot, h, &mut State::new(r.g_rules(gp)))? {
+        if publish(
+            r,
+            gp,
+            slot,
+            h,
+            &mut State::new(r.g_rules(gp)),
+            &mut Vec::new(),
+        )? {
             return Ok(true);
         }
     }

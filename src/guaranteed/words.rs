@@ -56,7 +56,16 @@ fn checksum(words: &[u64]) -> u64 {
 
 /// The used words of `s` (no more than [`block_words`]).
 pub fn encode(s: &State) -> Vec<u64> {
-    let mut w = Vec::with_capacity(
+    let mut w = Vec::new();
+    encode_into(s, &mut w);
+    w
+}
+
+/// [`encode`] into `w` (cleared first), reusing its allocation: an op's publish writes
+/// through the same buffer every time.
+pub fn encode_into(s: &State, w: &mut Vec<u64>) {
+    w.clear();
+    w.reserve(
         HEADER_WORDS
             + TENANT_WORDS * s.tenants.len()
             + LEASE_WORDS * s.leases.len()
@@ -101,12 +110,20 @@ pub fn encode(s: &State) -> Vec<u64> {
     for sl in &s.slices {
         w.extend_from_slice(&[sl.lease as u64 | (sl.lender as u64) << 32, sl.units]);
     }
-    w[CHECKSUM] = checksum(&w);
-    w
+    w[CHECKSUM] = checksum(w);
 }
 
 /// Parses a block's words (a private copy). `Err` says what is wrong.
 pub fn decode(w: &[u64], rules: &Rules) -> Result<State, String> {
+    let mut st = State::empty();
+    decode_into(w, rules, &mut st)?;
+    Ok(st)
+}
+
+/// [`decode`] into `st`, reusing its vectors' allocations: an op reads the state into
+/// the same `State` every time. On `Err`, `st` holds no valid state (its contents are
+/// unspecified).
+pub fn decode_into(w: &[u64], rules: &Rules, st: &mut State) -> Result<(), String> {
     let get = |i: usize| {
         w.get(i)
             .copied()
@@ -132,61 +149,52 @@ pub fn decode(w: &[u64], rules: &Rules) -> Result<State, String> {
         return Err("block checksum does not match its words".into());
     }
     let mut off = HEADER_WORDS;
-    let tenants = (0..n_tenants)
-        .map(|_| {
-            let t = &w[off..off + TENANT_WORDS];
-            off += TENANT_WORDS;
-            TenantState {
-                last_activity: t[0],
-                want: t[1],
-                want_since: t[2],
-                want_last_ask: t[3],
-                deficit: t[4],
-                worst_reclaim_ms: t[5],
-                reclaims: t[6],
-                grants: t[7],
-                cost_granted: t[8],
-                refusals: [t[9], t[10], t[11]],
-            }
-        })
-        .collect();
-    let leases = (0..n_leases)
-        .map(|_| {
-            let l = &w[off..off + LEASE_WORDS];
-            off += LEASE_WORDS;
-            LeaseEntry {
-                no: l[0] as u32,
-                tenant: (l[0] >> 32) as u16,
-                owner: (l[0] >> 48) as u16,
-                units: l[1],
-                cost: l[2],
-                own: l[3],
-                granted_at: l[4],
-                hold_ms: l[5],
-            }
-        })
-        .collect();
-    let slices = (0..n_slices)
-        .map(|_| {
-            let s = &w[off..off + SLICE_WORDS];
-            off += SLICE_WORDS;
-            Slice {
-                lease: s[0] as u32,
-                lender: (s[0] >> 32) as u16,
-                units: s[1],
-            }
-        })
-        .collect();
-    let state = State {
-        seq: w[0],
-        clock: w[1],
-        next_no: w[2] as u32,
-        tenants,
-        leases,
-        slices,
-    };
-    state.check(rules)?;
-    Ok(state)
+    st.tenants.clear();
+    st.tenants.extend((0..n_tenants).map(|_| {
+        let t = &w[off..off + TENANT_WORDS];
+        off += TENANT_WORDS;
+        TenantState {
+            last_activity: t[0],
+            want: t[1],
+            want_since: t[2],
+            want_last_ask: t[3],
+            deficit: t[4],
+            worst_reclaim_ms: t[5],
+            reclaims: t[6],
+            grants: t[7],
+            cost_granted: t[8],
+            refusals: [t[9], t[10], t[11]],
+        }
+    }));
+    st.leases.clear();
+    st.leases.extend((0..n_leases).map(|_| {
+        let l = &w[off..off + LEASE_WORDS];
+        off += LEASE_WORDS;
+        LeaseEntry {
+            no: l[0] as u32,
+            tenant: (l[0] >> 32) as u16,
+            owner: (l[0] >> 48) as u16,
+            units: l[1],
+            cost: l[2],
+            own: l[3],
+            granted_at: l[4],
+            hold_ms: l[5],
+        }
+    }));
+    st.slices.clear();
+    st.slices.extend((0..n_slices).map(|_| {
+        let s = &w[off..off + SLICE_WORDS];
+        off += SLICE_WORDS;
+        Slice {
+            lease: s[0] as u32,
+            lender: (s[0] >> 32) as u16,
+            units: s[1],
+        }
+    }));
+    st.seq = w[0];
+    st.clock = w[1];
+    st.next_no = w[2] as u32;
+    st.check(rules)
 }
 
 #[cfg(test)]
@@ -241,5 +249,39 @@ mod tests {
         for cut in 0..w.len() {
             assert!(decode(&w[..cut], &m.rules).is_err());
         }
+    }
+
+    /// The buffers an op reuses carry nothing of the state they held before: decoding
+    /// into a `State` of more leases and slices, or encoding into a longer buffer, gives
+    /// what a fresh one does (and a failed decode leaves nothing a retry keeps).
+    #[test]
+    fn decoding_and_encoding_into_used_buffers_keep_nothing_of_them() {
+        let cfg = GuaranteedConfig::new("g", 100)
+            .unit(FairnessUnit::Cost)
+            .tenant("a", 1)
+            .tenant("b", 1)
+            .reclaim_horizon_ms(100)
+            .idle_after_ms(150);
+        let mut m = Model::new(&cfg).unwrap();
+        let small = encode(&m.state);
+        for (tenant, cost, owner) in [(1, 50, 3), (1, 30, 3), (0, 10, 2)] {
+            m.apply(Call::Acquire {
+                tenant,
+                cost,
+                hold_ms: 100,
+                owner,
+                now: 0,
+            })
+            .unwrap();
+        }
+        assert!(!m.state.slices.is_empty(), "the trace borrows");
+        let big = encode(&m.state);
+        let mut st = decode(&big, &m.rules).unwrap();
+        assert!(decode_into(&big[..big.len() - 1], &m.rules, &mut st).is_err());
+        decode_into(&small, &m.rules, &mut st).unwrap();
+        assert_eq!(st, decode(&small, &m.rules).unwrap());
+        let mut buf = big.clone();
+        encode_into(&st, &mut buf);
+        assert_eq!(buf, small);
     }
 }
