@@ -1,7 +1,9 @@
 //! Arbitrary sequences of calls on a guaranteed pool (seed 001), applied through the
 //! very code that runs on the mapping (`guaranteed::shared` over a heap region: read the
-//! block under the head word, apply the rules, write a block of the caller's slot, CAS
-//! the head) by three process slots, and to the sequential model alone: the same effect
+//! block under the head word, apply the rules in place, write a block of the caller's
+//! slot, CAS the head, through one set of buffers reused by every step, as the engine
+//! reuses its thread's) by three process slots, and to the sequential model alone (its
+//! copying `apply`, which leaves the state as it was on an error): the same effect
 //! at every step, the same state after it, and the pool's invariants (decoding checks
 //! them) throughout. A death reaps the slot as a reaper does.
 //!
@@ -256,6 +258,7 @@ fuzz_target!(|data: &[u8]| {
         leases: Vec::new(),
     };
     let rules = r.g_rules(0).clone();
+    let mut scratch = shared::Scratch::new();
     let mut now = 1u64;
     for c in data.chunks_exact(3) {
         let (op, a, b) = (c[0] % 5, c[1], c[2]);
@@ -336,7 +339,11 @@ fuzz_target!(|data: &[u8]| {
             (Call::Release { lease, now }, Ok(_)) => oracle.release(lease, now),
             _ => {}
         }
-        let got = shared::update(&r, 0, slot, |st| st.apply(&rules, call)).map(|(e, _)| e);
+        // As the engine applies it: in place, through buffers that every step reuses.
+        let got = shared::update_with(&r, 0, slot, &mut scratch, |st| {
+            st.apply_in_place(&rules, call)
+        })
+        .map(|(e, _)| e);
         match (&want, &got) {
             (Ok(w), Ok(g)) => assert_eq!(w, g, "{call:?}"),
             (Err(w), Err(g)) => assert_eq!(w.kind(), g.kind(), "{call:?}"),

@@ -87,19 +87,25 @@ fn store_block<R: Region>(r: &R, gp: usize, b: usize, w: &[u64]) {
 /// changes) and the words of the state it publishes. Each op of the engine reuses its
 /// thread's, so that a pair allocates nothing for them once they have grown to the
 /// pool's size; their contents never outlive one op.
-pub(crate) struct Scratch {
+pub struct Scratch {
     copy: Vec<u64>,
     state: State,
     words: Vec<u64>,
 }
 
 impl Scratch {
-    pub(crate) fn new() -> Scratch {
+    pub fn new() -> Scratch {
         Scratch {
             copy: Vec::new(),
             state: State::empty(),
             words: Vec::new(),
         }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch::new()
     }
 }
 
@@ -179,7 +185,7 @@ pub fn update<R: Region, T>(
 }
 
 /// [`update`] through the buffers `scratch` (the engine passes its thread's).
-pub(crate) fn update_with<R: Region, T>(
+pub fn update_with<R: Region, T>(
     r: &R,
     gp: usize,
     slot: usize,
