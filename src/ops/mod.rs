@@ -78,7 +78,7 @@ pub(crate) use lease::{
     spare_or_claim,
 };
 pub(crate) use transfer::{Transferred, transfer};
-#[cfg(any(test, loom))]
+#[cfg(test)] // the unit tests and the loom models (which build with `test` too)
 pub(crate) use release::release;
 pub(crate) use release::{finish_release, release_keeping, release_reporting};
 pub(crate) use settle::{Word, settle};
