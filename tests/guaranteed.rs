@@ -783,3 +783,53 @@ fn fairshm_clock_ms() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
+
+/// An op on a guaranteed pool from a thread-local's destructor, at thread exit, after
+/// the thread's buffers for such ops are gone (destructors run in the reverse order of
+/// their values' first use): it works, on buffers of its own.
+#[test]
+fn an_op_from_a_thread_locals_destructor_at_exit_works() {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    struct AtExit {
+        table: Arc<Table>,
+        done: Arc<AtomicBool>,
+    }
+    impl Drop for AtExit {
+        fn drop(&mut self) {
+            let g = self.table.guaranteed("ceiling").unwrap();
+            let l = grant(&g, "a", 10, 50, 5);
+            g.release(l.id, 6).unwrap();
+            self.done.store(true, SeqCst);
+        }
+    }
+    thread_local! {
+        static AT_EXIT: RefCell<Option<AtExit>> = const { RefCell::new(None) };
+    }
+    let seg = Seg::new("g-tls");
+    let table = Arc::new(seg.create(&even(100, 150)));
+    let done = Arc::new(AtomicBool::new(false));
+    let (t, d) = (table.clone(), done.clone());
+    std::thread::spawn(move || {
+        // First used (so destroyed last): the value whose destructor makes the op.
+        AT_EXIT.with(|v| {
+            *v.borrow_mut() = Some(AtExit {
+                table: t.clone(),
+                done: d,
+            })
+        });
+        // Then an op, which takes the thread's buffers into use.
+        let g = t.guaranteed("ceiling").unwrap();
+        let l = grant(&g, "b", 10, 50, 1);
+        g.release(l.id, 2).unwrap();
+    })
+    .join()
+    .unwrap();
+    assert!(
+        done.load(SeqCst),
+        "the destructor's acquire and release ran"
+    );
+    let s = table.guaranteed("ceiling").unwrap().state().unwrap();
+    assert!(s.leases.is_empty(), "{s:?}");
+}

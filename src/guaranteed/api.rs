@@ -108,11 +108,12 @@ impl Engine {
             })
         };
         // The thread's buffers; fresh ones if they are in use (never, but a borrow
-        // that fails must not panic).
-        let (effect, seq) = SCRATCH.with(|c| match c.try_borrow_mut() {
-            Ok(mut scratch) => op(&mut scratch),
-            Err(_) => op(&mut super::shared::Scratch::new()),
-        })?;
+        // that fails must not panic) or gone (a call from a destructor at thread exit).
+        let reused = SCRATCH.try_with(|c| c.try_borrow_mut().ok().map(|mut s| op(&mut s)));
+        let (effect, seq) = match reused {
+            Ok(Some(done)) => done,
+            _ => op(&mut super::shared::Scratch::new()),
+        }?;
         Ok((effect, seq, call))
     }
 
