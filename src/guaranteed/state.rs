@@ -567,18 +567,23 @@ impl Model {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A pool `g` of 100 in cost, split evenly between `first` and `b`; a horizon of
+    /// 100 ms, idle after 150.
+    pub(crate) fn even_pair(first: &str) -> GuaranteedConfig {
+        GuaranteedConfig::new("g", 100)
+            .unit(FairnessUnit::Cost)
+            .tenant(first, 1)
+            .tenant("b", 1)
+            .reclaim_horizon_ms(100)
+            .idle_after_ms(150)
+    }
 
     #[test]
     fn a_lease_name_is_its_tenant_and_number() {
-        let cfg = GuaranteedConfig::new("g", 100)
-            .unit(FairnessUnit::Cost)
-            .tenant("acme", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150);
-        let rules = Rules::new(&cfg);
+        let rules = Rules::new(&even_pair("acme"));
         for no in [0, 1, 9, 10, 99, 100, 12_345, 1_000_000_000, u32::MAX] {
             assert_eq!(rules.lease_name(0, no), format!("acme#{no}"));
             assert_eq!(rules.lease_name(1, no), format!("b#{no}"));
@@ -589,13 +594,7 @@ mod tests {
     /// In place, a call makes the state and effect the copying `apply` makes.
     #[test]
     fn apply_in_place_is_apply_without_the_copy() {
-        let cfg = GuaranteedConfig::new("g", 100)
-            .unit(FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150);
-        let rules = Rules::new(&cfg);
+        let rules = Rules::new(&even_pair("a"));
         let (mut copied, mut in_place) = (State::new(&rules), State::new(&rules));
         let calls = [
             Call::Acquire {
@@ -630,14 +629,7 @@ mod tests {
         // A call that fails after it changed something (the clock, the asker's
         // activity): the copying apply leaves the state as it was; in place it does not,
         // which is why only a caller that drops the state on `Err` may use it.
-        let one = GuaranteedConfig::new("g", 100)
-            .unit(FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150)
-            .max_leases(1);
-        let rules = Rules::new(&one);
+        let rules = Rules::new(&even_pair("a").max_leases(1));
         let mut st = State::new(&rules);
         let ask = |tenant, now| Call::Acquire {
             tenant,

@@ -200,17 +200,12 @@ pub fn decode_into(w: &[u64], rules: &Rules, st: &mut State) -> Result<(), Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guaranteed::config::{FairnessUnit, GuaranteedConfig};
+    use crate::guaranteed::state::tests::even_pair;
     use crate::guaranteed::state::{Call, Model};
 
     #[test]
     fn a_state_round_trips_and_any_flipped_bit_is_caught() {
-        let cfg = GuaranteedConfig::new("g", 100)
-            .unit(FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150);
+        let cfg = even_pair("a");
         let mut m = Model::new(&cfg).unwrap();
         m.apply(Call::Acquire {
             tenant: 1,
@@ -256,12 +251,7 @@ mod tests {
     /// what a fresh one does (and a failed decode leaves nothing a retry keeps).
     #[test]
     fn decoding_and_encoding_into_used_buffers_keep_nothing_of_them() {
-        let cfg = GuaranteedConfig::new("g", 100)
-            .unit(FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 1)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150);
+        let cfg = even_pair("a");
         let mut m = Model::new(&cfg).unwrap();
         let small = encode(&m.state);
         for (tenant, cost, owner) in [(1, 50, 3), (1, 30, 3), (0, 10, 2)] {
