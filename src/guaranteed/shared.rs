@@ -86,7 +86,8 @@ fn store_block<R: Region>(r: &R, gp: usize, b: usize, w: &[u64]) {
 /// The buffers of an op: the block's copy, the state decoded from it (which the op
 /// changes) and the words of the state it publishes. Each op of the engine reuses its
 /// thread's, so that a pair allocates nothing for them once they have grown to the
-/// pool's size; their contents never outlive one op.
+/// pool's size. Every op fills them anew (a decode clears the state's vectors, an
+/// encode its buffer): nothing an op leaves in them is read by the next.
 pub struct Scratch {
     copy: Vec<u64>,
     state: State,
