@@ -12,15 +12,17 @@ fn main() {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
-    let tokens = GuaranteedConfig::new("tokens", 100)
-        .unit(FairnessUnit::Cost)
-        .tenant("a", 1)
-        .tenant("b", 1)
-        .reclaim_horizon_ms(100)
-        .idle_after_ms(150);
     let mut config = Config::with_pools(vec![PoolConfig::new("requests", 64)]);
     if mode == "guaranteed" {
-        config = config.guaranteed(tokens); // the other modes' segment as it always was
+        // Only here: the other modes' segment stays as it always was.
+        config = config.guaranteed(
+            GuaranteedConfig::new("tokens", 100)
+                .unit(FairnessUnit::Cost)
+                .tenant("a", 1)
+                .tenant("b", 1)
+                .reclaim_horizon_ms(100)
+                .idle_after_ms(150),
+        );
     }
     let t = Table::create(&name, &config).unwrap();
     let start = std::time::Instant::now();
