@@ -20,7 +20,12 @@ use super::config::{FairnessUnit, GuaranteedConfig};
 use crate::error::{Error, Result};
 use crate::refusal::Reason;
 
+mod by_no;
+#[cfg(test)]
+mod check_tests;
 mod lend;
+
+pub(crate) use by_no::ByNo;
 
 /// `last_activity` of a tenant that has never acted: idle, hence lendable, from the
 /// start (nothing is reserved for a tenant that is not there).
@@ -446,9 +451,12 @@ impl State {
         for l in &gone {
             leases += 1;
             units += l.units;
-            self.slices.retain(|s| s.lease != l.no);
             self.tenants[l.tenant as usize].last_activity = now;
         }
+        // One pass over the slices, not one a lease gone: each looks its lease up by
+        // number among those gone.
+        let gone_by_no = ByNo::new(&gone);
+        self.slices.retain(|s| gone_by_no.find(s.lease).is_none());
         self.leases.retain(|l| l.owner != owner);
         Effect::Reaped { leases, units }
     }
@@ -474,64 +482,104 @@ impl State {
                 self.slices.len()
             ));
         }
+        // In O((L + S) log L), not O(L * S): this runs on every op's read of the block.
+        let by_no = ByNo::new(&self.leases);
+        // Each lease's borrowed units, by position (a lease's number twice gives them
+        // all to the first, which is checked before the second is found a repeat);
+        // `None` past u64 (no lease can count that).
+        let mut sliced = vec![
+            Some(0u64);
+            if self.slices.is_empty() {
+                0
+            } else {
+                self.leases.len()
+            }
+        ];
+        for s in &self.slices {
+            if let Some(i) = by_no.find(s.lease) {
+                sliced[i] = sliced[i].and_then(|u| u.checked_add(s.units));
+            }
+        }
+        // Sums by tenant (own, then lent) and of the pool, in the same passes, that
+        // saturate (a hostile block's huge counts must not wrap round to small ones).
+        // On the stack for up to 8 tenants (most pools: no allocation, and little to
+        // zero), else on the heap.
+        let mut on_stack = [0u64; 2 * 8];
+        let mut on_heap = Vec::new();
+        let by_tenant = if 2 * n <= on_stack.len() {
+            &mut on_stack[..2 * n]
+        } else {
+            on_heap.resize(2 * n, 0);
+            &mut on_heap[..]
+        };
+        let (own, lent) = by_tenant.split_at_mut(n);
+        let mut in_use = 0u64;
         for (i, l) in self.leases.iter().enumerate() {
             if l.tenant as usize >= n || l.no == 0 {
                 return Err(format!("lease {} names tenant {}", l.no, l.tenant));
             }
-            if self.leases[..i].iter().any(|m| m.no == l.no) {
+            let own = &mut own[l.tenant as usize];
+            *own = own.saturating_add(l.own);
+            in_use = in_use.saturating_add(l.units);
+            if by_no.repeats_earlier(i) {
                 return Err(format!("lease {} appears twice", l.no));
             }
-            let sliced: u64 = self
-                .slices
-                .iter()
-                .filter(|s| s.lease == l.no)
-                .map(|s| s.units)
-                .sum();
-            if l.units == 0 || l.own.checked_add(sliced) != Some(l.units) {
+            let borrowed = sliced.get(i).copied().unwrap_or(Some(0));
+            if l.units == 0 || borrowed.and_then(|b| l.own.checked_add(b)) != Some(l.units) {
                 return Err(format!(
-                    "lease {} counts {} units but funds {} own + {sliced} borrowed (I2)",
-                    l.no, l.units, l.own
+                    "lease {} counts {} units but funds {} own + {} borrowed (I2)",
+                    l.no,
+                    l.units,
+                    l.own,
+                    units_text(borrowed)
                 ));
             }
         }
         for s in &self.slices {
-            if s.lender as usize >= n
-                || s.units == 0
-                || !self.leases.iter().any(|l| l.no == s.lease)
-            {
+            // No number is twice here (the loop above returned): the one lease found is
+            // the only one.
+            let lease = by_no.find(s.lease).map(|i| &self.leases[i]);
+            if s.lender as usize >= n || s.units == 0 || lease.is_none() {
                 return Err(format!(
                     "slice of lease {} from lender {} is dangling",
                     s.lease, s.lender
                 ));
             }
-            if self
-                .leases
-                .iter()
-                .any(|l| l.no == s.lease && l.tenant == s.lender)
-            {
+            if lease.is_some_and(|l| l.tenant == s.lender) {
                 return Err(format!("lease {} borrows from its own tenant", s.lease));
             }
+            let lent = &mut lent[s.lender as usize];
+            *lent = lent.saturating_add(s.units);
         }
         for t in 0..n {
-            let used = self.own_used(t).checked_add(self.lent(t));
-            if used.is_none_or(|u| u > rules.guarantees[t]) {
+            let (own, lent) = (own[t], lent[t]);
+            if own.saturating_add(lent) > rules.guarantees[t] {
                 return Err(format!(
                     "tenant {} uses {} own + {} lent of a guarantee of {} (I1)",
                     rules.names[t],
-                    self.own_used(t),
-                    self.lent(t),
+                    units_text(Some(own)),
+                    units_text(Some(lent)),
                     rules.guarantees[t]
                 ));
             }
         }
-        if self.in_use() > rules.ceiling {
+        if in_use > rules.ceiling {
             return Err(format!(
                 "{} units in use over a ceiling of {} (I3)",
-                self.in_use(),
+                units_text(Some(in_use)),
                 rules.ceiling
             ));
         }
         Ok(())
+    }
+}
+
+/// A sum of units for an error's text: `None` is a sum past what a u64 counts, and a
+/// saturated sum (`u64::MAX`) may be one.
+fn units_text(sum: Option<u64>) -> String {
+    match sum {
+        Some(u) if u < u64::MAX => u.to_string(),
+        _ => format!("{} or more", u64::MAX),
     }
 }
 

@@ -2,7 +2,9 @@
 //! lenders (the largest available first, each slice attributed), and refused with the
 //! leases that block it when neither fits.
 
-use super::{Blocking, Effect, GRefused, Grant, LeaseEntry, Rules, Slice, State, refusal_index};
+use super::{
+    Blocking, ByNo, Effect, GRefused, Grant, LeaseEntry, Rules, Slice, State, refusal_index,
+};
 use crate::error::{Error, Result};
 use crate::refusal::Reason;
 
@@ -199,8 +201,9 @@ impl State {
     /// The leases holding `t`'s guarantee on loan, earliest deadline first.
     fn blocking(&self, t: usize, now: u64) -> Vec<Blocking> {
         let mut out: Vec<Blocking> = Vec::new();
+        let by_no = ByNo::new(&self.leases);
         for s in self.slices.iter().filter(|s| s.lender as usize == t) {
-            if let Some(l) = self.leases.iter().find(|l| l.no == s.lease) {
+            if let Some(l) = by_no.find(s.lease).map(|i| &self.leases[i]) {
                 out.push(Blocking {
                     lease: l.no,
                     tenant: l.tenant,
