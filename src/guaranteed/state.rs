@@ -639,6 +639,57 @@ pub(crate) mod tests {
         }
     }
 
+    /// A reap gives back the dead process's leases and their slices, and only theirs:
+    /// the lenders of its loans get their units back, another process's loan stays.
+    #[test]
+    fn a_reap_takes_its_leases_loans_and_leaves_the_others() {
+        let rules = Rules::new(
+            &GuaranteedConfig::new("g", 90)
+                .unit(FairnessUnit::Cost)
+                .tenant("a", 1)
+                .tenant("b", 1)
+                .tenant("c", 1)
+                .reclaim_horizon_ms(100)
+                .idle_after_ms(150),
+        );
+        let mut st = State::new(&rules);
+        let ask = |tenant, cost, owner| Call::Acquire {
+            tenant,
+            cost,
+            hold_ms: 50,
+            owner,
+            now: 0,
+        };
+        // Guarantees of 30 each. a (process 1) takes 45: its 30 and 15 of b's (the
+        // largest idle lender, the earlier on a tie); b (process 2) takes 25: the 15
+        // left of its own and 10 of c's (a holds, so does not lend); a takes 5 more,
+        // all of c's (b holds now).
+        for (tenant, cost, owner) in [(0, 45, 1), (1, 25, 2), (0, 5, 1)] {
+            assert!(matches!(
+                st.apply(&rules, ask(tenant, cost, owner)),
+                Ok(Effect::Granted(_))
+            ));
+        }
+        assert_eq!(st.slices.len(), 3, "{st:?}");
+        assert_eq!((st.lent(1), st.lent(2), st.in_use()), (15, 15, 75));
+        let reaped = st.apply(&rules, Call::ReapOwner { owner: 1 }).unwrap();
+        assert_eq!(
+            reaped,
+            Effect::Reaped {
+                leases: 2,
+                units: 50
+            }
+        );
+        // b's loan of 10 from c is all that is left on loan.
+        assert_eq!(st.leases.len(), 1);
+        assert_eq!(st.slices.len(), 1, "{st:?}");
+        assert_eq!(
+            (st.slices[0].lease, st.lent(1), st.lent(2)),
+            (st.leases[0].no, 0, 10)
+        );
+        assert_eq!(st.check(&rules), Ok(()));
+    }
+
     /// In place, a call makes the state and effect the copying `apply` makes.
     #[test]
     fn apply_in_place_is_apply_without_the_copy() {
