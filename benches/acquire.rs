@@ -91,6 +91,47 @@ fn pairs(c: &mut Criterion) {
             })
         });
     }
+    drop(g_table);
+    // The same pair on a pool whose state has grown: 751 leases outstanding (250 of them
+    // on loan), which every op reads, checks and writes back (`examples/hotloop
+    // guaranteed-busy` is this loop, for callgrind).
+    let busy_seg = common::Seg::new("bench-guaranteed-busy");
+    let mut tenants = fairshm::GuaranteedConfig::new("tokens", 2000)
+        .unit(fairshm::FairnessUnit::Cost)
+        .reclaim_horizon_ms(100)
+        .idle_after_ms(150)
+        .max_leases(1024);
+    for t in ["a", "b", "c", "d"] {
+        tenants = tenants.tenant(t, 1);
+    }
+    let busy_table = busy_seg.create(&fairshm::Config::with_pools(vec![]).guaranteed(tenants));
+    {
+        let e = busy_table.engine();
+        let pool = e.guaranteed_pool("tokens").unwrap();
+        let [a, b, c] = ["a", "b", "c"].map(|t| e.guaranteed_tenant(pool, t).unwrap());
+        // b's 500 units of its own and 250 borrowed, one unit a lease, due at 1001 to
+        // 1100; one lease of c's.
+        for (tenant, count) in [(b, 750), (c, 1)] {
+            for i in 0..count {
+                let granted = e.guaranteed_acquire(pool, tenant, 1, 1 + i % 100, 1000);
+                assert!(matches!(
+                    granted,
+                    Ok(fairshm::guaranteed::GOutcome::Granted(_))
+                ));
+            }
+        }
+        g.bench_function("fairshm_guaranteed_751_leases", |bench| {
+            bench.iter(|| {
+                let fairshm::guaranteed::GOutcome::Granted(l) =
+                    e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
+                else {
+                    panic!("refused")
+                };
+                e.guaranteed_release(l.id, 1000).unwrap();
+            })
+        });
+    }
+    drop(busy_table);
     let req = Request::new("requests", "acme");
     g.bench_function("fairshm_explicit_now", |b| {
         b.iter(|| {
