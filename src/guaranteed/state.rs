@@ -487,14 +487,10 @@ impl State {
         // Each lease's borrowed units, by position (a lease's number twice gives them
         // all to the first, which is checked before the second is found a repeat);
         // `None` past u64 (no lease can count that).
-        let mut sliced = vec![
-            Some(0u64);
-            if self.slices.is_empty() {
-                0
-            } else {
-                self.leases.len()
-            }
-        ];
+        let mut sliced = Vec::new();
+        if !self.slices.is_empty() {
+            sliced.resize(self.leases.len(), Some(0u64));
+        }
         for s in &self.slices {
             if let Some(i) = by_no.find(s.lease) {
                 sliced[i] = sliced[i].and_then(|u| u.checked_add(s.units));
