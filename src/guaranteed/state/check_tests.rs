@@ -77,23 +77,30 @@ fn pairwise(st: &State, rules: &Rules) -> std::result::Result<(), String> {
     Ok(())
 }
 
-fn four() -> Rules {
-    Rules::new(
-        &GuaranteedConfig::new("g", 120)
-            .unit(FairnessUnit::Cost)
-            .tenant("a", 1)
-            .tenant("b", 2)
-            .tenant("c", 1)
-            .tenant("d", 2)
-            .reclaim_horizon_ms(100)
-            .idle_after_ms(150)
-            .max_leases(30),
-    )
+/// `n` tenants (named `a`, `b`, ...) weighing 1, 2, 1, 2, ..., 30 units each on average.
+fn tenants(n: usize) -> Rules {
+    let mut cfg = GuaranteedConfig::new("g", 30 * n as u32)
+        .unit(FairnessUnit::Cost)
+        .reclaim_horizon_ms(100)
+        .idle_after_ms(150)
+        .max_leases(30);
+    for (k, name) in "abcdefghijklmnop".chars().take(n).enumerate() {
+        cfg = cfg.tenant(&name.to_string(), 1 + k as u32 % 2);
+    }
+    Rules::new(&cfg)
 }
 
+/// Four tenants (the check's sums on the stack) and ten (on the heap).
 #[test]
 fn the_check_names_what_the_pairwise_check_named() {
-    let rules = four();
+    for n in [4, 10] {
+        names_what_the_pairwise_check_named(n);
+    }
+}
+
+fn names_what_the_pairwise_check_named(n: usize) {
+    let rules = tenants(n);
+    let n = n as u64;
     // A fixed linear congruential sequence: the same states every run.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = |m: u64| {
@@ -113,7 +120,7 @@ fn the_check_names_what_the_pairwise_check_named() {
             now += next(40);
             let call = if next(3) > 0 || st.leases.is_empty() {
                 Call::Acquire {
-                    tenant: next(4) as u16,
+                    tenant: next(n) as u16,
                     cost: 1 + next(40),
                     hold_ms: next(200),
                     owner: 0,
@@ -135,18 +142,18 @@ fn the_check_names_what_the_pairwise_check_named() {
             match next(11) {
                 0 if l > 0 => bad.leases[li].no = other,
                 1 if l > 0 => bad.leases[li].no = 0,
-                2 if l > 0 => bad.leases[li].tenant = 4 + next(3) as u16,
+                2 if l > 0 => bad.leases[li].tenant = (n + next(3)) as u16,
                 3 if l > 0 => bad.leases[li].own += 1 + next(3),
                 4 if l > 1 => bad.leases.swap(li, (li + 1) % l as usize),
                 5 if s > 0 => bad.slices[si].lease = other,
                 6 if s > 0 => bad.slices[si].lease = other.wrapping_add(1 + next(3) as u32),
-                7 if s > 0 => bad.slices[si].lender = next(6) as u16,
+                7 if s > 0 => bad.slices[si].lender = next(n + 2) as u16,
                 8 if s > 0 => bad.slices[si].units = next(3),
                 9 if l > 0 => {
                     bad.leases[li].units += 60;
                     bad.leases[li].own += 60;
                 }
-                10 => bad.tenants.truncate(next(4) as usize),
+                10 => bad.tenants.truncate(next(n) as usize),
                 _ => continue,
             }
             out_of_order += usize::from(bad.leases.windows(2).any(|w| w[0].no >= w[1].no));
@@ -185,18 +192,18 @@ fn the_check_names_what_the_pairwise_check_named() {
     ] {
         assert!(
             named.contains(kind),
-            "no {kind} among {broken} broken states"
+            "{n} tenants: no {kind} among {broken} broken states"
         );
     }
     assert!(
         valid > 4000 && broken > 2000 && out_of_order > 500,
-        "{valid} {broken} {out_of_order}"
+        "{n} tenants: {valid} {broken} {out_of_order}"
     );
 }
 
 #[test]
 fn sums_past_u64_are_violations_not_wrapped_round() {
-    let rules = four();
+    let rules = tenants(4);
     let mut st = State::new(&rules);
     let grant = |st: &mut State, tenant, now| {
         let call = Call::Acquire {
