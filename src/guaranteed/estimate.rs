@@ -159,7 +159,8 @@ fn merged(a: impl Iterator<Item = u64>, b: impl Iterator<Item = u64>) -> impl It
 #[cfg(test)]
 mod tests {
     use super::super::config::{FairnessUnit, GuaranteedConfig};
-    use super::super::state::{Call, Effect};
+    use super::super::state::Effect;
+    use super::super::state::tests::{lcg, random_call};
     use super::*;
 
     /// The projection the sweep replaced, kept as its oracle: the whole state projected
@@ -242,30 +243,13 @@ mod tests {
             .idle_after_ms(150)
             .max_leases(40);
         let rules = Rules::new(&cfg);
-        // A fixed linear congruential sequence: the same states every run.
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |m: u64| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (seed >> 33) % m
-        };
+        let mut next = lcg(0x2545_f491_4f6c_dd1d);
         let (mut compared, mut somewhere, mut never) = (0, 0, 0);
         for _ in 0..40 {
             let mut st = State::new(&rules);
             let mut now = 0u64;
             for _ in 0..120 {
-                now += next(60);
-                let call = if next(3) > 0 || st.leases.is_empty() {
-                    Call::Acquire {
-                        tenant: next(4) as u16,
-                        cost: 1 + next(50),
-                        hold_ms: next(250),
-                        owner: 0,
-                        now,
-                    }
-                } else {
-                    let no = st.leases[next(st.leases.len() as u64) as usize].no;
-                    Call::Release { lease: no, now }
-                };
+                let call = random_call(&mut next, &st, 4, &mut now, (60, 50, 250));
                 let _: Option<Effect> = st.apply(&rules, call).ok();
                 // Every tenant and a spread of requests, on this state.
                 for t in 0..4 {

@@ -625,6 +625,43 @@ pub(crate) mod tests {
             .idle_after_ms(150)
     }
 
+    /// A fixed linear congruential sequence from `seed`: `next(m)` is below `m` (0 for
+    /// `m` = 0), the same numbers every run.
+    pub(crate) fn lcg(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % m.max(1)
+        }
+    }
+
+    /// A random call on `st` with `now` moved on by less than `step` ms first: twice in
+    /// three (and always with nothing outstanding) an acquire by one of `n` tenants of
+    /// 1 to `cost` for less than `hold` ms, else the release of an outstanding lease.
+    pub(crate) fn random_call(
+        next: &mut impl FnMut(u64) -> u64,
+        st: &State,
+        n: u64,
+        now: &mut u64,
+        (step, cost, hold): (u64, u64, u64),
+    ) -> Call {
+        *now += next(step);
+        if next(3) > 0 || st.leases.is_empty() {
+            Call::Acquire {
+                tenant: next(n) as u16,
+                cost: 1 + next(cost),
+                hold_ms: next(hold),
+                owner: 0,
+                now: *now,
+            }
+        } else {
+            let no = st.leases[next(st.leases.len() as u64) as usize].no;
+            Call::Release {
+                lease: no,
+                now: *now,
+            }
+        }
+    }
+
     #[test]
     fn a_lease_name_is_its_tenant_and_number() {
         let rules = Rules::new(&even_pair("acme"));

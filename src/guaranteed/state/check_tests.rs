@@ -101,12 +101,7 @@ fn the_check_names_what_the_pairwise_check_named() {
 fn names_what_the_pairwise_check_named(n: usize) {
     let rules = tenants(n);
     let n = n as u64;
-    // A fixed linear congruential sequence: the same states every run.
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |m: u64| {
-        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-        (seed >> 33) % m.max(1)
-    };
+    let mut next = super::tests::lcg(0x9e37_79b9_7f4a_7c15);
     let (mut valid, mut broken, mut out_of_order) = (0, 0, 0);
     let mut named = std::collections::BTreeSet::new();
     for _ in 0..60 {
@@ -117,19 +112,7 @@ fn names_what_the_pairwise_check_named(n: usize) {
         }
         let mut now = 0;
         for _ in 0..80 {
-            now += next(40);
-            let call = if next(3) > 0 || st.leases.is_empty() {
-                Call::Acquire {
-                    tenant: next(n) as u16,
-                    cost: 1 + next(40),
-                    hold_ms: next(200),
-                    owner: 0,
-                    now,
-                }
-            } else {
-                let no = st.leases[next(st.leases.len() as u64) as usize].no;
-                Call::Release { lease: no, now }
-            };
+            let call = super::tests::random_call(&mut next, &st, n, &mut now, (40, 40, 200));
             let _ = st.apply(&rules, call);
             assert_eq!(st.check(&rules), Ok(()), "{st:?}");
             valid += 1;
