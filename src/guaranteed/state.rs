@@ -498,17 +498,8 @@ impl State {
         }
         // Sums by tenant (own, then lent) and of the pool, in the same passes, that
         // saturate (a hostile block's huge counts must not wrap round to small ones).
-        // On the stack for up to 8 tenants (most pools: no allocation, and little to
-        // zero), else on the heap.
-        let mut on_stack = [0u64; 2 * 8];
-        let mut on_heap = Vec::new();
-        let by_tenant = if 2 * n <= on_stack.len() {
-            &mut on_stack[..2 * n]
-        } else {
-            on_heap.resize(2 * n, 0);
-            &mut on_heap[..]
-        };
-        let (own, lent) = by_tenant.split_at_mut(n);
+        let mut sums = PerTenant::new();
+        let (own, lent) = sums.two(n);
         let mut in_use = 0u64;
         for (i, l) in self.leases.iter().enumerate() {
             if l.tenant as usize >= n || l.no == 0 {
@@ -567,6 +558,34 @@ impl State {
             ));
         }
         Ok(())
+    }
+}
+
+/// Two zeroed counters a tenant, for one pass over the leases and the slices instead of
+/// one a tenant: on the stack for up to 8 tenants (most pools: no allocation, and little
+/// to zero), else on the heap.
+pub(super) struct PerTenant {
+    stack: [u64; 16],
+    heap: Vec<u64>,
+}
+
+impl PerTenant {
+    pub(super) fn new() -> PerTenant {
+        PerTenant {
+            stack: [0; 16],
+            heap: Vec::new(),
+        }
+    }
+
+    /// The two counters of each of `n` tenants, as two slices of `n`.
+    pub(super) fn two(&mut self, n: usize) -> (&mut [u64], &mut [u64]) {
+        let both = if 2 * n <= self.stack.len() {
+            &mut self.stack[..2 * n]
+        } else {
+            self.heap.resize(2 * n, 0);
+            &mut self.heap[..]
+        };
+        both.split_at_mut(n)
     }
 }
 

@@ -3,7 +3,8 @@
 //! leases that block it when neither fits.
 
 use super::{
-    Blocking, ByNo, Effect, GRefused, Grant, LeaseEntry, Rules, Slice, State, refusal_index,
+    Blocking, ByNo, Effect, GRefused, Grant, LeaseEntry, PerTenant, Rules, Slice, State,
+    refusal_index,
 };
 use crate::error::{Error, Result};
 use crate::refusal::Reason;
@@ -53,9 +54,23 @@ impl State {
             return self.grant(rules, t, owner, units, cost, hold_ms, units, Vec::new());
         }
         let need = units - own_free;
+        // Whether each tenant holds a lease, and what it has lent: one pass over the
+        // leases and one over the slices, not one of each a tenant.
+        let mut sums = PerTenant::new();
+        let (holds, lent_by) = sums.two(rules.tenants());
+        for l in &self.leases {
+            holds[l.tenant as usize] = 1;
+        }
+        for s in &self.slices {
+            let lent = &mut lent_by[s.lender as usize];
+            *lent = lent.saturating_add(s.units);
+        }
+        // The lendable (holding nothing, idle: `State::lendable`) with what they have free.
         let mut lenders: Vec<(u16, u64)> = (0..rules.tenants())
-            .filter(|&l| l != t && self.lendable(rules, l, now))
-            .map(|l| (l as u16, rules.guarantees[l].saturating_sub(self.lent(l))))
+            .filter(|&l| {
+                l != t && holds[l] == 0 && Self::idle(rules, self.tenants[l].last_activity, now)
+            })
+            .map(|l| (l as u16, rules.guarantees[l].saturating_sub(lent_by[l])))
             .filter(|&(_, avail)| avail > 0)
             .collect();
         // Largest available lender first (ties: the earlier tenant), so that as few
