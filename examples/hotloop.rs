@@ -1,16 +1,23 @@
-//! Profiling aid: a tight uncontended acquire/release loop (`perf record`, callgrind),
-//! through the engine's handles (`engine`, the default), the façade by name (`name`), or
-//! on a guaranteed pool of two tenants, within the asker's guarantee (`guaranteed`); or a
-//! loop of refusals on that pool, a tenant asking while its whole guarantee is on loan
-//! (`guaranteed-refusal`: `guarantee_on_loan` with its blocking lease and retry-after);
-//! or, with 751 other leases outstanding (250 of them on loan, due over 100 ms), the
-//! guaranteed pair (`guaranteed-busy`: what an op costs as the pool's state grows) or a
-//! refusal whose retry-after waits for most of them (`guaranteed-busy-refusal`).
-//! Run: `cargo run --release --example hotloop -- [MODE] [pairs]`, MODE one of `engine`,
-//! `name`, `guaranteed`, `guaranteed-refusal`, `guaranteed-busy`,
-//! `guaranteed-busy-refusal`
-use fairshm::guaranteed::GOutcome;
-use fairshm::{Config, FairnessUnit, GuaranteedConfig, Outcome, PoolConfig, Request, Table};
+//! Profiling aid: a tight uncontended loop (`perf record`, callgrind), one MODE:
+//! - `engine` (the default): the fair-share acquire/release pair through the engine's
+//!   handles; `name`: the same through the façade, by name;
+//! - `guaranteed`: a guaranteed pool of two tenants, a pair within the asker's guarantee;
+//! - `guaranteed-refusal`: on that pool, a refusal (`guarantee_on_loan`, with its
+//!   blocking lease and retry-after): the asker's whole guarantee is on loan;
+//! - `guaranteed-busy`: the pair on a pool of four tenants with 751 other leases
+//!   outstanding (250 of them on loan, due over 100 ms): what an op costs as the state
+//!   grows; `guaranteed-busy-refusal`: there, a refusal whose retry-after waits for most
+//!   of those leases;
+//! - `guaranteed-wide`: a pair that borrows, on a pool of 64 tenants with 1,000 other
+//!   leases outstanding (900 units of them on loan).
+//!
+//! Only the loop is timed (not a mode's set-up).
+//! Run: `cargo run --release --example hotloop -- [MODE] [iterations]`
+use fairshm::guaranteed::{GOutcome, GPoolId};
+use fairshm::{
+    Config, Engine, FairnessUnit, GuaranteedConfig, Outcome, PoolConfig, Request, Table,
+};
+
 fn main() {
     let name = format!("fairshm-hotloop-{}", std::process::id());
     let mut args = std::env::args().skip(1);
@@ -20,122 +27,129 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     let mut config = Config::with_pools(vec![PoolConfig::new("requests", 64)]);
-    let busy = mode.starts_with("guaranteed-busy");
-    if busy {
+    // Only the guaranteed modes add a guaranteed pool: the others' segment stays as it
+    // always was.
+    let guaranteed = match mode.as_str() {
+        "guaranteed" | "guaranteed-refusal" => Some(tenants(100, 2, 64)),
         // Four tenants of 500 units each, room for the 751 leases held and the pair's.
-        config = config.guaranteed(
-            GuaranteedConfig::new("tokens", 2000)
-                .unit(FairnessUnit::Cost)
-                .tenant("a", 1)
-                .tenant("b", 1)
-                .tenant("c", 1)
-                .tenant("d", 1)
-                .reclaim_horizon_ms(100)
-                .idle_after_ms(150)
-                .max_leases(1024),
-        );
-    } else if mode.starts_with("guaranteed") {
-        // Only here: the other modes' segment stays as it always was.
-        config = config.guaranteed(
-            GuaranteedConfig::new("tokens", 100)
-                .unit(FairnessUnit::Cost)
-                .tenant("a", 1)
-                .tenant("b", 1)
-                .reclaim_horizon_ms(100)
-                .idle_after_ms(150),
-        );
+        "guaranteed-busy" | "guaranteed-busy-refusal" => Some(tenants(2000, 4, 1024)),
+        // Sixty-four tenants of 100 units each.
+        "guaranteed-wide" => Some(tenants(6400, 64, 1024)),
+        _ => None,
+    };
+    if let Some(g) = guaranteed {
+        config = config.guaranteed(g);
     }
     let t = Table::create(&name, &config).unwrap();
-    let mut start = std::time::Instant::now();
-    match mode.as_str() {
+    let e = t.engine();
+    let elapsed = match mode.as_str() {
         "name" => {
             let req = Request::new("requests", "acme");
-            for _ in 0..n {
+            timed(n, || {
                 let lease = t.try_acquire_at(&req, 1000).unwrap().unwrap();
                 lease.release_at(1000).unwrap();
-            }
+            })
         }
-        "guaranteed" | "guaranteed-busy" | "guaranteed-busy-refusal" => {
-            let e = t.engine();
-            let pool = e.guaranteed_pool("tokens").unwrap();
-            let a = e.guaranteed_tenant(pool, "a").unwrap();
-            let mut held = Vec::new();
-            if busy {
-                // b's 500 leases of 1 unit within its guarantee, then 250 more borrowed
-                // from the idle others, and one of c's own: 751 leases, 250 slices, due
-                // at 1001 to 1100.
-                let (b, c) = (
-                    e.guaranteed_tenant(pool, "b").unwrap(),
-                    e.guaranteed_tenant(pool, "c").unwrap(),
-                );
-                for (tenant, count) in [(b, 750), (c, 1)] {
-                    for i in 0..count {
-                        let hold = 1 + i % 100;
-                        let GOutcome::Granted(l) =
-                            e.guaranteed_acquire(pool, tenant, 1, hold, 1000).unwrap()
-                        else {
-                            panic!("the setup's lease was refused")
-                        };
-                        held.push(l);
-                    }
-                }
-                // The loop's time alone.
-                start = std::time::Instant::now();
-            }
-            for _ in 0..n {
-                if mode == "guaranteed-busy-refusal" {
-                    // Room for it (a's 500, c's and d's) once c's lease, due at 1001,
-                    // and the loans from c and d are back and c is idle: 150 ms later.
-                    let GOutcome::Refused(r) =
-                        e.guaranteed_acquire(pool, a, 1500, 50, 1000).unwrap()
-                    else {
-                        panic!("granted")
-                    };
-                    assert_eq!(r.retry_after_ms, Some(151));
-                    continue;
-                }
-                let GOutcome::Granted(l) = e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
-                else {
-                    panic!("refused")
-                };
-                e.guaranteed_release(l.id, 1000).unwrap();
-            }
-        }
-        "guaranteed-refusal" => {
-            let e = t.engine();
-            let pool = e.guaranteed_pool("tokens").unwrap();
-            let (a, b) = (
-                e.guaranteed_tenant(pool, "a").unwrap(),
-                e.guaranteed_tenant(pool, "b").unwrap(),
-            );
-            // b holds its own 50 and borrows a's idle 50 until 1100.
-            let GOutcome::Granted(_loan) = e.guaranteed_acquire(pool, b, 100, 100, 1000).unwrap()
-            else {
-                panic!("the loan was refused")
-            };
-            for _ in 0..n {
-                let GOutcome::Refused(r) = e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
-                else {
-                    panic!("granted")
-                };
-                assert_eq!(r.retry_after_ms, Some(100));
-            }
-        }
+        "guaranteed"
+        | "guaranteed-refusal"
+        | "guaranteed-busy"
+        | "guaranteed-busy-refusal"
+        | "guaranteed-wide" => guaranteed_loop(e, &mode, n),
         _ => {
-            let e = t.engine();
             let (p, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
-            for _ in 0..n {
+            timed(n, || {
                 let Outcome::Granted(id) = e.acquire(p, acme, 1, 0, 1000).unwrap() else {
                     panic!("refused")
                 };
                 e.release(id, 1000).unwrap();
-            }
+            })
         }
-    }
+    };
     println!(
-        "{:.1} ns per pair ({mode})",
-        start.elapsed().as_nanos() as f64 / n as f64,
+        "{:.1} ns per iteration ({mode})",
+        elapsed.as_nanos() as f64 / n as f64,
     );
     drop(t);
     Table::unlink(&name).unwrap();
+}
+
+/// A guaranteed pool `tokens` in cost of `ceiling`, tenants `t0`, `t1`, ... of weight 1,
+/// a reclaim horizon of 100 ms, idle after 150.
+fn tenants(ceiling: u32, count: usize, max_leases: u32) -> GuaranteedConfig {
+    let mut g = GuaranteedConfig::new("tokens", ceiling)
+        .unit(FairnessUnit::Cost)
+        .reclaim_horizon_ms(100)
+        .idle_after_ms(150)
+        .max_leases(max_leases);
+    for k in 0..count {
+        g = g.tenant(&format!("t{k}"), 1);
+    }
+    g
+}
+
+/// `n` runs of `f`, timed.
+fn timed(n: u64, mut f: impl FnMut()) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    start.elapsed()
+}
+
+/// Grants `count` leases of `cost` to `tenant` at 1000, held 1 to 100 ms in turn.
+fn hold(e: &Engine, pool: GPoolId, tenant: &str, count: u64, cost: u64) {
+    let tenant = e.guaranteed_tenant(pool, tenant).unwrap();
+    for i in 0..count {
+        let granted = e.guaranteed_acquire(pool, tenant, cost, 1 + i % 100, 1000);
+        assert!(matches!(granted, Ok(GOutcome::Granted(_))), "{granted:?}");
+    }
+}
+
+/// The guaranteed modes: the set-up, then `n` timed iterations.
+fn guaranteed_loop(e: &Engine, mode: &str, n: u64) -> std::time::Duration {
+    let pool = e.guaranteed_pool("tokens").unwrap();
+    let asker = |name: &str| e.guaranteed_tenant(pool, name).unwrap();
+    // A pair of `cost` held 50 ms, by `t`.
+    let pair = |t: u16, cost: u64, borrows: bool| {
+        let GOutcome::Granted(l) = e.guaranteed_acquire(pool, t, cost, 50, 1000).unwrap() else {
+            panic!("refused")
+        };
+        assert_eq!(!l.grant.borrowed.is_empty(), borrows);
+        e.guaranteed_release(l.id, 1000).unwrap();
+    };
+    // A refusal of `cost` held 50 ms, by `t`, with its retry-after.
+    let refusal = |t: u16, cost: u64, retry_after: u64| {
+        let GOutcome::Refused(r) = e.guaranteed_acquire(pool, t, cost, 50, 1000).unwrap() else {
+            panic!("granted")
+        };
+        assert_eq!(r.retry_after_ms, Some(retry_after));
+    };
+    match mode {
+        "guaranteed" => timed(n, || pair(asker("t0"), 10, false)),
+        "guaranteed-refusal" => {
+            // t1 holds its own 50 and borrows t0's idle 50 until 1100.
+            let loan = e.guaranteed_acquire(pool, asker("t1"), 100, 100, 1000);
+            assert!(matches!(loan, Ok(GOutcome::Granted(_))), "{loan:?}");
+            timed(n, || refusal(asker("t0"), 10, 100))
+        }
+        "guaranteed-busy" | "guaranteed-busy-refusal" => {
+            // t1's 500 leases of 1 unit within its guarantee, then 250 more borrowed
+            // from the idle others, and one of t2's own: 751 leases, 250 slices, due at
+            // 1001 to 1100.
+            hold(e, pool, "t1", 750, 1);
+            hold(e, pool, "t2", 1, 1);
+            if mode == "guaranteed-busy" {
+                timed(n, || pair(asker("t0"), 10, false))
+            } else {
+                // Room for 1,500 (t0's 500, t2's and t3's) once t2's lease, due at 1001,
+                // and the loans from t2 and t3 are back and t2 is idle: 150 ms later.
+                timed(n, || refusal(asker("t0"), 1500, 151))
+            }
+        }
+        _ => {
+            // t0's 1,000 leases of 1 unit: its own 100, then 900 borrowed.
+            hold(e, pool, "t0", 1000, 1);
+            timed(n, || pair(asker("t1"), 200, true))
+        }
+    }
 }
