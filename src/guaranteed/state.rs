@@ -365,19 +365,34 @@ impl State {
     /// dropped (an abandoned wait is not a reclaim).
     pub fn advance(&mut self, rules: &Rules, now: u64) {
         let now = now.max(self.clock).max(rules.started_at);
-        for t in 0..self.tenants.len() {
-            if self.tenants[t].want == 0 {
+        // The units each tenant holds, in one pass over the leases (not one a tenant
+        // that wants), and only when one wants.
+        let mut sums;
+        let held_by: &[u64] = if self.tenants.iter().any(|ts| ts.want > 0) {
+            sums = PerTenant::new();
+            let (held_by, _) = sums.two(self.tenants.len());
+            for l in &self.leases {
+                if let Some(held) = held_by.get_mut(l.tenant as usize) {
+                    *held = held.saturating_add(l.units);
+                }
+            }
+            held_by
+        } else {
+            &[]
+        };
+        let clock = self.clock;
+        for (t, ts) in self.tenants.iter_mut().enumerate() {
+            if ts.want == 0 {
                 continue;
             }
-            let held = self.held(t);
-            let ts = &mut self.tenants[t];
+            let held = held_by[t];
             let lapse = Self::lapse_at(rules, ts);
             let end = now.min(lapse);
             let entitled = rules.guarantees[t].min(held.saturating_add(ts.want));
-            if end > self.clock && entitled > held {
+            if end > clock && entitled > held {
                 ts.deficit = ts
                     .deficit
-                    .saturating_add((entitled - held).saturating_mul(end - self.clock));
+                    .saturating_add((entitled - held).saturating_mul(end - clock));
             }
             if now >= lapse {
                 ts.want = 0;
@@ -740,6 +755,34 @@ pub(crate) mod tests {
             (st.leases[0].no, 0, 10)
         );
         assert_eq!(st.check(&rules), Ok(()));
+    }
+
+    /// The deficit integrates what a tenant was entitled to over what it held: a tenant
+    /// holding part of its guarantee is short only of the rest.
+    #[test]
+    fn the_deficit_counts_what_a_holder_was_short_of_not_what_it_held() {
+        let rules = Rules::new(&even_pair("a"));
+        let mut st = State::new(&rules);
+        let ask = |tenant, cost, hold_ms, now| Call::Acquire {
+            tenant,
+            cost,
+            hold_ms,
+            owner: 0,
+            now,
+        };
+        // b takes its 50 and 30 of a's (idle); a then takes the 20 it has left.
+        for call in [ask(1, 80, 100, 0), ask(0, 20, 1000, 0)] {
+            assert!(matches!(st.apply(&rules, call), Ok(Effect::Granted(_))));
+        }
+        // a asks for 40 more: refused (its other 30 are on loan), it wants 40.
+        for now in [0, 60] {
+            let refused = st.apply(&rules, ask(0, 40, 10, now));
+            assert!(matches!(refused, Ok(Effect::Refused(_))), "{refused:?}");
+        }
+        // Entitled to min(50, 20 held + 40 wanted) = 50 for 60 ms, holding 20: short
+        // of 30 (not of the 40 it asked for, nor of 50).
+        assert_eq!(st.tenants[0].want, 40);
+        assert_eq!(st.tenants[0].deficit, 30 * 60);
     }
 
     /// In place, a call makes the state and effect the copying `apply` makes.
