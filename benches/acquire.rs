@@ -21,6 +21,16 @@ use fairshm::Request;
 mod common;
 mod setups;
 
+/// A guaranteed pair of tenant `a`: 10 units held 50 ms, within its guarantee, released.
+fn guaranteed_pair(e: &fairshm::Engine, pool: fairshm::guaranteed::GPoolId, a: u16) {
+    let fairshm::guaranteed::GOutcome::Granted(l) =
+        e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
+    else {
+        panic!("refused")
+    };
+    e.guaranteed_release(l.id, 1000).unwrap();
+}
+
 fn pairs(c: &mut Criterion) {
     let mut g = c.benchmark_group("acquire_release_pair");
 
@@ -81,14 +91,7 @@ fn pairs(c: &mut Criterion) {
         let pool = e.guaranteed_pool("tokens").unwrap();
         let a = e.guaranteed_tenant(pool, "a").unwrap();
         g.bench_function("fairshm_guaranteed", |b| {
-            b.iter(|| {
-                let fairshm::guaranteed::GOutcome::Granted(l) =
-                    e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
-                else {
-                    panic!("refused")
-                };
-                e.guaranteed_release(l.id, 1000).unwrap();
-            })
+            b.iter(|| guaranteed_pair(e, pool, a))
         });
     }
     drop(g_table);
@@ -121,14 +124,7 @@ fn pairs(c: &mut Criterion) {
             }
         }
         g.bench_function("fairshm_guaranteed_751_leases", |bench| {
-            bench.iter(|| {
-                let fairshm::guaranteed::GOutcome::Granted(l) =
-                    e.guaranteed_acquire(pool, a, 10, 50, 1000).unwrap()
-                else {
-                    panic!("refused")
-                };
-                e.guaranteed_release(l.id, 1000).unwrap();
-            })
+            bench.iter(|| guaranteed_pair(e, pool, a))
         });
     }
     drop(busy_table);
