@@ -20,8 +20,9 @@ pub const CREATE_LABELS: &[&str] = &["create.opened", "create.sized", "create.wr
 
 /// The points of a blocking acquire's wait: `wait.announced`, counted in the pool's
 /// `waiters` and not yet in its process slot's count; `wait.woken`, a sleep on the
-/// pool's word ended by a wake of it, before the waiter's next try.
-pub const WAIT_LABELS: &[&str] = &["wait.announced", "wait.woken"];
+/// pool's word ended by a wake of it, before the waiter's next try; `guaranteed.woken`,
+/// the same on a guaranteed pool, before the ask that would pass the wake on.
+pub const WAIT_LABELS: &[&str] = &["wait.announced", "wait.woken", "guaranteed.woken"];
 
 /// Non-zero once armed; Relaxed: read and written by this process only.
 static ARMED: AtomicU32 = AtomicU32::new(0);

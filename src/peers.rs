@@ -136,13 +136,10 @@ pub fn announce(seg: &Segment, out: &[Reaped]) {
             }
         }
     }
-    for (gp, &units) in out
-        .iter()
-        .flat_map(|r| r.guaranteed_units_returned.iter().enumerate())
-    {
-        if units > 0 {
-            // Every waiter: a reap gives back several leases (rare: a death).
-            waiting::guaranteed_freed(seg, gp, crate::guaranteed::waiters::EVERY_BIT);
-        }
+    // Every waiter of every guaranteed pool, whatever the dead held: a reap may give
+    // back several leases, and a dead waiter woken before its death took a wake that
+    // it had to pass on (`guaranteed::pass`). Rare: a death.
+    for gp in 0..seg.g_pools() {
+        waiting::guaranteed_freed(seg, gp, crate::guaranteed::waiters::EVERY_BIT, u32::MAX);
     }
 }

@@ -246,3 +246,100 @@ fn a_waiter_killed_between_its_two_counts_is_named_by_check_and_recounted_by_rep
     // Nothing to recount now.
     assert_eq!(t.repair().unwrap().pools[0].waiters, None);
 }
+
+/// The guaranteed pools' twin of the test above: a release wakes one waiter, which
+/// passes the wake on with its next ask (`guaranteed::pass`). One SIGKILLed as the
+/// wake ends its sleep, before that ask, takes the wake with it; the reap of its
+/// process, which held nothing, must wake the pool's waiters, or the one behind it,
+/// whose ask now fits, sleeps on to its next ask of its own (30 s here).
+#[test]
+fn a_guaranteed_waiter_killed_as_a_wake_ends_its_sleep_leaves_no_one_asleep_for_it() {
+    use fairshm::FairnessUnit;
+    use std::time::Instant;
+    const PATIENCE: Duration = Duration::from_secs(10);
+    let seg = Seg::new("g-woken-killed");
+    // idle_after 60 s: a waiter asks again on its own every 30 s; b and c have acted,
+    // so they lend nothing.
+    let c = common::guaranteed(
+        "ceiling",
+        30,
+        FairnessUnit::Cost,
+        &[("a", 1), ("b", 1), ("c", 1)],
+        (5_000, 60_000),
+        8,
+    );
+    let t = seg.create(&c);
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let g = t.guaranteed("ceiling").unwrap();
+    for other in ["b", "c"] {
+        let l = g.acquire(other, 1, 1_000, mono_ms()).unwrap().unwrap();
+        g.release(l.id, mono_ms()).unwrap();
+    }
+    let mine = g.acquire("a", 10, 60_000, mono_ms()).unwrap().unwrap();
+    let refusals = || {
+        let s = g.stats(mono_ms()).unwrap();
+        s.tenants.iter().find(|t| t.name == "a").unwrap().refusals
+    };
+    let name = seg.name.clone();
+    let doomed = fork_child(move || {
+        let t = Table::open(&name).unwrap();
+        t.set_sweep_interval(Duration::from_secs(3600));
+        let g = t.guaranteed("ceiling").unwrap();
+        fairshm::crash::arm("guaranteed.woken", 0);
+        let got = g.acquire_timeout("a", 10, 100, Duration::from_secs(60));
+        // Not reached: killed at the point.
+        i32::from(!matches!(got, Ok(Ok(_))))
+    });
+    let mut kids = common::Children(vec![doomed]);
+    common::wait_until(
+        Some(doomed),
+        "the doomed waiter's refusal",
+        Duration::from_millis(1),
+        || refusals() == 1,
+    );
+    // Asleep, first in the futex's queue.
+    std::thread::sleep(Duration::from_millis(100));
+    // Forked before: a thread of ours waits behind it.
+    let live = std::thread::scope(|s| {
+        let live = s.spawn(|| {
+            let start = Instant::now();
+            let got = g.acquire_timeout("a", 10, 100, PATIENCE).unwrap();
+            (start.elapsed(), got.ok())
+        });
+        common::wait_until(
+            None,
+            "the live waiter's refusal",
+            Duration::from_millis(1),
+            || refusals() == 2,
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        // The release wakes one waiter: the doomed one, which dies at the wake.
+        g.release(mine.id, mono_ms()).unwrap();
+        assert_eq!(wait(doomed), 128 + 9, "killed at its wake");
+        kids.0.clear();
+        live.join().unwrap()
+    });
+    let (took, lease) = live;
+    assert!(
+        lease.is_some() && took < PATIENCE / 2,
+        "the live waiter, its units free once the doomed one died, was {} after {took:?}: \
+         the wake died with the waiter it woke",
+        if lease.is_some() {
+            "granted"
+        } else {
+            "refused"
+        }
+    );
+    g.release(lease.unwrap().id, mono_ms()).unwrap();
+}
+
+/// The library's clock (`CLOCK_MONOTONIC`), in ms.
+fn mono_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000 + ts.tv_nsec as u64 / 1_000_000
+}

@@ -136,6 +136,12 @@ impl Engine {
         };
         let (effect, seq, call) = self.guaranteed_apply(pool, acquire, |_, _, _| Ok(()))?;
         let rules = self.guaranteed_rules(pool)?;
+        // The ask after a wake passes it on, granted or refused, while units are free
+        // for the waiters of the releases it woke for (`pass`).
+        super::pass::after_ask(self.seg(), pool.index(), |bits| {
+            super::shared::read(self.seg(), pool.index())
+                .is_ok_and(|(_, st)| super::pass::may_serve(&st, rules, bits, now))
+        });
         Ok(match effect {
             Effect::Granted(grant) => GOutcome::Granted(GGrant {
                 id: GLeaseId {
@@ -192,8 +198,9 @@ impl Engine {
             |_| Call::Release { lease: id.no, now },
             owned,
         )?;
-        // The units came back: the waiters they may serve are woken.
-        crate::waiting::guaranteed_freed(self.seg(), id.pool as usize, bits.get());
+        // The units came back: the first waiter they may serve is woken, and passes
+        // the wake on while units are free for the others (`pass`).
+        crate::waiting::guaranteed_freed(self.seg(), id.pool as usize, bits.get(), 1);
         match effect {
             Effect::Released(released) => Ok(GReleased {
                 released,

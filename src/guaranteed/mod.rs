@@ -10,12 +10,15 @@
 //! - `shared`: the block in the segment, replaced by one CAS (the op protocol of this
 //!   policy, crash-safe by construction);
 //! - `waiters` and `wait`: waiting for units to come back (the handshake with the
-//!   releasers; the engine's wait, asking again until granted, timed out or cancelled).
+//!   releasers; the engine's wait, asking again until granted, timed out or cancelled);
+//!   `pass`: one wake a release, passed on from waiter to waiter while units are free.
 
 #[cfg(not(loom))]
 mod api;
 pub mod config;
 mod estimate;
+#[cfg(not(loom))]
+pub(crate) mod pass;
 pub mod report;
 #[doc(hidden)]
 pub mod shared;

@@ -16,6 +16,7 @@ impl Engine {
     /// [`Engine::guaranteed_sleep`] after a refusal (see `guaranteed::waiters`).
     pub fn guaranteed_wake_seen(&self, pool: GPoolId) -> Result<u32> {
         self.guaranteed_rules(pool)?;
+        super::pass::before_ask(self.seg(), pool.index());
         Ok(super::waiters::seen(self.seg(), pool.index()))
     }
 
@@ -48,6 +49,7 @@ impl Engine {
     /// epochs of the tenant's waiters (see `guaranteed::waiters`).
     pub fn guaranteed_wake_seen_as(&self, pool: GPoolId, tenant: u16) -> Result<u64> {
         self.guaranteed_tenant_checked(pool, tenant)?;
+        super::pass::before_ask(self.seg(), pool.index());
         Ok(waiters::seen_as(self.seg(), pool.index(), tenant))
     }
 
@@ -125,12 +127,22 @@ impl Engine {
             // epochs tell apart (a releaser's add and bump come before its wake).
             let woken = crate::waiting::guaranteed_sleep(seg, gp, on, bits, cancel, part_end);
             if woken && cancel.is_none() {
+                // The wake was for its bits: it asks, and passes the wake on (`pass`).
+                super::pass::woken(seg, gp);
                 return Ok(true);
             }
             let before = *seen;
             // Acquire: as in `seen` (a bump read here: the release is visible to the ask).
             if for_me(seen, seg.g_head_rec(gp).wake.load(Acquire)) {
+                if woken {
+                    super::pass::woken(seg, gp);
+                }
                 return Ok(true);
+            }
+            if woken {
+                // Ended by a wake for other bits (`futex_waitv` matches every one),
+                // which another waiter may need: passed on before it sleeps on.
+                super::pass::not_for_me(seg, gp);
             }
             if (woken || *seen != before)
                 && Instant::now() < part_end
@@ -173,6 +185,7 @@ impl Engine {
         // demand never lapses: the sleep's own announcement step.
         let keep_asking = waiters::announce_step_ms(seg, gp);
         loop {
+            super::pass::before_ask(seg, gp);
             let mut seen = waiters::seen_as(seg, gp, tenant);
             let refusal = match self.guaranteed_acquire(
                 pool,

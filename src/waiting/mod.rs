@@ -331,12 +331,13 @@ fn wake_bits(word: *mut u32, n: u32, bits: u32) -> u32 {
 }
 
 /// After an op on guaranteed pool `gp` that gave units back was published (a release,
-/// a reap, a reset): wakes the waiters asleep on the pool whose bits share one with
-/// `bits` (`guaranteed::waiters::release_bits`, or `EVERY_BIT`), if one may be asleep
-/// (see `guaranteed::waiters`).
-pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
+/// a reap, a reset): wakes up to `n` of the waiters asleep on the pool whose bits share
+/// one with `bits` (`guaranteed::waiters::release_bits`, or `EVERY_BIT`), if one may
+/// be asleep (see `guaranteed::waiters`). A release wakes one, which passes the wake
+/// on (`guaranteed::pass`); a reap wakes every one.
+pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32, n: u32) {
     if crate::guaranteed::waiters::after_freeing(r, gp, bits, crate::clock::now_ms) {
-        guaranteed_wake(r, gp, bits);
+        wake_bits(r.g_head_rec(gp).wake.as_ptr(), n, bits);
     }
 }
 
@@ -345,6 +346,13 @@ pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
 /// matches every bitset).
 pub fn guaranteed_wake<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
     wake_bits(r.g_head_rec(gp).wake.as_ptr(), u32::MAX, bits);
+}
+
+/// Passes a wake on (`guaranteed::pass`): wakes the one waiter asleep on guaranteed
+/// pool `gp`'s wake word that queued first among those whose bits share one with
+/// `bits`. Bumps nothing: the woken waiter's ask reads what the releases published.
+pub fn guaranteed_pass<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
+    wake_bits(r.g_head_rec(gp).wake.as_ptr(), 1, bits);
 }
 
 /// Sleeps on guaranteed pool `gp`'s wake word while it holds `seen` (what
