@@ -423,9 +423,13 @@ unsafe fn put_seen<T>(
 /// came back, 0 otherwise. Ask again after it: the wait for a guaranteed pool is the
 /// caller's loop (ask; on a refusal, sleep until its retry-after with this), so that
 /// every ask keeps the tenant's demand signalled. A sleep longer than half the pool's
-/// `idle_after_ms` is slept in parts of that length, each announced anew. Every
-/// release wakes it: `fairshm_guaranteed_sleep_as` sleeps through the releases that
-/// cannot serve the refused request.
+/// `idle_after_ms` is slept in parts of that length, each announced anew. Any release
+/// may wake it: `fairshm_guaranteed_sleep_as` sleeps through the releases that cannot
+/// serve the refused request. A release wakes one waiter, which passes the wake on
+/// with its next `fairshm_guaranteed_acquire` on the same thread (granted or refused),
+/// after a `fairshm_guaranteed_wake_seen` or `_wake_seen_as` on that thread: ask again
+/// after every sleep that said `*woken` = 1, or a waiter behind this one waits for its
+/// own retry-after.
 ///
 /// # Safety
 /// `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;

@@ -16,7 +16,8 @@
 //!   moved since [`seen`], and otherwise sleeps while `wake` still holds that value;
 //! - an op that gave units back publishes (its head CAS), bumps `wake` (SeqCst), fences
 //!   SeqCst and loads `sleep_until_ms` ([`after_freeing`]); if that is not past, the
-//!   caller wakes every sleeper.
+//!   caller wakes the sleepers it may serve: one for a release, which passes the wake
+//!   on (`guaranteed::pass`), every one for a reap or a reset.
 //!
 //! A release the waiter's ask did not see bumped `wake` after the waiter's load of it:
 //! a [`seen`] that read the bump synchronizes with it, and the head CAS before it
@@ -32,9 +33,9 @@
 //! in parts, [`announce_step_ms`]); until then a release pays one `FUTEX_WAKE` for
 //! nobody.
 //!
-//! Which sleepers a release wakes (the futex's bitset; no herd of every waiter for
-//! one lease): a waiter sleeps with [`waiter_bits`], its tenant's bit and, if its
-//! request may borrow (its hold is within the horizon), [`BORROW_BIT`]; a release
+//! Which sleepers a release may wake (the futex's bitset): a waiter sleeps with
+//! [`waiter_bits`], its tenant's bit and, if its request may borrow (its hold is
+//! within the horizon), [`BORROW_BIT`]; a release
 //! wakes [`release_bits`], the bits of the tenants whose guarantee gets units back (the
 //! lease's own tenant, each lender of its slices) and [`BORROW_BIT`] when a lender
 //! that gets units back may lend them at once. A waiter that a release can serve is
@@ -43,14 +44,17 @@
 //! make so (the lease's tenant is active from its release on, so not lendable), and a
 //! request that may borrow sleeps with [`BORROW_BIT`] (a refused request always needs
 //! more than its own guarantee has free). The test `a_release_wakes_every_waiter_it_can_serve`
-//! (`tests/guaranteed_props.rs`) checks it over random states. Anything that comes
-//! with time (a lender turning idle, a want lapsing) is each waiter's own retry-after,
-//! at most half `idle_after_ms` away. A reap of a dead holder, a reset by `repair`, and
-//! any sleeper that does not say who it is (`fairshm_guaranteed_sleep`) use every bit:
-//! each such sleeper wakes, asks once, and sleeps again if refused. A wait with a cancel
-//! token sleeps on `futex_waitv`, whose entries match every bitset: every release wakes
-//! it in the kernel, and its epochs (below) send it back to sleep when the release was
-//! not for it.
+//! (`tests/guaranteed_props.rs`) checks it over random states. Of those, a release
+//! wakes the one that went to sleep first, which passes the wake on while units are
+//! free for them (`guaranteed::pass`: no herd of a tenant's waiters for one lease).
+//! Anything that comes with time (a lender turning idle, a want lapsing) is each
+//! waiter's own retry-after, at most half `idle_after_ms` away. A reap of a dead
+//! holder and a reset by `repair` wake every sleeper, and a sleeper that does not say
+//! who it is (`fairshm_guaranteed_sleep`) uses every bit: each such sleeper wakes, asks
+//! once, and sleeps again if refused. A wait with a cancel token sleeps on
+//! `futex_waitv`, whose entries match every bitset: any release's wake may reach it,
+//! and its epochs (below) send it back to sleep, the wake passed on, when the release
+//! was not for it.
 //!
 //! A waiter back from its sleep (a timeout, a signal, a word that had moved before it
 //! slept) with `wake` moved tells a release for it from one that was not by the
