@@ -477,6 +477,66 @@ def test_acquire_timeout_sleeps_through_releases_that_cannot_serve_it(name):
         a.release()
 
 
+def test_a_refused_waiter_passes_the_wake_to_one_that_fits(name, monkeypatch):
+    # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
+    # next ask, through this binding's loop, passes the wake on to the waiter behind it
+    # (a's, for 10), which is served at once, not at its own next ask 10 s away. The
+    # sleeps' slices are made longer than the test, so that each waiter stays where it
+    # queued (a new slice queues again, behind the other).
+    import threading
+    import time
+
+    from fairshm import _lib
+    monkeypatch.setattr(_lib, "WAIT_SLICE_MS", 20_000)
+
+    cfg = {"guaranteed": [{
+        "name": "tokens", "ceiling": 90, "fairness_unit": "cost",
+        "reclaim_horizon_ms": 5000, "idle_after_ms": 20_000,
+        "tenants": {"a": 1, "b": 1, "c": 1},
+    }]}
+    with fairshm.Table.create(name, cfg) as t:
+        g = t.guaranteed("tokens")
+        for other in ("b", "c"):
+            g.acquire(other, 1, 1000).release()  # active: not lendable for 20 s
+        held = [g.acquire("a", 10, 60_000) for _ in range(3)]
+
+        def refusals():
+            tenants = g.stats()["stats"]["tenants"]
+            return next(x for x in tenants if x["name"] == "a")["refusals"]
+
+        def asleep(n):
+            deadline = time.monotonic() + 30
+            while refusals() < n:
+                assert time.monotonic() < deadline, "a waiter never asked"
+                time.sleep(0.001)
+            assert refusals() == n
+            time.sleep(0.15)
+
+        got = {}
+        big = threading.Thread(target=lambda: got.update(big=g.acquire_timeout("a", 20, 100, 30)))
+        big.start()
+        asleep(1)
+        small = threading.Thread(target=lambda: got.update(
+            small=(g.acquire_timeout("a", 10, 100, 30), time.monotonic())))
+        small.start()
+        asleep(2)
+        released = time.monotonic()
+        held.pop().release()
+        small.join(30)
+        assert not small.is_alive()
+        lease, back = got["small"]
+        assert back - released < 1.0, back - released
+        assert refusals() == 3, "the big waiter asked once more, for the wake it passed on"
+        assert big.is_alive()
+        lease.release()
+        held.pop().release()  # 20 free: the big waiter's turn
+        big.join(30)
+        assert not big.is_alive()
+        got["big"].release()
+        for lease in held:
+            lease.release()
+
+
 def test_blocking_leases_are_named_by_their_borrowers_whatever_the_tenants_order(name):
     # Tenants listed out of alphabetical order, each borrowing from another: the name
     # of a blocking lease is its borrower's (the refusal carries the borrower's handle).

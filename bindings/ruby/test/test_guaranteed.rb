@@ -276,6 +276,56 @@ class TestGuaranteed < Minitest::Test
     g.release(a)
   end
 
+  # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
+  # next ask, through this binding's loop, passes the wake on to the waiter behind it
+  # (a's, for 10), which is served at once, not at its own next ask 10 s away. The
+  # sleeps' slices are made longer than the test, so that each waiter stays where it
+  # queued (a new slice queues again, behind the other).
+  def test_a_refused_waiter_passes_the_wake_to_one_that_fits
+    @table.close
+    Fairshm::Table.unlink(@name)
+    g0 = CONFIG["guaranteed"][0].merge("ceiling" => 90, "reclaim_horizon_ms" => 5000,
+                                       "idle_after_ms" => 20_000,
+                                       "tenants" => { "a" => 1, "b" => 1, "c" => 1 })
+    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
+    g = @table.guaranteed("tokens")
+    %w[b c].each { |other| g.release(g.acquire(other, 1, 1000)) } # active: not lendable
+    held = Array.new(3) { g.acquire("a", 10, 60_000) }
+    slice = Fairshm::WAIT_SLICE_MS
+    Fairshm.send(:remove_const, :WAIT_SLICE_MS)
+    Fairshm.const_set(:WAIT_SLICE_MS, 20_000)
+    refusals = -> { g.stats["stats"]["tenants"].find { |x| x["name"] == "a" }["refusals"] }
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    asleep = lambda do |n|
+      deadline = clock.call + 30
+      while refusals.call < n
+        assert_operator clock.call, :<, deadline, "a waiter never asked"
+        sleep 0.001
+      end
+      assert_equal n, refusals.call
+      sleep 0.15
+    end
+    big = Thread.new { g.acquire_timeout("a", 20, 100, 30) }
+    asleep.call(1)
+    small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock.call] }
+    asleep.call(2)
+    released = clock.call
+    g.release(held.pop)
+    lease, back = small.join(30)&.value
+    assert_operator back - released, :<, 1.0
+    assert_equal 3, refusals.call, "the big waiter asked once more, for the wake it passed on"
+    assert big.alive?
+    g.release(lease)
+    g.release(held.pop) # 20 free: the big waiter's turn
+    g.release(big.join(30)&.value)
+    held.each { |l| g.release(l) }
+  ensure
+    if slice
+      Fairshm.send(:remove_const, :WAIT_SLICE_MS)
+      Fairshm.const_set(:WAIT_SLICE_MS, slice)
+    end
+  end
+
   # Released in the block at an explicit time, the lease is not released again when
   # the block ends, so the pool's clock stays at the trace's time.
   def test_a_lease_released_in_its_block_keeps_its_explicit_time
