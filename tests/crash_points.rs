@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Seg, fork_child, one_pool, wait};
+use common::{Seg, fork_child, mono_ms, one_pool, wait};
 use fairshm::{Request, Table};
 
 const CAP: u32 = 4;
@@ -331,15 +331,4 @@ fn a_guaranteed_waiter_killed_as_a_wake_ends_its_sleep_leaves_no_one_asleep_for_
         }
     );
     g.release(lease.unwrap().id, mono_ms()).unwrap();
-}
-
-/// The library's clock (`CLOCK_MONOTONIC`), in ms.
-fn mono_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer for clock_gettime.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000 + ts.tv_nsec as u64 / 1_000_000
 }

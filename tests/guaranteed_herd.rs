@@ -8,34 +8,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Seg, wait_until};
+use common::{Seg, mono_ms as now_ms, wait_until};
 use fairshm::guaranteed::{GGrant, Guaranteed};
 use fairshm::{Cancel, FairnessUnit, Table};
-
-fn now_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer for clock_gettime.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000 + ts.tv_nsec as u64 / 1_000_000
-}
 
 /// A pool of 90 shared evenly by a, b and c, idle after 20 s (a waiter asks again on
 /// its own only every 10 s, and a tenant that acted is not lendable for 20 s); b and c
 /// have acquired and released, so they lend nothing; a holds its whole guarantee in
 /// leases of 10, which it returns.
 fn busy_a(seg: &Seg) -> (Table, Vec<GGrant>) {
-    let c = common::guaranteed(
-        "ceiling",
-        90,
-        FairnessUnit::Cost,
-        &[("a", 1), ("b", 1), ("c", 1)],
-        (5_000, 20_000),
-        8,
-    );
-    let t: Table = seg.create(&c);
+    let t: Table = seg.create(&common::three_even());
     let leases = {
         let g = t.guaranteed("ceiling").unwrap();
         for other in ["b", "c"] {

@@ -10,27 +10,14 @@ use std::sync::atomic::{
 };
 use std::time::Duration;
 
-use common::{Children, Seg, fork_child, shared_words, wait_until};
+use common::{
+    Children, Seg, fork_child, mono_ms as now_ms, mono_ns as now_ns, shared_words, wait_until,
+};
 use fairshm::region::Region;
 use fairshm::{Config, FairnessUnit, Table};
 
 /// The loan's declared hold: the retry-after the waiter is given is about this.
 const LOAN_MS: u64 = 4_000;
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer for clock_gettime.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// The library's clock, in ms.
-fn now_ms() -> u64 {
-    now_ns() / 1_000_000
-}
 
 /// A guaranteed pool "ceiling" shared evenly by tenants a and b, with the given
 /// reclaim horizon and idleness.
@@ -303,15 +290,7 @@ fn a_cancellable_waiter_sleeps_on_past_others_releases() {
 fn sleeps_through_others_releases(name: &str, cancel: Option<&fairshm::Cancel>) {
     let seg = Seg::new(name);
     // idle_after 20 s: the waiter asks again on its own only every 10 s.
-    let c = common::guaranteed(
-        "ceiling",
-        90,
-        FairnessUnit::Cost,
-        &[("a", 1), ("b", 1), ("c", 1)],
-        (5_000, 20_000),
-        8,
-    );
-    let t: Table = seg.create(&c);
+    let t: Table = seg.create(&common::three_even());
     let g = t.guaranteed("ceiling").unwrap();
     let a = g.acquire("a", 30, 60_000, now_ms()).unwrap().unwrap();
     let c_own = g.acquire("c", 30, 60_000, now_ms()).unwrap().unwrap();

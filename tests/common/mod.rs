@@ -145,6 +145,36 @@ pub fn wait(pid: nix::unistd::Pid) -> i32 {
     }
 }
 
+/// The pool "ceiling" of 90 shared evenly by tenants a, b and c (cost units), with a
+/// reclaim horizon of 5 s and an idleness of 20 s (a waiter asks again on its own only
+/// every 10 s, and a tenant that acted is not lendable for 20 s), and 8 process slots.
+pub fn three_even() -> Config {
+    guaranteed(
+        "ceiling",
+        90,
+        fairshm::FairnessUnit::Cost,
+        &[("a", 1), ("b", 1), ("c", 1)],
+        (5_000, 20_000),
+        8,
+    )
+}
+
+/// The library's clock (`CLOCK_MONOTONIC`), in ns.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The library's clock (`CLOCK_MONOTONIC`), in ms: the `now` of its explicit-time calls.
+pub fn mono_ms() -> u64 {
+    mono_ns() / 1_000_000
+}
+
 mod shm;
 pub use shm::{env_or, shared_words};
 

@@ -18,6 +18,16 @@ CONFIG = {
 }
 
 
+# Tenants a, b and c share 90 evenly, with a horizon of 5 s and an idleness of 20 s: a
+# waiter asks again on its own only every 10 s, and a tenant that acted does not lend
+# for 20 s.
+THREE_EVEN = {"guaranteed": [{
+    "name": "tokens", "ceiling": 90, "fairness_unit": "cost",
+    "reclaim_horizon_ms": 5000, "idle_after_ms": 20_000,
+    "tenants": {"a": 1, "b": 1, "c": 1},
+}]}
+
+
 @pytest.fixture
 def tokens(name):
     t = fairshm.Table.create(name, CONFIG)
@@ -437,12 +447,7 @@ def test_acquire_timeout_sleeps_through_releases_that_cannot_serve_it(name):
     import threading
     import time
 
-    cfg = {"guaranteed": [{
-        "name": "tokens", "ceiling": 90, "fairness_unit": "cost",
-        "reclaim_horizon_ms": 5000, "idle_after_ms": 20_000,
-        "tenants": {"a": 1, "b": 1, "c": 1},
-    }]}
-    with fairshm.Table.create(name, cfg) as t:
+    with fairshm.Table.create(name, THREE_EVEN) as t:
         g = t.guaranteed("tokens")
         a = g.acquire("a", 30, 60_000)
         c_own = g.acquire("c", 30, 60_000)
@@ -489,12 +494,7 @@ def test_a_refused_waiter_passes_the_wake_to_one_that_fits(name, monkeypatch):
     from fairshm import _lib
     monkeypatch.setattr(_lib, "WAIT_SLICE_MS", 20_000)
 
-    cfg = {"guaranteed": [{
-        "name": "tokens", "ceiling": 90, "fairness_unit": "cost",
-        "reclaim_horizon_ms": 5000, "idle_after_ms": 20_000,
-        "tenants": {"a": 1, "b": 1, "c": 1},
-    }]}
-    with fairshm.Table.create(name, cfg) as t:
+    with fairshm.Table.create(name, THREE_EVEN) as t:
         g = t.guaranteed("tokens")
         for other in ("b", "c"):
             g.acquire(other, 1, 1000).release()  # active: not lendable for 20 s

@@ -31,6 +31,19 @@ class TestGuaranteed < Minitest::Test
     @table.guaranteed("tokens")
   end
 
+  # The pool anew, in the setup's name: 90 shared evenly by a, b and c, with a horizon
+  # of 5 s and an idleness of 20 s (a waiter asks again on its own only every 10 s, and
+  # a tenant that acted does not lend for 20 s).
+  def three_even_pool
+    @table.close
+    Fairshm::Table.unlink(@name)
+    g0 = CONFIG["guaranteed"][0].merge("ceiling" => 90, "reclaim_horizon_ms" => 5000,
+                                       "idle_after_ms" => 20_000,
+                                       "tenants" => { "a" => 1, "b" => 1, "c" => 1 })
+    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
+    @table.guaranteed("tokens")
+  end
+
   # Tenants as seed 001 writes them, a list of { id, weight } (symbol keys too), give
   # the pool the Hash gives; a wrong value is named by its key; a tenant named twice
   # (here "a" and :a, which JSON writes alike) is an error, not the last weight.
@@ -242,13 +255,7 @@ class TestGuaranteed < Minitest::Test
   # of its 50 ms slices (it asked 41 times before); the release of c's own lease wakes
   # it and serves it at once.
   def test_acquire_timeout_sleeps_through_releases_that_cannot_serve_it
-    @table.close
-    Fairshm::Table.unlink(@name)
-    g0 = CONFIG["guaranteed"][0].merge("ceiling" => 90, "reclaim_horizon_ms" => 5000,
-                                       "idle_after_ms" => 20_000,
-                                       "tenants" => { "a" => 1, "b" => 1, "c" => 1 })
-    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
-    g = @table.guaranteed("tokens")
+    g = three_even_pool
     a = g.acquire("a", 30, 60_000)
     c_own = g.acquire("c", 30, 60_000)
     g.release(g.acquire("b", 10, 1000)) # b is active: not lendable for 20 s
@@ -282,13 +289,7 @@ class TestGuaranteed < Minitest::Test
   # sleeps' slices are made longer than the test, so that each waiter stays where it
   # queued (a new slice queues again, behind the other).
   def test_a_refused_waiter_passes_the_wake_to_one_that_fits
-    @table.close
-    Fairshm::Table.unlink(@name)
-    g0 = CONFIG["guaranteed"][0].merge("ceiling" => 90, "reclaim_horizon_ms" => 5000,
-                                       "idle_after_ms" => 20_000,
-                                       "tenants" => { "a" => 1, "b" => 1, "c" => 1 })
-    @table = Fairshm::Table.create(@name, CONFIG.merge("guaranteed" => [g0]))
-    g = @table.guaranteed("tokens")
+    g = three_even_pool
     %w[b c].each { |other| g.release(g.acquire(other, 1, 1000)) } # active: not lendable
     held = Array.new(3) { g.acquire("a", 10, 60_000) }
     slice = Fairshm::WAIT_SLICE_MS
