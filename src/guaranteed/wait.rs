@@ -29,9 +29,13 @@ impl Engine {
     /// A long sleep is announced (`sleep_until_ms`) half `idle_after_ms` at a time, so
     /// that a waiter that leaves or dies keeps releases waking nobody for no longer.
     ///
-    /// Every release wakes it (it does not say who it is):
+    /// Any release may wake it (it does not say who it is):
     /// [`Engine::guaranteed_sleep_as`] sleeps through the releases that cannot serve
-    /// its request.
+    /// its request. A release wakes one waiter, which passes the wake on with its next
+    /// [`Engine::guaranteed_acquire`] of the pool on the same thread, granted or
+    /// refused (after the `guaranteed_wake_seen` before its ask on that thread): ask
+    /// again after every `true`, or a waiter behind this one waits for its own
+    /// retry-after.
     pub fn guaranteed_sleep(
         &self,
         pool: GPoolId,
