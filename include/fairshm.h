@@ -614,6 +614,17 @@ int32_t fairshm_guaranteed_wake_seen_as(const fairshm_table *t,
                                         uint32_t tenant,
                                         uint64_t *seen);
 
+// After a wait on guaranteed pool `pool` that ends without its next
+// `fairshm_guaranteed_acquire` (an exception or a cancel between the calls of a
+// caller's loop): passes on the wake that ended this thread's last sleep, if it owes
+// one (a release wakes one waiter, which passes the wake on with its next ask on the
+// same thread). Nothing if it owes none: a wait may call it whenever it ends, as the
+// bindings do.
+//
+// # Safety
+// `t` is null or an open table.
+int32_t fairshm_guaranteed_wait_end(const fairshm_table *t, uint32_t pool);
+
 // After a refused `fairshm_guaranteed_acquire`: sleeps until units come back to
 // guaranteed pool `pool` (a release or a reap since `fairshm_guaranteed_wake_seen`
 // gave `seen`, before the ask), `cancel` fires, a signal arrives, or `timeout_ms` has
@@ -626,8 +637,9 @@ int32_t fairshm_guaranteed_wake_seen_as(const fairshm_table *t,
 // serve the refused request. A release wakes one waiter, which passes the wake on
 // with its next `fairshm_guaranteed_acquire` on the same thread (granted or refused),
 // after a `fairshm_guaranteed_wake_seen` or `_wake_seen_as` on that thread: ask again
-// after every sleep that said `*woken` = 1, or a waiter behind this one waits for its
-// own retry-after.
+// after every sleep that said `*woken` = 1, or, ending the wait there, call
+// `fairshm_guaranteed_wait_end`; else a waiter behind this one waits for its own
+// retry-after.
 //
 // # Safety
 // `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;

@@ -381,6 +381,30 @@ pub unsafe extern "C" fn fairshm_guaranteed_wake_seen_as(
     }
 }
 
+/// After a wait on guaranteed pool `pool` that ends without its next
+/// `fairshm_guaranteed_acquire` (an exception or a cancel between the calls of a
+/// caller's loop): passes on the wake that ended this thread's last sleep, if it owes
+/// one (a release wakes one waiter, which passes the wake on with its next ask on the
+/// same thread). Nothing if it owes none: a wait may call it whenever it ends, as the
+/// bindings do.
+///
+/// # Safety
+/// `t` is null or an open table.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairshm_guaranteed_wait_end(t: *const fairshm_table, pool: u32) -> i32 {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let table = match unsafe { arg_table(t) } {
+            Ok(t) => t,
+            Err(rc) => return rc,
+        };
+        match table.engine().guaranteed_wait_end(GPoolId(pool)) {
+            Ok(()) => FAIRSHM_OK,
+            Err(e) => fail(e),
+        }
+    })
+}
+
 /// A guaranteed tenant handle as the engine takes it: one beyond u16 is beyond every
 /// pool's tenants, and u16::MAX (the engine's error names it) says so.
 fn g_tenant(tenant: u32) -> u16 {
@@ -428,8 +452,9 @@ unsafe fn put_seen<T>(
 /// serve the refused request. A release wakes one waiter, which passes the wake on
 /// with its next `fairshm_guaranteed_acquire` on the same thread (granted or refused),
 /// after a `fairshm_guaranteed_wake_seen` or `_wake_seen_as` on that thread: ask again
-/// after every sleep that said `*woken` = 1, or a waiter behind this one waits for its
-/// own retry-after.
+/// after every sleep that said `*woken` = 1, or, ending the wait there, call
+/// `fairshm_guaranteed_wait_end`; else a waiter behind this one waits for its own
+/// retry-after.
 ///
 /// # Safety
 /// `t` is null or an open table; `cancel` null or from `fairshm_cancel_new`, not freed;

@@ -138,10 +138,7 @@ impl Engine {
         let rules = self.guaranteed_rules(pool)?;
         // The ask after a wake passes it on, granted or refused, while units are free
         // for the waiters of the releases it woke for (`pass`).
-        super::pass::after_ask(self.seg(), pool.index(), |bits| {
-            super::shared::read(self.seg(), pool.index())
-                .is_ok_and(|(_, st)| super::pass::may_serve(&st, rules, bits, now))
-        });
+        self.guaranteed_pass_owed(pool, rules, now);
         Ok(match effect {
             Effect::Granted(grant) => GOutcome::Granted(GGrant {
                 id: GLeaseId {

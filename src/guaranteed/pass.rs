@@ -25,8 +25,10 @@
 //! What a thread passes is kept in a thread-local: the snapshot taken before its ask
 //! ([`before_ask`]), and whether a wake of the pool's word has ended its sleep since
 //! ([`woken`]). The C ABI's callers (the bindings) ask again through the engine after
-//! every wake, so the pass is made there ([`after_ask`]). A thread that asks on
-//! another pool between its wake and its ask passes nothing (none of the bindings'
+//! every wake, so the pass is made there ([`after_ask`]); a wait that ends without
+//! that ask (an exception between the calls of a binding's loop) makes it as it ends
+//! (`Engine::guaranteed_wait_end`, `fairshm_guaranteed_wait_end`). A thread that asks
+//! on another pool between its wake and its ask passes nothing (none of the bindings'
 //! waits do); the others are then served at their own retry-after, or at most half
 //! `idle_after_ms` later, when their sleep's announced part ends.
 

@@ -34,7 +34,8 @@ impl Engine {
     /// its request. A release wakes one waiter, which passes the wake on with its next
     /// [`Engine::guaranteed_acquire`] of the pool on the same thread, granted or
     /// refused (after the `guaranteed_wake_seen` before its ask on that thread): ask
-    /// again after every `true`, or a waiter behind this one waits for its own
+    /// again after every `true`, or, ending the wait there, call
+    /// [`Engine::guaranteed_wait_end`]; else a waiter behind this one waits for its own
     /// retry-after.
     pub fn guaranteed_sleep(
         &self,
@@ -76,6 +77,28 @@ impl Engine {
         let rules = self.guaranteed_tenant_checked(pool, tenant)?;
         let bits = waiters::waiter_bits(tenant, hold_ms, rules.horizon);
         self.guaranteed_sleep_bits(pool, seen, (tenant, bits), until, cancel)
+    }
+
+    /// After a wait on `pool` that ends without its next [`Engine::guaranteed_acquire`]
+    /// (an exception, or a cancel, between the calls of a binding's loop): passes on the
+    /// wake that ended this thread's last sleep, if it owes one (`guaranteed::pass`: a
+    /// release wakes one waiter, which passes the wake on with its next ask). Nothing
+    /// if it owes none, so a wait may call it whenever it ends.
+    pub fn guaranteed_wait_end(&self, pool: GPoolId) -> Result<()> {
+        let rules = self.guaranteed_rules(pool)?;
+        self.guaranteed_pass_owed(pool, rules, crate::clock::now_ms());
+        Ok(())
+    }
+
+    /// The pass this thread owes on `pool`, if any, made now: to the bits of the
+    /// releases since its snapshot, if the pool's state at `now` has units free for
+    /// them (`guaranteed::pass`). One thread-local read when nothing is owed.
+    pub(super) fn guaranteed_pass_owed(&self, pool: GPoolId, rules: &Rules, now: u64) {
+        let (seg, gp) = (self.seg(), pool.index());
+        super::pass::after_ask(seg, gp, |bits| {
+            super::shared::read(seg, gp)
+                .is_ok_and(|(_, st)| super::pass::may_serve(&st, rules, bits, now))
+        });
     }
 
     /// The rules of `pool`, with `tenant` checked to be one of its tenants.

@@ -251,6 +251,12 @@ int main(int argc, char **argv) {
   CHECK(fairshm_guaranteed_sleep_as(t, pool, a, 50, NULL, 0, NULL, NULL) ==
             FAIRSHM_E_INVALID_REQUEST,
         "a null cookie");
+  /* The end of a wait owes nothing here (its asks came after its wakes); a pool handle
+   * out of range and a null table are errors. */
+  CHECK(fairshm_guaranteed_wait_end(t, pool) == FAIRSHM_OK, "a wait's end: %s",
+        fairshm_last_error());
+  CHECK(fairshm_guaranteed_wait_end(t, 9) == FAIRSHM_E_INVALID_REQUEST, "pool handle 9");
+  CHECK(fairshm_guaranteed_wait_end(NULL, pool) != FAIRSHM_OK, "a null table");
   CHECK(fairshm_guaranteed_acquire(t, pool, a, 50, 50, FAIRSHM_NOW, &got, &r, NULL, 0) ==
             FAIRSHM_OK,
         "a's 50 again");

@@ -171,6 +171,7 @@ _sigs = {
         c_int32,
         [c_void_p, c_uint32, c_uint32, c_uint64, POINTER(c_uint64), c_uint64, c_void_p,
          POINTER(c_uint32)]),
+    "fairshm_guaranteed_wait_end": (c_int32, [c_void_p, c_uint32]),
     "fairshm_guaranteed_stats_json": (c_void_p, [c_void_p, c_uint32, c_uint64]),
 }
 for _name, (_res, _args) in _sigs.items():

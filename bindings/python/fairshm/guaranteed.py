@@ -190,36 +190,43 @@ class Guaranteed:
             self._keep_asking_ms = max(1, self.stats(0)["stats"]["idle_after_ms"] // 2)
         seen, woken = c_uint64(), c_uint32()
         handle = self._tenant(tenant)
-        while True:
-            # The pool's wake word (and the count of releases for this tenant's waiters)
-            # before the ask: a release after it that may serve it ends the sleep.
-            rc = lib.fairshm_guaranteed_wake_seen_as(self._table._h, self._id, handle,
-                                                     byref(seen))
-            if rc:
-                self._table._fail(rc)
-            try:
-                return self.acquire(tenant, cost, hold_ms)
-            except GuaranteedRefused as r:
-                left = deadline - time.monotonic()
-                hopeless = r.reason == "hold_exceeds_reclaim_horizon" and r.retry_after_ms is None
-                if left <= 0 or hopeless or (cancel is not None and cancel.is_cancelled()):
-                    raise
-                keep = self._keep_asking_ms
-                wait = min(max(r.retry_after_ms if r.retry_after_ms is not None else keep, 1), keep)
-                until = time.monotonic() + min(wait / 1000.0, left)
-                while True:
-                    ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
-                    # As tenant's waiter: a release that cannot serve it does not wake
-                    # it, and `seen` moves past it for the next slice.
-                    rc = lib.fairshm_guaranteed_sleep_as(self._table._h, self._id, handle,
-                                                         hold_ms, byref(seen), ms, c,
-                                                         byref(woken))
-                    if rc:
-                        self._table._fail(rc)
-                    if woken.value or time.monotonic() >= until:
-                        break
-                    if cancel is not None and cancel.is_cancelled():
-                        break  # one more ask: a grant is kept, a refusal raised
+        try:
+            while True:
+                # The pool's wake word (and the count of releases for this tenant's waiters)
+                # before the ask: a release after it that may serve it ends the sleep.
+                rc = lib.fairshm_guaranteed_wake_seen_as(self._table._h, self._id, handle,
+                                                         byref(seen))
+                if rc:
+                    self._table._fail(rc)
+                try:
+                    return self.acquire(tenant, cost, hold_ms)
+                except GuaranteedRefused as r:
+                    left = deadline - time.monotonic()
+                    hopeless = r.reason == "hold_exceeds_reclaim_horizon" and r.retry_after_ms is None
+                    if left <= 0 or hopeless or (cancel is not None and cancel.is_cancelled()):
+                        raise
+                    keep = self._keep_asking_ms
+                    wait = min(max(r.retry_after_ms if r.retry_after_ms is not None else keep, 1), keep)
+                    until = time.monotonic() + min(wait / 1000.0, left)
+                    while True:
+                        ms = max(0, min(_lib.WAIT_SLICE_MS, int((until - time.monotonic()) * 1000) + 1))
+                        # As tenant's waiter: a release that cannot serve it does not wake
+                        # it, and `seen` moves past it for the next slice.
+                        rc = lib.fairshm_guaranteed_sleep_as(self._table._h, self._id, handle,
+                                                             hold_ms, byref(seen), ms, c,
+                                                             byref(woken))
+                        if rc:
+                            self._table._fail(rc)
+                        if woken.value or time.monotonic() >= until:
+                            break
+                        if cancel is not None and cancel.is_cancelled():
+                            break  # one more ask: a grant is kept, a refusal raised
+        finally:
+            # A release wakes one waiter, which passes the wake on with its next ask;
+            # a wait that ends without it (an exception between the calls) passes it
+            # here. Nothing if none is owed.
+            if self._table._h:
+                lib.fairshm_guaranteed_wait_end(self._table._h, self._id)
 
     def release(self, lease_id, now_ms=None):
         _check("lease_id", lease_id, _U64)

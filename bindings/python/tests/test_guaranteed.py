@@ -482,58 +482,118 @@ def test_acquire_timeout_sleeps_through_releases_that_cannot_serve_it(name):
         a.release()
 
 
+class BehindA:
+    """A's whole guarantee held in three leases of 10 (b and c have acted, so they
+    lend nothing for 20 s), and the sleeps' slices made longer than a test, so that
+    each waiter stays where it queued (a new slice queues again, behind the others)."""
+
+    def __init__(self, t, monkeypatch):
+        from fairshm import _lib
+        monkeypatch.setattr(_lib, "WAIT_SLICE_MS", 20_000)
+        self.g = t.guaranteed("tokens")
+        for other in ("b", "c"):
+            self.g.acquire(other, 1, 1000).release()
+        self.held = [self.g.acquire("a", 10, 60_000) for _ in range(3)]
+
+    def refusals(self):
+        tenants = self.g.stats()["stats"]["tenants"]
+        return next(x for x in tenants if x["name"] == "a")["refusals"]
+
+    def asleep(self, n):
+        """Waits until a has been refused n times, then a while more (its last waiter
+        sleeps at once after its refusal)."""
+        import time
+        deadline = time.monotonic() + 30
+        while self.refusals() < n:
+            assert time.monotonic() < deadline, "a waiter never asked"
+            time.sleep(0.001)
+        assert self.refusals() == n
+        time.sleep(0.15)
+
+
 def test_a_refused_waiter_passes_the_wake_to_one_that_fits(name, monkeypatch):
     # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
     # next ask, through this binding's loop, passes the wake on to the waiter behind it
-    # (a's, for 10), which is served at once, not at its own next ask 10 s away. The
-    # sleeps' slices are made longer than the test, so that each waiter stays where it
-    # queued (a new slice queues again, behind the other).
+    # (a's, for 10), which is served at once, not at its own next ask 10 s away.
     import threading
     import time
 
-    from fairshm import _lib
-    monkeypatch.setattr(_lib, "WAIT_SLICE_MS", 20_000)
-
     with fairshm.Table.create(name, THREE_EVEN) as t:
-        g = t.guaranteed("tokens")
-        for other in ("b", "c"):
-            g.acquire(other, 1, 1000).release()  # active: not lendable for 20 s
-        held = [g.acquire("a", 10, 60_000) for _ in range(3)]
-
-        def refusals():
-            tenants = g.stats()["stats"]["tenants"]
-            return next(x for x in tenants if x["name"] == "a")["refusals"]
-
-        def asleep(n):
-            deadline = time.monotonic() + 30
-            while refusals() < n:
-                assert time.monotonic() < deadline, "a waiter never asked"
-                time.sleep(0.001)
-            assert refusals() == n
-            time.sleep(0.15)
-
+        a = BehindA(t, monkeypatch)
+        g = a.g
         got = {}
         big = threading.Thread(target=lambda: got.update(big=g.acquire_timeout("a", 20, 100, 30)))
         big.start()
-        asleep(1)
+        a.asleep(1)
         small = threading.Thread(target=lambda: got.update(
             small=(g.acquire_timeout("a", 10, 100, 30), time.monotonic())))
         small.start()
-        asleep(2)
+        a.asleep(2)
         released = time.monotonic()
-        held.pop().release()
+        a.held.pop().release()
         small.join(30)
         assert not small.is_alive()
         lease, back = got["small"]
         assert back - released < 1.0, back - released
-        assert refusals() == 3, "the big waiter asked once more, for the wake it passed on"
+        assert a.refusals() == 3, "the big waiter asked once more, for the wake it passed on"
         assert big.is_alive()
         lease.release()
-        held.pop().release()  # 20 free: the big waiter's turn
+        a.held.pop().release()  # 20 free: the big waiter's turn
         big.join(30)
         assert not big.is_alive()
         got["big"].release()
-        for lease in held:
+        for lease in a.held:
+            lease.release()
+
+
+def test_a_wait_ended_between_its_wake_and_its_ask_passes_the_wake_on(name, monkeypatch):
+    # The waiter a release wakes (a's, for 20) ends its wait before its next ask (an
+    # exception there, as a Ctrl-C between the calls would raise): the wait's end
+    # passes the wake on, and the waiter behind it (a's, for 10) is served at once, not
+    # at its own next ask 10 s away.
+    import threading
+    import time
+
+    with fairshm.Table.create(name, THREE_EVEN) as t:
+        a = BehindA(t, monkeypatch)
+        g = a.g
+        gb = t.guaranteed("tokens")  # the first waiter's, whose second ask is cut off
+        asks = []
+        real = gb.acquire
+
+        def cut_off(*args, **kwargs):
+            asks.append(args)
+            if len(asks) == 2:
+                raise RuntimeError("interrupted before its ask")
+            return real(*args, **kwargs)
+
+        gb.acquire = cut_off
+        got = {}
+
+        def first():
+            try:
+                gb.acquire_timeout("a", 20, 100, 30)
+            except RuntimeError as e:
+                got["first"] = str(e)
+
+        big = threading.Thread(target=first)
+        big.start()
+        a.asleep(1)
+        small = threading.Thread(target=lambda: got.update(
+            small=(g.acquire_timeout("a", 10, 100, 30), time.monotonic())))
+        small.start()
+        a.asleep(2)
+        released = time.monotonic()
+        a.held.pop().release()
+        small.join(30)
+        big.join(30)
+        assert not small.is_alive() and not big.is_alive()
+        assert got["first"] == "interrupted before its ask"
+        lease, back = got["small"]
+        assert back - released < 1.0, back - released
+        assert a.refusals() == 2, "the first waiter never asked again"
+        lease.release()
+        for lease in a.held:
             lease.release()
 
 

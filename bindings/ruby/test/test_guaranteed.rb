@@ -283,47 +283,97 @@ class TestGuaranteed < Minitest::Test
     g.release(a)
   end
 
-  # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
-  # next ask, through this binding's loop, passes the wake on to the waiter behind it
-  # (a's, for 10), which is served at once, not at its own next ask 10 s away. The
-  # sleeps' slices are made longer than the test, so that each waiter stays where it
-  # queued (a new slice queues again, behind the other).
-  def test_a_refused_waiter_passes_the_wake_to_one_that_fits
+  # A's whole guarantee held in three leases of 10 (b and c have acted, so they lend
+  # nothing for 20 s), and the sleeps' slices made longer than a test, so that each
+  # waiter stays where it queued (a new slice queues again, behind the others): yields
+  # the pool and the leases, and puts the slices back.
+  def behind_a
     g = three_even_pool
-    %w[b c].each { |other| g.release(g.acquire(other, 1, 1000)) } # active: not lendable
+    %w[b c].each { |other| g.release(g.acquire(other, 1, 1000)) }
     held = Array.new(3) { g.acquire("a", 10, 60_000) }
     slice = Fairshm::WAIT_SLICE_MS
     Fairshm.send(:remove_const, :WAIT_SLICE_MS)
     Fairshm.const_set(:WAIT_SLICE_MS, 20_000)
-    refusals = -> { g.stats["stats"]["tenants"].find { |x| x["name"] == "a" }["refusals"] }
-    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
-    asleep = lambda do |n|
-      deadline = clock.call + 30
-      while refusals.call < n
-        assert_operator clock.call, :<, deadline, "a waiter never asked"
-        sleep 0.001
-      end
-      assert_equal n, refusals.call
-      sleep 0.15
-    end
-    big = Thread.new { g.acquire_timeout("a", 20, 100, 30) }
-    asleep.call(1)
-    small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock.call] }
-    asleep.call(2)
-    released = clock.call
-    g.release(held.pop)
-    lease, back = small.join(30)&.value
-    assert_operator back - released, :<, 1.0
-    assert_equal 3, refusals.call, "the big waiter asked once more, for the wake it passed on"
-    assert big.alive?
-    g.release(lease)
-    g.release(held.pop) # 20 free: the big waiter's turn
-    g.release(big.join(30)&.value)
-    held.each { |l| g.release(l) }
+    yield g, held
   ensure
     if slice
       Fairshm.send(:remove_const, :WAIT_SLICE_MS)
       Fairshm.const_set(:WAIT_SLICE_MS, slice)
+    end
+  end
+
+  def a_refusals(g)
+    g.stats["stats"]["tenants"].find { |x| x["name"] == "a" }["refusals"]
+  end
+
+  def clock
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  # Waits until a has been refused n times, then a while more (its last waiter sleeps
+  # at once after its refusal).
+  def a_asleep(g, n)
+    deadline = clock + 30
+    while a_refusals(g) < n
+      assert_operator clock, :<, deadline, "a waiter never asked"
+      sleep 0.001
+    end
+    assert_equal n, a_refusals(g)
+    sleep 0.15
+  end
+
+  # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
+  # next ask, through this binding's loop, passes the wake on to the waiter behind it
+  # (a's, for 10), which is served at once, not at its own next ask 10 s away.
+  def test_a_refused_waiter_passes_the_wake_to_one_that_fits
+    behind_a do |g, held|
+      big = Thread.new { g.acquire_timeout("a", 20, 100, 30) }
+      a_asleep(g, 1)
+      small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock] }
+      a_asleep(g, 2)
+      released = clock
+      g.release(held.pop)
+      lease, back = small.join(30)&.value
+      assert_operator back - released, :<, 1.0
+      assert_equal 3, a_refusals(g), "the big waiter asked once more, for the wake it passed on"
+      assert big.alive?
+      g.release(lease)
+      g.release(held.pop) # 20 free: the big waiter's turn
+      g.release(big.join(30)&.value)
+      held.each { |l| g.release(l) }
+    end
+  end
+
+  # The waiter a release wakes (a's, for 20) ends its wait before its next ask (an
+  # exception there, as Thread#raise between the calls would raise): the wait's end
+  # passes the wake on, and the waiter behind it (a's, for 10) is served at once, not
+  # at its own next ask 10 s away.
+  def test_a_wait_ended_between_its_wake_and_its_ask_passes_the_wake_on
+    behind_a do |g, held|
+      gb = @table.guaranteed("tokens") # the first waiter's, whose second ask is cut off
+      asks = 0
+      gb.define_singleton_method(:acquire) do |*args, **kw|
+        asks += 1
+        raise "interrupted before its ask" if asks == 2
+
+        super(*args, **kw)
+      end
+      first = Thread.new do
+        gb.acquire_timeout("a", 20, 100, 30)
+      rescue RuntimeError => e
+        e.message
+      end
+      a_asleep(g, 1)
+      small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock] }
+      a_asleep(g, 2)
+      released = clock
+      g.release(held.pop)
+      lease, back = small.join(30)&.value
+      assert_equal "interrupted before its ask", first.join(30)&.value
+      assert_operator back - released, :<, 1.0
+      assert_equal 2, a_refusals(g), "the first waiter never asked again"
+      g.release(lease)
+      held.each { |l| g.release(l) }
     end
   end
 

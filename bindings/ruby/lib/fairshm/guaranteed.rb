@@ -98,20 +98,27 @@ module Fairshm
       woken = Fiddle::Pointer.malloc(4, Fiddle::RUBY_FREE)
       handle = tenant(tenant_name)
       id = begin
-        # The pool's wake word (and the count of releases for this tenant's waiters)
-        # before the ask: a release after it that may serve it ends the sleep.
-        rc = Native::G_WAKE_SEEN_AS.call(@table.handle, @id, handle, seen)
-        @table.raise_for(rc) unless rc.zero?
-        acquire(tenant_name, cost, hold_ms)
-      rescue GuaranteedRefused => e
-        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        raise if left <= 0 || (e.reason == "hold_exceeds_reclaim_horizon" && e.retry_after_ms.nil?)
-        raise if cancel&.cancelled?
+        begin
+          # The pool's wake word (and the count of releases for this tenant's waiters)
+          # before the ask: a release after it that may serve it ends the sleep.
+          rc = Native::G_WAKE_SEEN_AS.call(@table.handle, @id, handle, seen)
+          @table.raise_for(rc) unless rc.zero?
+          acquire(tenant_name, cost, hold_ms)
+        rescue GuaranteedRefused => e
+          left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          raise if left <= 0 || (e.reason == "hold_exceeds_reclaim_horizon" && e.retry_after_ms.nil?)
+          raise if cancel&.cancelled?
 
-        wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
-        sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min,
-                          cancel, handle, hold_ms)
-        retry
+          wait = (e.retry_after_ms || @keep_asking_ms).clamp(1, @keep_asking_ms)
+          sleep_until_freed(seen, woken, Process.clock_gettime(Process::CLOCK_MONOTONIC) + [wait / 1000.0, left].min,
+                            cancel, handle, hold_ms)
+          retry
+        end
+      ensure
+        # A release wakes one waiter, which passes the wake on with its next ask; a wait
+        # that ends without it (Thread#raise, Timeout, Ctrl-C between the calls) passes
+        # it here. Nothing if none is owed.
+        Native::G_WAIT_END.call(@table.handle, @id) unless @table.closed?
       end
       block ? held(id, &block) : id
     end

@@ -84,6 +84,7 @@ module Fairshm
     G_RELEASE = fn("fairshm_guaranteed_release", [P, U64, U64], I32)
     G_WAKE_SEEN_AS = fn("fairshm_guaranteed_wake_seen_as", [P, U32, U32, P], I32)
     G_SLEEP_AS = fn("fairshm_guaranteed_sleep_as", [P, U32, U32, U64, P, U64, P, P], I32, need_gvl: false)
+    G_WAIT_END = fn("fairshm_guaranteed_wait_end", [P, U32], I32)
     G_STATS_JSON = fn("fairshm_guaranteed_stats_json", [P, U32, U64], P)
 
     # fairshm_guaranteed_refusal: reason, has_retry_after, then u64s, n_blocking,
