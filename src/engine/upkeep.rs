@@ -154,7 +154,12 @@ impl Engine {
             // forgotten and every waiter woken: each asks again (a reset state holds
             // nothing, so it may be served now) and announces itself anew.
             crate::guaranteed::waiters::forget(&self.seg, gp);
-            crate::waiting::guaranteed_wake(&self.seg, gp, crate::guaranteed::waiters::EVERY_BIT);
+            crate::waiting::guaranteed_wake(
+                &self.seg,
+                gp,
+                crate::guaranteed::waiters::EVERY_BIT,
+                u32::MAX,
+            );
             let (_, st) = shared::read(&self.seg, gp)?;
             let procs = self.seg.geometry().procs;
             for l in &st.leases {

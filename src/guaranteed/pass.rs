@@ -107,6 +107,13 @@ fn moved_since(k: usize, now: Snap) -> u32 {
     }
 }
 
+/// Whether this thread owes a pass on some pool: one thread-local word, all that an
+/// ask pays when it owes none (the caller then skips [`after_ask`]).
+#[inline]
+pub fn owes_any() -> bool {
+    WOKEN.try_with(Cell::get).unwrap_or(0) != 0
+}
+
 /// Before an ask on pool `gp` that may end in a sleep: this thread's snapshot, unless
 /// a wake ended its sleep on this pool since the last one (then the ask is the one
 /// after that wake, and the pass is measured from before the sleep).
@@ -132,28 +139,24 @@ pub fn woken<R: Region>(r: &R, gp: usize) {
 pub fn not_for_me<R: Region>(r: &R, gp: usize) {
     let bits = moved_since(key(r.g_head_rec(gp)), snap(r, gp));
     if bits != 0 {
-        crate::waiting::guaranteed_pass(r, gp, bits);
+        crate::waiting::guaranteed_wake(r, gp, bits, 1);
     }
 }
 
 /// After this thread's ask on pool `gp` (granted or refused): if a wake ended its
 /// sleep before it, passes one wake on to the bits of the releases since its snapshot,
 /// when `serves(bits)` (the state after the ask, [`may_serve`]) says units are free for
-/// them. Costs one thread-local read when no wake is owed.
-#[inline]
+/// them. Called only when [`owes_any`].
+#[cold]
 pub fn after_ask<R: Region>(r: &R, gp: usize, serves: impl FnOnce(u32) -> bool) {
-    let owed = WOKEN.try_with(Cell::get).unwrap_or(0);
-    if owed == 0 {
-        return;
-    }
     let k = key(r.g_head_rec(gp));
-    if owed != k {
+    if WOKEN.try_with(Cell::get).ok() != Some(k) {
         return;
     }
     let _ = WOKEN.try_with(|w| w.set(0));
     let bits = moved_since(k, snap(r, gp));
     if bits != 0 && serves(bits) {
-        crate::waiting::guaranteed_pass(r, gp, bits);
+        crate::waiting::guaranteed_wake(r, gp, bits, 1);
     }
 }
 

@@ -93,7 +93,11 @@ impl Engine {
     /// The pass this thread owes on `pool`, if any, made now: to the bits of the
     /// releases since its snapshot, if the pool's state at `now` has units free for
     /// them (`guaranteed::pass`). One thread-local read when nothing is owed.
+    #[inline]
     pub(super) fn guaranteed_pass_owed(&self, pool: GPoolId, rules: &Rules, now: u64) {
+        if !super::pass::owes_any() {
+            return;
+        }
         let (seg, gp) = (self.seg(), pool.index());
         super::pass::after_ask(seg, gp, |bits| {
             super::shared::read(seg, gp)
@@ -212,8 +216,7 @@ impl Engine {
         // demand never lapses: the sleep's own announcement step.
         let keep_asking = waiters::announce_step_ms(seg, gp);
         loop {
-            super::pass::before_ask(seg, gp);
-            let mut seen = waiters::seen_as(seg, gp, tenant);
+            let mut seen = self.guaranteed_wake_seen_as(pool, tenant)?;
             let refusal = match self.guaranteed_acquire(
                 pool,
                 tenant,

@@ -337,22 +337,17 @@ fn wake_bits(word: *mut u32, n: u32, bits: u32) -> u32 {
 /// on (`guaranteed::pass`); a reap wakes every one.
 pub fn guaranteed_freed<R: crate::region::Region>(r: &R, gp: usize, bits: u32, n: u32) {
     if crate::guaranteed::waiters::after_freeing(r, gp, bits, crate::clock::now_ms) {
-        wake_bits(r.g_head_rec(gp).wake.as_ptr(), n, bits);
+        guaranteed_wake(r, gp, bits, n);
     }
 }
 
-/// Wakes every waiter asleep on guaranteed pool `gp`'s wake word (bumped by the caller)
-/// whose bits share one with `bits`: `FUTEX_WAKE_BITSET` (a sleeper on `futex_waitv`
-/// matches every bitset).
-pub fn guaranteed_wake<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
-    wake_bits(r.g_head_rec(gp).wake.as_ptr(), u32::MAX, bits);
-}
-
-/// Passes a wake on (`guaranteed::pass`): wakes the one waiter asleep on guaranteed
-/// pool `gp`'s wake word that queued first among those whose bits share one with
-/// `bits`. Bumps nothing: the woken waiter's ask reads what the releases published.
-pub fn guaranteed_pass<R: crate::region::Region>(r: &R, gp: usize, bits: u32) {
-    wake_bits(r.g_head_rec(gp).wake.as_ptr(), 1, bits);
+/// Wakes up to `n` of the waiters asleep on guaranteed pool `gp`'s wake word whose
+/// bits share one with `bits`, those that queued first: `FUTEX_WAKE_BITSET` (a sleeper
+/// on `futex_waitv` matches every bitset). Bumps nothing: a reset's caller bumped the
+/// word before, and a pass (`guaranteed::pass`, `n` = 1) needs no bump, the woken
+/// waiter's ask reading what the releases published.
+pub fn guaranteed_wake<R: crate::region::Region>(r: &R, gp: usize, bits: u32, n: u32) {
+    wake_bits(r.g_head_rec(gp).wake.as_ptr(), n, bits);
 }
 
 /// Sleeps on guaranteed pool `gp`'s wake word while it holds `seen` (what

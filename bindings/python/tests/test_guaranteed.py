@@ -510,37 +510,50 @@ class BehindA:
         assert self.refusals() == n
         time.sleep(0.15)
 
+    def release_behind(self, first):
+        """Starts `first` (a thread's target: a's waiter that queues first), then a
+        waiter of a for 10 behind it, and releases one of a's leases once both sleep.
+        Returns the second waiter's lease and how long after the release it had it."""
+        import threading
+        import time
+        got = {}
+        threading.Thread(target=first).start()
+        self.asleep(1)
+        small = threading.Thread(target=lambda: got.update(
+            small=(self.g.acquire_timeout("a", 10, 100, 30), time.monotonic())))
+        small.start()
+        self.asleep(2)
+        released = time.monotonic()
+        self.held.pop().release()
+        small.join(30)
+        assert not small.is_alive()
+        lease, back = got["small"]
+        return lease, back - released
+
 
 def test_a_refused_waiter_passes_the_wake_to_one_that_fits(name, monkeypatch):
     # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
     # next ask, through this binding's loop, passes the wake on to the waiter behind it
     # (a's, for 10), which is served at once, not at its own next ask 10 s away.
     import threading
-    import time
 
     with fairshm.Table.create(name, THREE_EVEN) as t:
         a = BehindA(t, monkeypatch)
         g = a.g
         got = {}
-        big = threading.Thread(target=lambda: got.update(big=g.acquire_timeout("a", 20, 100, 30)))
-        big.start()
-        a.asleep(1)
-        small = threading.Thread(target=lambda: got.update(
-            small=(g.acquire_timeout("a", 10, 100, 30), time.monotonic())))
-        small.start()
-        a.asleep(2)
-        released = time.monotonic()
-        a.held.pop().release()
-        small.join(30)
-        assert not small.is_alive()
-        lease, back = got["small"]
-        assert back - released < 1.0, back - released
+        big_done = threading.Event()
+
+        def big():
+            got.update(big=g.acquire_timeout("a", 20, 100, 30))
+            big_done.set()
+
+        lease, took = a.release_behind(big)
+        assert took < 1.0, took
         assert a.refusals() == 3, "the big waiter asked once more, for the wake it passed on"
-        assert big.is_alive()
+        assert not big_done.is_set()
         lease.release()
         a.held.pop().release()  # 20 free: the big waiter's turn
-        big.join(30)
-        assert not big.is_alive()
+        assert big_done.wait(30)
         got["big"].release()
         for lease in a.held:
             lease.release()
@@ -551,12 +564,10 @@ def test_a_wait_ended_between_its_wake_and_its_ask_passes_the_wake_on(name, monk
     # exception there, as a Ctrl-C between the calls would raise): the wait's end
     # passes the wake on, and the waiter behind it (a's, for 10) is served at once, not
     # at its own next ask 10 s away.
-    import threading
-    import time
+    import queue
 
     with fairshm.Table.create(name, THREE_EVEN) as t:
         a = BehindA(t, monkeypatch)
-        g = a.g
         gb = t.guaranteed("tokens")  # the first waiter's, whose second ask is cut off
         asks = []
         real = gb.acquire
@@ -568,29 +579,17 @@ def test_a_wait_ended_between_its_wake_and_its_ask_passes_the_wake_on(name, monk
             return real(*args, **kwargs)
 
         gb.acquire = cut_off
-        got = {}
+        ended = queue.Queue()
 
         def first():
             try:
                 gb.acquire_timeout("a", 20, 100, 30)
             except RuntimeError as e:
-                got["first"] = str(e)
+                ended.put(str(e))
 
-        big = threading.Thread(target=first)
-        big.start()
-        a.asleep(1)
-        small = threading.Thread(target=lambda: got.update(
-            small=(g.acquire_timeout("a", 10, 100, 30), time.monotonic())))
-        small.start()
-        a.asleep(2)
-        released = time.monotonic()
-        a.held.pop().release()
-        small.join(30)
-        big.join(30)
-        assert not small.is_alive() and not big.is_alive()
-        assert got["first"] == "interrupted before its ask"
-        lease, back = got["small"]
-        assert back - released < 1.0, back - released
+        lease, took = a.release_behind(first)
+        assert ended.get(timeout=30) == "interrupted before its ask"
+        assert took < 1.0, took
         assert a.refusals() == 2, "the first waiter never asked again"
         lease.release()
         for lease in a.held:

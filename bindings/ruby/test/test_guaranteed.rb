@@ -322,19 +322,27 @@ class TestGuaranteed < Minitest::Test
     sleep 0.15
   end
 
+  # Once the caller's waiter of a (started before) sleeps, starts a waiter of a for 10
+  # behind it, and releases one of +held+ once both sleep. Returns the second waiter's
+  # lease and how long after the release it had it.
+  def release_behind(g, held)
+    a_asleep(g, 1)
+    small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock] }
+    a_asleep(g, 2)
+    released = clock
+    g.release(held.pop)
+    lease, back = small.join(30)&.value
+    [lease, back - released]
+  end
+
   # A release wakes one waiter, the one that slept first (a's, for 20); refused, its
   # next ask, through this binding's loop, passes the wake on to the waiter behind it
   # (a's, for 10), which is served at once, not at its own next ask 10 s away.
   def test_a_refused_waiter_passes_the_wake_to_one_that_fits
     behind_a do |g, held|
       big = Thread.new { g.acquire_timeout("a", 20, 100, 30) }
-      a_asleep(g, 1)
-      small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock] }
-      a_asleep(g, 2)
-      released = clock
-      g.release(held.pop)
-      lease, back = small.join(30)&.value
-      assert_operator back - released, :<, 1.0
+      lease, took = release_behind(g, held)
+      assert_operator took, :<, 1.0
       assert_equal 3, a_refusals(g), "the big waiter asked once more, for the wake it passed on"
       assert big.alive?
       g.release(lease)
@@ -363,14 +371,9 @@ class TestGuaranteed < Minitest::Test
       rescue RuntimeError => e
         e.message
       end
-      a_asleep(g, 1)
-      small = Thread.new { [g.acquire_timeout("a", 10, 100, 30), clock] }
-      a_asleep(g, 2)
-      released = clock
-      g.release(held.pop)
-      lease, back = small.join(30)&.value
+      lease, took = release_behind(g, held)
       assert_equal "interrupted before its ask", first.join(30)&.value
-      assert_operator back - released, :<, 1.0
+      assert_operator took, :<, 1.0
       assert_equal 2, a_refusals(g), "the first waiter never asked again"
       g.release(lease)
       held.each { |l| g.release(l) }
