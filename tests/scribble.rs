@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Children, Seg, fork_child};
 use fairshm::layout::op_word;
 use fairshm::region::Region;
-use fairshm::{Config, PoolConfig, Request, Table};
+use fairshm::{Config, FairnessUnit, GuaranteedConfig, PoolConfig, Request, Table};
 
 const WORKERS: usize = 3;
 /// The bound on one call here: `try_acquire`'s own (a tenant slot stuck writing:
@@ -39,52 +39,163 @@ fn cfg() -> Config {
 }
 
 /// Shared counters: [0] calls, [1] calls past the bound, [2] slowest call (us),
-/// [3] grants, [4] scribbles, [8 + code] errors by code.
+/// [3] grants, [4] scribbles, [8 + code] errors by code (`ERROR_CODES` of them).
 const CALLS: usize = 0;
 const PAST: usize = 1;
 const SLOWEST: usize = 2;
 const GRANTS: usize = 3;
 const SCRIBBLES: usize = 4;
 const ERRORS: usize = 8;
+/// Error codes counted (`Error::code`; a higher one counts in the last).
+const ERROR_CODES: usize = 32;
 
-fn worker(name: &str, seed: u64, until: Instant, c: &'static [AtomicU64]) -> i32 {
+/// What the workers ask for: the fair-share pools alone, or also a guaranteed pool
+/// (seed 001) and a residents pool that evicts (seed 000), whose regions the scribbler
+/// then aims half its writes at.
+#[derive(Clone, Copy)]
+enum Mix {
+    FairShare,
+    Policies,
+}
+
+/// Counts error `e` by its code (the first of each code is printed).
+fn count_error(c: &[AtomicU64], e: &fairshm::Error) {
+    let slot = ERRORS + (e.code() as usize).min(ERROR_CODES - 1);
+    if c[slot].fetch_add(1, SeqCst) == 0 {
+        eprintln!("first {}: {e}", e.kind());
+    }
+}
+
+/// Runs one call (`call`) and counts it, its time, and whether it passed the bound.
+fn timed(c: &[AtomicU64], call: impl FnOnce()) {
+    let t0 = Instant::now();
+    call();
+    let took = t0.elapsed();
+    c[CALLS].fetch_add(1, SeqCst);
+    c[SLOWEST].fetch_max(took.as_micros() as u64, SeqCst);
+    if took > BOUND {
+        c[PAST].fetch_add(1, SeqCst);
+    }
+}
+
+/// A try of `req`, or, one in seven (by `x`), a 20 ms blocking acquire; a refusal is
+/// `None`.
+fn ask<'t>(t: &'t Table, req: &Request, x: u64) -> fairshm::Result<Option<fairshm::Lease<'t>>> {
+    if x % 7 == 0 {
+        t.acquire(req, Duration::from_millis(20)).map(|r| r.ok())
+    } else {
+        t.try_acquire(req).map(|r| r.ok())
+    }
+}
+
+/// One fair-share call: a try (or, one in seven, a 20 ms blocking acquire) of 1 or 2
+/// units for one of six tenants, released at once.
+fn fair_share_call(t: &Table, x: u64, c: &[AtomicU64]) {
+    let pool = ["requests", "flights"][(x % 2) as usize];
+    let tenant = format!("t{}", (x >> 8) % 6);
+    let req = Request::new(pool, &tenant).units(1 + ((x >> 16) % 2) as u32);
+    match ask(t, &req, x) {
+        Ok(Some(lease)) => {
+            c[GRANTS].fetch_add(1, SeqCst);
+            if let Err(e) = lease.release() {
+                count_error(c, &e);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => count_error(c, &e),
+    }
+}
+
+/// One call on the guaranteed pool: an ask of 1 to 25 units for one of its three
+/// tenants, holding 10 to 79 ms (so some may not borrow), on the library's clock (or,
+/// one in five, a 20 ms wait), released at once when granted.
+fn guaranteed_call(t: &Table, x: u64, c: &[AtomicU64]) {
+    let g = match t.guaranteed("tokens") {
+        Ok(g) => g,
+        Err(e) => return count_error(c, &e),
+    };
+    let tenant = ["g0", "g1", "g2"][((x >> 8) % 3) as usize];
+    let (cost, hold) = (1 + (x >> 16) % 25, 10 + (x >> 24) % 70);
+    let res = if x % 5 == 0 {
+        g.acquire_timeout(tenant, cost, hold, Duration::from_millis(20))
+    } else {
+        g.acquire(tenant, cost, hold, fairshm::clock::now_ms())
+    };
+    match res {
+        Ok(Ok(grant)) => {
+            c[GRANTS].fetch_add(1, SeqCst);
+            if let Err(e) = g.release(grant.id, fairshm::clock::now_ms()) {
+                count_error(c, &e);
+            }
+        }
+        Ok(Err(_refused)) => {}
+        Err(e) => count_error(c, &e),
+    }
+}
+
+/// One step on the residents pool, keeping up to two residents between steps: spawn
+/// one (a try, or one in seven a 20 ms blocking acquire, which may evict), run a call
+/// on one (a revoked one, or one whose call errs, is released), or release one.
+fn resident_step<'t>(t: &'t Table, x: u64, held: &mut Vec<fairshm::Lease<'t>>, c: &[AtomicU64]) {
+    let release = |lease: fairshm::Lease<'t>| {
+        if let Err(e) = lease.release() {
+            count_error(c, &e);
+        }
+    };
+    if held.len() < 2 && (held.is_empty() || x % 3 == 0) {
+        let tenant = format!("r{}", (x >> 8) % 3);
+        let req = Request::new("residents", &tenant);
+        match ask(t, &req, x) {
+            Ok(Some(lease)) => {
+                c[GRANTS].fetch_add(1, SeqCst);
+                held.push(lease);
+            }
+            Ok(None) => {}
+            Err(e) => count_error(c, &e),
+        }
+        return;
+    }
+    let k = (x >> 16) as usize % held.len();
+    if x % 5 == 0 {
+        return release(held.swap_remove(k));
+    }
+    match held[k].begin_call() {
+        Ok(()) => {
+            if let Err(e) = held[k].end_call() {
+                count_error(c, &e);
+                release(held.swap_remove(k));
+            }
+        }
+        // Evicted to make room: the object goes to sleep and its lease is released.
+        Err(fairshm::Error::Revoked { .. }) => release(held.swap_remove(k)),
+        Err(e) => {
+            count_error(c, &e);
+            release(held.swap_remove(k));
+        }
+    }
+}
+
+fn worker(name: &str, seed: u64, until: Instant, c: &'static [AtomicU64], mix: Mix) -> i32 {
     let t = match Table::open(name) {
         Ok(t) => t,
         Err(_) => return 0, // opening a scribbled segment may fail: not a fault
     };
+    let mut residents = Vec::new();
     let mut x = seed | 1;
     while Instant::now() < until {
         common::xorshift(&mut x);
-        let pool = ["requests", "flights"][(x % 2) as usize];
-        let tenant = format!("t{}", (x >> 8) % 6);
-        let req = Request::new(pool, &tenant).units(1 + ((x >> 16) % 2) as u32);
-        let t0 = Instant::now();
-        let res = if x % 7 == 0 {
-            t.acquire(&req, Duration::from_millis(20)).map(|r| r.ok())
-        } else {
-            t.try_acquire(&req).map(|r| r.ok())
-        };
-        let lease = match res {
-            Ok(l) => l,
-            Err(e) => {
-                if c[ERRORS + e.code() as usize].fetch_add(1, SeqCst) == 0 {
-                    eprintln!("first {}: {e}", e.kind());
-                }
-                None
-            }
-        };
-        if let Some(lease) = lease {
-            c[GRANTS].fetch_add(1, SeqCst);
+        match (mix, x % 4) {
+            (Mix::FairShare, _) | (Mix::Policies, 0) => timed(c, || fair_share_call(&t, x, c)),
+            (Mix::Policies, 1) => timed(c, || guaranteed_call(&t, x, c)),
+            (Mix::Policies, _) => timed(c, || resident_step(&t, x, &mut residents, c)),
+        }
+    }
+    for lease in residents {
+        timed(c, || {
             if let Err(e) = lease.release() {
-                c[ERRORS + e.code() as usize].fetch_add(1, SeqCst);
+                count_error(c, &e);
             }
-        }
-        let took = t0.elapsed();
-        c[CALLS].fetch_add(1, SeqCst);
-        c[SLOWEST].fetch_max(took.as_micros() as u64, SeqCst);
-        if took > BOUND {
-            c[PAST].fetch_add(1, SeqCst);
-        }
+        });
     }
     0
 }
@@ -92,12 +203,13 @@ fn worker(name: &str, seed: u64, until: Instant, c: &'static [AtomicU64]) -> i32
 /// Writes into the records (never the header or the config block, which `open`
 /// validates and which nothing rewrites): random bytes, and values chosen to break
 /// things (zero, all ones, counts at their limit, states no version writes, tags naming
-/// leases beyond the table).
-fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64]) -> i32 {
+/// leases beyond the table). With `aim`, every other write lands in the words from
+/// byte `aim` to the end (the regions of the newer policies, which are last).
+fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64], aim: Option<usize>) -> i32 {
     let t = Table::open(name).unwrap();
     let geo = *t.region().geometry();
     let base = t.region().pool(0) as *const _ as usize - geo.pools_off;
-    let (lo, hi) = (geo.pools_off / 8, geo.total_size / 8);
+    let hi = geo.total_size / 8;
     let chosen = [
         0,
         u64::MAX,
@@ -111,7 +223,11 @@ fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64]) -> i32 {
     let mut x: u64 = 0x5DEE_CE66_D1CE_4E5B;
     while Instant::now() < until {
         common::xorshift(&mut x);
-        let at = lo + (x as usize >> 4) % (hi - lo);
+        let lo = match aim {
+            Some(from) if x & 0x10 != 0 => from / 8,
+            _ => geo.pools_off / 8,
+        };
+        let at = lo + (x as usize >> 5) % (hi - lo);
         let v = if x % 3 == 0 {
             chosen[(x >> 40) as usize % chosen.len()]
         } else {
@@ -129,7 +245,14 @@ fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64]) -> i32 {
     0
 }
 
-fn run_workers(name: &str, ms: u64, c: &'static [AtomicU64], scribble: bool) {
+/// Runs the workers (and, with `scribble`, the scribbler, aimed as it says) for `ms`.
+fn run_workers(
+    name: &str,
+    ms: u64,
+    c: &'static [AtomicU64],
+    mix: Mix,
+    scribble: Option<Option<usize>>,
+) {
     let until = Instant::now() + Duration::from_millis(ms);
     // A guard: if a wait below fails the test, the other children are killed and
     // reaped, not left running.
@@ -137,12 +260,12 @@ fn run_workers(name: &str, ms: u64, c: &'static [AtomicU64], scribble: bool) {
     for i in 0..WORKERS {
         let name = name.to_owned();
         pids.push(fork_child(move || {
-            worker(&name, 0x9E37_79B9 * (i as u64 + 1), until, c)
+            worker(&name, 0x9E37_79B9 * (i as u64 + 1), until, c, mix)
         }));
     }
-    if scribble {
+    if let Some(aim) = scribble {
         let name = name.to_owned();
-        pids.push(fork_child(move || scribbler(&name, until, c)));
+        pids.push(fork_child(move || scribbler(&name, until, c, aim)));
     }
     // The children run until `until`; the waits below have their own deadline after it.
     std::thread::sleep(until.saturating_duration_since(Instant::now()));
@@ -155,6 +278,7 @@ fn run_workers(name: &str, ms: u64, c: &'static [AtomicU64], scribble: bool) {
 }
 
 fn errors(c: &[AtomicU64]) -> Vec<(&'static str, u64)> {
+    // By `Error::code`.
     let kinds = [
         "",
         "invalid_name",
@@ -181,22 +305,29 @@ fn errors(c: &[AtomicU64]) -> Vec<(&'static str, u64)> {
         "read_only",
         "tenant_busy",
         "bad_file",
+        "pool_leases_full",
+        "revoked",
+        "not_resident",
+        "foreign_pid_namespace",
     ];
-    (1..kinds.len())
+    // Every code counted, named or not: an error of a kind newer than this list is
+    // still seen.
+    (1..ERROR_CODES)
         .filter_map(|k| {
             let n = c[ERRORS + k].load(SeqCst);
-            (n > 0).then_some((kinds[k], n))
+            (n > 0).then_some((kinds.get(k).copied().unwrap_or("(a newer kind)"), n))
         })
         .collect()
 }
 
-#[test]
-fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
-    let seg = Seg::new("scribble");
-    let t = seg.create(&cfg());
-    let c = common::shared_words(40);
+/// Workers of `mix` run on table `t` (the segment `name`) for `FAIRSHM_SCRIBBLE_MS`
+/// while the scribbler writes (aimed at `aim`, if any): no call past its bound, none
+/// ending in a panic or a signal. Then `repair`, and `check` finds nothing; fresh
+/// workers run 500 ms with no error; and after a last repair every pool is empty.
+fn survive_then_run_clean(name: &str, t: &Table, mix: Mix, aim: Option<usize>) {
+    let c = common::shared_words(ERRORS + ERROR_CODES);
     let ms = common::env_or("FAIRSHM_SCRIBBLE_MS", 3000);
-    run_workers(&seg.name, ms, c, true);
+    run_workers(name, ms, c, mix, Some(aim));
     eprintln!(
         "scribbling {ms} ms: {} scribbles, {} calls, {} grants, {} past {BOUND:?} \
          (slowest {} us), errors {:?}",
@@ -221,8 +352,8 @@ fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
         e.set_rates(id, 0, 0).unwrap();
     }
     assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
-    let fresh = common::shared_words(40);
-    run_workers(&seg.name, 500, fresh, false);
+    let fresh = common::shared_words(ERRORS + ERROR_CODES);
+    run_workers(name, 500, fresh, mix, None);
     assert_eq!(errors(fresh), vec![], "errors after the repair");
     assert!(
         fresh[GRANTS].load(SeqCst) > 100,
@@ -233,6 +364,44 @@ fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
     assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
     let snap = t.snapshot();
     assert!(snap.pools.iter().all(|p| p.in_use == 0), "{:?}", snap.pools);
+}
+
+#[test]
+fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
+    let seg = Seg::new("scribble");
+    let t = seg.create(&cfg());
+    survive_then_run_clean(&seg.name, &t, Mix::FairShare, None);
+}
+
+/// The same with a guaranteed pool (seed 001) and a residents pool that evicts, half
+/// the scribbles aimed at their regions (the head records, the state blocks, the
+/// residents' records): the workers ask the guaranteed pool (some waiting 20 ms) and
+/// keep residents, run calls on them and evict them, besides the fair-share asks.
+#[test]
+fn guaranteed_and_resident_pools_survive_a_hostile_writer_and_run_clean_repaired() {
+    let seg = Seg::new("scribble-policies");
+    let cfg = Config {
+        pools: vec![
+            PoolConfig::new("requests", 6),
+            PoolConfig::new("residents", 4).evicting().evict_wait_ms(20),
+        ],
+        ..cfg()
+    }
+    .guaranteed(
+        GuaranteedConfig::new("tokens", 60)
+            .unit(FairnessUnit::Cost)
+            .tenant("g0", 1)
+            .tenant("g1", 1)
+            .tenant("g2", 1)
+            .reclaim_horizon_ms(50)
+            .idle_after_ms(100)
+            .max_leases(16),
+    );
+    let t = seg.create(&cfg);
+    let aim = t.region().geometry().guaranteed_off;
+    survive_then_run_clean(&seg.name, &t, Mix::Policies, Some(aim));
+    let g = t.guaranteed("tokens").unwrap();
+    assert_eq!(g.state().unwrap().leases, vec![], "guaranteed leases left");
 }
 
 /// Counters are read from shared memory too: a tenant whose refusal counters hold
