@@ -19,6 +19,10 @@ const WORKERS: usize = 3;
 /// 20 ms; an inline repair: 5 ms) and a blocking acquire's timeout (20 ms), with room
 /// for a loaded 2-core machine's scheduling.
 const BOUND: Duration = Duration::from_millis(1000);
+/// The bound on one round of the observer: `check` looks up to `REPAIR_BUDGET` (1 s)
+/// per pool for a moment with no op of it in flight (a scribbled lease can keep one
+/// in flight until a repair), so two pools' 2 s, with the same room.
+const OBSERVER_BOUND: Duration = Duration::from_millis(3000);
 
 fn cfg() -> Config {
     Config {
@@ -38,13 +42,15 @@ fn cfg() -> Config {
     }
 }
 
-/// Shared counters: [0] calls, [1] calls past the bound, [2] slowest call (us),
-/// [3] grants, [4] scribbles, [8 + code] errors by code (`ERROR_CODES` of them).
+/// Shared counters: [0] calls, [1] calls past their bound, [2] slowest worker's call
+/// (us), [3] grants, [4] scribbles, [5] slowest observer's round (us), [8 + code]
+/// errors by code (`ERROR_CODES` of them).
 const CALLS: usize = 0;
 const PAST: usize = 1;
 const SLOWEST: usize = 2;
 const GRANTS: usize = 3;
 const SCRIBBLES: usize = 4;
+const SLOWEST_LOOK: usize = 5;
 const ERRORS: usize = 8;
 /// Error codes counted (`Error::code`; a higher one counts in the last).
 const ERROR_CODES: usize = 32;
@@ -66,14 +72,15 @@ fn count_error(c: &[AtomicU64], e: &fairshm::Error) {
     }
 }
 
-/// Runs one call (`call`) and counts it, its time, and whether it passed the bound.
-fn timed(c: &[AtomicU64], call: impl FnOnce()) {
+/// Runs one call (`call`) and counts it, its time (the slowest in `c[slowest]`), and
+/// whether it passed `bound`.
+fn timed(c: &[AtomicU64], (bound, slowest): (Duration, usize), call: impl FnOnce()) {
     let t0 = Instant::now();
     call();
     let took = t0.elapsed();
     c[CALLS].fetch_add(1, SeqCst);
-    c[SLOWEST].fetch_max(took.as_micros() as u64, SeqCst);
-    if took > BOUND {
+    c[slowest].fetch_max(took.as_micros() as u64, SeqCst);
+    if took > bound {
         c[PAST].fetch_add(1, SeqCst);
     }
 }
@@ -185,17 +192,50 @@ fn worker(name: &str, seed: u64, until: Instant, c: &'static [AtomicU64], mix: M
     while Instant::now() < until {
         common::xorshift(&mut x);
         match (mix, x % 4) {
-            (Mix::FairShare, _) | (Mix::Policies, 0) => timed(c, || fair_share_call(&t, x, c)),
-            (Mix::Policies, 1) => timed(c, || guaranteed_call(&t, x, c)),
-            (Mix::Policies, _) => timed(c, || resident_step(&t, x, &mut residents, c)),
+            (Mix::FairShare, _) | (Mix::Policies, 0) => {
+                timed(c, (BOUND, SLOWEST), || fair_share_call(&t, x, c))
+            }
+            (Mix::Policies, 1) => timed(c, (BOUND, SLOWEST), || guaranteed_call(&t, x, c)),
+            (Mix::Policies, _) => timed(c, (BOUND, SLOWEST), || {
+                resident_step(&t, x, &mut residents, c)
+            }),
         }
     }
     for lease in residents {
-        timed(c, || {
+        timed(c, (BOUND, SLOWEST), || {
             if let Err(e) = lease.release() {
                 count_error(c, &e);
             }
         });
+    }
+    0
+}
+
+/// An observer, as `shmtool` is (opened read-only, never registered): the report and
+/// its renderings (`inspect`'s tables and JSON, `top`, Prometheus) and `check`, over
+/// and over while the others run, each round within the bound. Its errors count with
+/// the workers'; a report that does not serialize is a panic.
+fn observer(name: &str, until: Instant, c: &'static [AtomicU64]) -> i32 {
+    let t = match Table::open_observer(name) {
+        Ok(t) => t,
+        Err(_) => return 0, // opening a scribbled segment may fail: not a fault
+    };
+    while Instant::now() < until {
+        timed(c, (OBSERVER_BOUND, SLOWEST_LOOK), || {
+            match fairshm::tool::report(&t) {
+                Ok(r) => {
+                    let _ = fairshm::tool::report_tables(&r);
+                    let _ = fairshm::tool::top_view(&r);
+                    let _ = fairshm::tool::prometheus(&r);
+                    serde_json::to_string(&r).expect("the report serializes");
+                }
+                Err(e) => count_error(c, &e),
+            }
+            if let Err(e) = t.check() {
+                count_error(c, &e);
+            }
+        });
+        std::thread::sleep(Duration::from_millis(1));
     }
     0
 }
@@ -245,7 +285,8 @@ fn scribbler(name: &str, until: Instant, c: &'static [AtomicU64], aim: Option<us
     0
 }
 
-/// Runs the workers (and, with `scribble`, the scribbler, aimed as it says) for `ms`.
+/// Runs the workers and an observer (and, with `scribble`, the scribbler, aimed as it
+/// says) for `ms`.
 fn run_workers(
     name: &str,
     ms: u64,
@@ -256,12 +297,16 @@ fn run_workers(
     let until = Instant::now() + Duration::from_millis(ms);
     // A guard: if a wait below fails the test, the other children are killed and
     // reaped, not left running.
-    let mut pids = Children(Vec::with_capacity(WORKERS + 1));
+    let mut pids = Children(Vec::with_capacity(WORKERS + 2));
     for i in 0..WORKERS {
         let name = name.to_owned();
         pids.push(fork_child(move || {
             worker(&name, 0x9E37_79B9 * (i as u64 + 1), until, c, mix)
         }));
+    }
+    {
+        let name = name.to_owned();
+        pids.push(fork_child(move || observer(&name, until, c)));
     }
     if let Some(aim) = scribble {
         let name = name.to_owned();
@@ -329,16 +374,17 @@ fn survive_then_run_clean(name: &str, t: &Table, mix: Mix, aim: Option<usize>) {
     let ms = common::env_or("FAIRSHM_SCRIBBLE_MS", 3000);
     run_workers(name, ms, c, mix, Some(aim));
     eprintln!(
-        "scribbling {ms} ms: {} scribbles, {} calls, {} grants, {} past {BOUND:?} \
-         (slowest {} us), errors {:?}",
+        "scribbling {ms} ms: {} scribbles, {} calls, {} grants, {} past their bounds \
+         (slowest call {} us, slowest look {} us), errors {:?}",
         c[SCRIBBLES].load(SeqCst),
         c[CALLS].load(SeqCst),
         c[GRANTS].load(SeqCst),
         c[PAST].load(SeqCst),
         c[SLOWEST].load(SeqCst),
+        c[SLOWEST_LOOK].load(SeqCst),
         errors(c)
     );
-    assert_eq!(c[PAST].load(SeqCst), 0, "calls past their bound");
+    assert_eq!(c[PAST].load(SeqCst), 0, "calls past their bounds");
     assert!(c[SCRIBBLES].load(SeqCst) > 1000, "the scribbler barely ran");
     // The scribbling is over. Repair, then a fresh set of workers must run clean.
     let rep = t.repair().unwrap();
