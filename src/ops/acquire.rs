@@ -86,8 +86,11 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
             // has changed no word yet, so it is simply freed (and claimed again below).
             let published = ls::make(d.generation, ls::ACQUIRING)
                 | if charging { ls::CHARGES_EXTRA } else { 0 };
-            let freed = free_lease_from(r.lease(l), published);
-            debug_assert!(freed, "lease {l} changed under its owner");
+            // Only a write from outside changes it under its owner (no word names it
+            // yet, so nobody settles it): then the slot stays as written, for `repair`
+            // to quarantine, and the claim below takes another. (Shared memory is input:
+            // not an assertion, which a debug build under a hostile writer would fail.)
+            let _ = free_lease_from(r.lease(l), published);
             lease = None;
             spare = None;
         }
@@ -265,7 +268,8 @@ fn apply_pool_acquire<R: Region, P: Policy>(
             .compare_exchange(w, op_word::make(x + d.units, tag), SeqCst, SeqCst)
         {
             Ok(_) => {
-                debug_assert!(r.lease(l).units.load(Relaxed) == d.units);
+                // The record's units are `d.units` unless a write from outside changed
+                // them (input, not asserted): the op goes by its own copy, `d`.
                 return Ok(PoolStep::Applied { in_use: x, held });
             }
             Err(now) => {
@@ -283,8 +287,9 @@ pub(super) fn back_out<R: Region>(r: &R, l: usize, d: &Desc, charging: bool) -> 
     let charges = if charging { ls::CHARGES_EXTRA } else { 0 };
     let releasing = ls::make(d.generation, ls::RELEASING | ls::POOL_DONE) | charges;
     loop {
+        // ACQUIRING (with any flags a settler set), unless a write from outside changed
+        // it (input, not asserted): the owner takes the slot back from whatever it says.
         let s = lease.state.load(Acquire);
-        debug_assert_eq!(ls::state(s), ls::ACQUIRING);
         // AcqRel: as any state change a settler may race with.
         if lease
             .state

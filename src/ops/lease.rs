@@ -76,11 +76,9 @@ pub(crate) fn publish_acquire<R: Region>(
     charges_extra: bool,
 ) {
     let lease = r.lease(l);
-    debug_assert_eq!(
-        lease.state.load(Relaxed),
-        ls::make(d.generation, ls::CLAIMED),
-        "publish_acquire on a lease this cycle does not own"
-    );
+    // The caller claimed it (`CLAIMED` of `d.generation`); only a write from outside
+    // says otherwise (input, not asserted), and the store of `ACQUIRING` below
+    // overwrites that.
     // Relaxed, all the fields: the slot's own, written only by its owner while it is
     // CLAIMED (we own it now); the Release store of ACQUIRING below publishes them.
     lease.units.store(d.units, Relaxed);
