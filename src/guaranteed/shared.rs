@@ -12,8 +12,9 @@
 //! changed nothing (before the CAS) or everything (after it). A lease records its owner's
 //! process slot, so a reaper gives a dead process's leases back with one more op.
 //!
-//! **Head word**: `seq << 20 | block`. `seq` counts published states (44 bits), so a head
-//! value never repeats and a CAS from a stale read fails.
+//! **Head word**: `seq << 20 | block`. `seq` counts published states modulo 2^44 (the
+//! state's own `seq` too, so that the two always compare), so a head value repeats only
+//! after 2^44 publications and a CAS from a stale read fails.
 //!
 //! **Blocks**: process slot `s` owns blocks `2s` and `2s + 1` of every guaranteed pool.
 //! It writes only the one that is not current, so a current block is never written. A
@@ -46,6 +47,8 @@ pub const CRASH_LABELS: &[&str] = &["guaranteed.written", "guaranteed.published"
 
 const BLOCK_BITS: u32 = 20;
 const BLOCK_MASK: u64 = (1 << BLOCK_BITS) - 1;
+/// The largest `seq` a head holds (44 bits); the next is 0.
+pub const SEQ_MASK: u64 = u64::MAX >> BLOCK_BITS;
 
 pub fn head_seq(h: u64) -> u64 {
     h >> BLOCK_BITS
@@ -55,6 +58,7 @@ pub fn head_block(h: u64) -> usize {
 }
 fn make_head(seq: u64, block: usize) -> u64 {
     debug_assert!((block as u64) <= BLOCK_MASK);
+    debug_assert!(seq <= SEQ_MASK, "seq {seq} past the head's 44 bits");
     seq << BLOCK_BITS | block as u64
 }
 
@@ -209,7 +213,9 @@ pub fn update_with<R: Region, T>(
     }
 }
 
-/// Publishes `st` as the successor of head value `h`: gives it seq `head_seq(h) + 1`,
+/// Publishes `st` as the successor of head value `h`: gives it seq `head_seq(h) + 1`
+/// (modulo 2^44: past the head's bits the seq the block keeps and the head's would
+/// differ, and every later read would call the pool corrupt),
 /// writes it into the one of `slot`'s blocks that `h` does not name, and CASes the head
 /// from `h`. `false` if another op was published first (nothing of this one is kept).
 /// The caller is the one writer of `slot`'s blocks.
@@ -222,7 +228,7 @@ fn publish<R: Region>(
     st: &mut State,
     buf: &mut Vec<u64>,
 ) -> Result<bool> {
-    st.seq = head_seq(h) + 1;
+    st.seq = (head_seq(h) + 1) & SEQ_MASK;
     let mine = if head_block(h) == 2 * slot {
         2 * slot + 1
     } else {
@@ -329,4 +335,44 @@ pub fn check<R: Region>(r: &R) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::guaranteed::state::Call;
+    use crate::guaranteed::state::tests::even_pair;
+    use crate::region::HeapRegion;
+
+    /// The seq comes round at 2^44 with the head's: a pool whose head reached the top
+    /// (2^44 publications, or a head written from outside that `repair` reset from)
+    /// goes on. Before, the next op gave its state seq 2^44, which the head's 44 bits
+    /// kept as 0, and every later read called the pool corrupt.
+    #[test]
+    fn the_seq_comes_round_with_the_head() {
+        let cfg = even_pair("a");
+        let r = HeapRegion::new(0, 1, 2, 1).with_guaranteed(std::slice::from_ref(&cfg));
+        // The head as if 2^44 - 1 states were published: block 0 holds the state
+        // with that seq.
+        let mut st = State::new(r.g_rules(0));
+        st.seq = SEQ_MASK;
+        store_block(&r, 0, 0, &words::encode(&st));
+        r.g_head(0).store(make_head(SEQ_MASK, 0), Relaxed);
+        assert_eq!(read(&r, 0).unwrap().1.seq, SEQ_MASK);
+        let ask = |now| Call::Acquire {
+            tenant: 0,
+            cost: 10,
+            hold_ms: 50,
+            owner: 1,
+            now,
+        };
+        let rules = r.g_rules(0);
+        let (_, seq) = update(&r, 0, 1, |st| st.apply_in_place(rules, ask(0))).unwrap();
+        assert_eq!(seq, 0);
+        let (h, now) = read(&r, 0).expect("the pool reads after the seq came round");
+        assert_eq!((head_seq(h), now.seq, now.leases.len()), (0, 0, 1));
+        let (_, seq) = update(&r, 0, 1, |st| st.apply_in_place(rules, ask(1))).unwrap();
+        assert_eq!(seq, 1);
+        assert_eq!(read(&r, 0).unwrap().1.leases.len(), 2);
+    }
 }

@@ -176,7 +176,8 @@ pub struct Slice {
 /// The whole state of one guaranteed pool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct State {
-    /// Calls applied so far: the order of a replay.
+    /// Calls applied so far, modulo 2^44 (as the pool's head word counts them): the
+    /// order of a replay.
     pub seq: u64,
     /// The latest `now` seen (ms).
     pub clock: u64,
@@ -426,7 +427,9 @@ impl State {
             Call::Release { lease, now } => self.release(rules, lease, now)?,
             Call::ReapOwner { owner } => self.reap_owner(owner),
         };
-        self.seq += 1;
+        // Modulo 2^44, as the head word counts (`shared`): a replay numbers its states
+        // as the pool did.
+        self.seq = (self.seq + 1) & super::shared::SEQ_MASK;
         Ok(effect)
     }
 
