@@ -96,11 +96,16 @@ fn ask<'t>(t: &'t Table, req: &Request, x: u64) -> fairshm::Result<Option<fairsh
 }
 
 /// One fair-share call: a try (or, one in seven, a 20 ms blocking acquire) of 1 or 2
-/// units for one of six tenants, released at once.
+/// units of `requests`, or 1 of `flights`, for one of six tenants, released at once.
+/// (One unit of `flights`: sized per worker, it holds 1 while one worker has
+/// registered, and an ask of 2 is then an error, not a refusal.)
 fn fair_share_call(t: &Table, x: u64, c: &[AtomicU64]) {
-    let pool = ["requests", "flights"][(x % 2) as usize];
+    let (pool, units) = match (x >> 3) % 2 {
+        0 => ("requests", 1 + ((x >> 16) % 2) as u32),
+        _ => ("flights", 1),
+    };
     let tenant = format!("t{}", (x >> 8) % 6);
-    let req = Request::new(pool, &tenant).units(1 + ((x >> 16) % 2) as u32);
+    let req = Request::new(pool, &tenant).units(units);
     match ask(t, &req, x) {
         Ok(Some(lease)) => {
             c[GRANTS].fetch_add(1, SeqCst);
@@ -419,7 +424,8 @@ fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
     survive_then_run_clean(&seg.name, &t, Mix::FairShare, None);
 }
 
-/// The same with a guaranteed pool (seed 001) and a residents pool that evicts, half
+/// The same with a guaranteed pool (seed 001), a residents pool that evicts and a pool
+/// sized per worker (seed 002), half
 /// the scribbles aimed at their regions (the head records, the state blocks, the
 /// residents' records): the workers ask the guaranteed pool (some waiting 20 ms) and
 /// keep residents, run calls on them and evict them, besides the fair-share asks.
@@ -429,6 +435,8 @@ fn guaranteed_and_resident_pools_survive_a_hostile_writer_and_run_clean_repaired
     let cfg = Config {
         pools: vec![
             PoolConfig::new("requests", 6),
+            // Sized from the live workers (seed 002), whose process slots are scribbled.
+            PoolConfig::per_worker("flights", 0.5, 1),
             PoolConfig::new("residents", 4).evicting().evict_wait_ms(20),
         ],
         ..cfg()
