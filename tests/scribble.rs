@@ -1,7 +1,9 @@
-//! A hostile writer: workers run while another process writes random bytes and chosen
-//! values into the live segment's records. No panic, no signal, no call past its
-//! bound; errors are counted by kind. Then the scribbling stops, `repair` runs, and a
-//! fresh set of workers runs clean on the same segment.
+//! A hostile writer: workers (and an observer, as `shmtool` is) run while another
+//! process writes random bytes and chosen values into the live segment's records. No
+//! panic, no signal, no call past its bound; errors are counted by kind. Then the
+//! scribbling stops, `repair` runs, and a fresh set of workers runs clean on the same
+//! segment. Once with fair-share pools alone, once with a guaranteed pool, a residents
+//! pool and a pool sized per worker besides.
 //!
 //! `FAIRSHM_SCRIBBLE_MS` sets the scribbling time (default 3,000 ms).
 mod common;
@@ -21,8 +23,8 @@ const WORKERS: usize = 3;
 const BOUND: Duration = Duration::from_millis(1000);
 /// The bound on one round of the observer: `check` looks up to `REPAIR_BUDGET` (1 s)
 /// per pool for a moment with no op of it in flight (a scribbled lease can keep one
-/// in flight until a repair), so two pools' 2 s, with the same room.
-const OBSERVER_BOUND: Duration = Duration::from_millis(3000);
+/// in flight until a repair), so three pools' 3 s, with the same room.
+const OBSERVER_BOUND: Duration = Duration::from_millis(4000);
 
 fn cfg() -> Config {
     Config {
@@ -57,7 +59,8 @@ const ERROR_CODES: usize = 32;
 
 /// What the workers ask for: the fair-share pools alone, or also a guaranteed pool
 /// (seed 001) and a residents pool that evicts (seed 000), whose regions the scribbler
-/// then aims half its writes at.
+/// then aims half its writes at (the per-worker pool, when there is one, is asked as
+/// the fair-share ones are).
 #[derive(Clone, Copy)]
 enum Mix {
     FairShare,
