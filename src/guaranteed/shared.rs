@@ -48,7 +48,7 @@ pub const CRASH_LABELS: &[&str] = &["guaranteed.written", "guaranteed.published"
 const BLOCK_BITS: u32 = 20;
 const BLOCK_MASK: u64 = (1 << BLOCK_BITS) - 1;
 /// The largest `seq` a head holds (44 bits); the next is 0.
-pub const SEQ_MASK: u64 = u64::MAX >> BLOCK_BITS;
+pub(crate) const SEQ_MASK: u64 = u64::MAX >> BLOCK_BITS;
 
 pub fn head_seq(h: u64) -> u64 {
     h >> BLOCK_BITS
