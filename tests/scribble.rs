@@ -100,8 +100,8 @@ fn ask<'t>(t: &'t Table, req: &Request, x: u64) -> fairshm::Result<Option<fairsh
 
 /// One fair-share call: a try (or, one in seven, a 20 ms blocking acquire) of 1 or 2
 /// units of `requests`, or 1 of `flights`, for one of six tenants, released at once.
-/// (One unit of `flights`: sized per worker, it holds 1 while one worker has
-/// registered, and an ask of 2 is then an error, not a refusal.)
+/// (One unit of `flights`: where it is sized per worker (the second test), it holds 1
+/// while one worker has registered, and an ask of 2 is then an error, not a refusal.)
 fn fair_share_call(t: &Table, x: u64, c: &[AtomicU64]) {
     let (pool, units) = match (x >> 3) % 2 {
         0 => ("requests", 1 + ((x >> 16) % 2) as u32),
@@ -326,7 +326,7 @@ fn run_workers(
     let codes = pids.wait_all();
     assert!(
         codes.iter().all(|&c| c == 0),
-        "a worker or the scribbler ended abnormally: wait codes {codes:?}"
+        "a worker, the observer or the scribbler ended abnormally: wait codes {codes:?}"
     );
 }
 
@@ -428,10 +428,10 @@ fn workers_survive_a_hostile_writer_and_a_repaired_segment_runs_clean() {
 }
 
 /// The same with a guaranteed pool (seed 001), a residents pool that evicts and a pool
-/// sized per worker (seed 002), half
-/// the scribbles aimed at their regions (the head records, the state blocks, the
-/// residents' records): the workers ask the guaranteed pool (some waiting 20 ms) and
-/// keep residents, run calls on them and evict them, besides the fair-share asks.
+/// sized per worker (seed 002), half the scribbles aimed at the first two's regions (the
+/// head records, the state blocks, the residents' records): the workers ask the
+/// guaranteed pool (some waiting 20 ms) and keep residents, run calls on them and evict
+/// them, besides the fair-share asks.
 #[test]
 fn guaranteed_and_resident_pools_survive_a_hostile_writer_and_run_clean_repaired() {
     let seg = Seg::new("scribble-policies");
