@@ -264,3 +264,36 @@ fn a_last_scan_time_in_the_future_decides_right_and_is_cleared_by_repair() {
     );
     drop(a);
 }
+
+/// A resident in a call whose lease record is made to name a pool beyond the table (a
+/// write from outside): ending the call neither panics nor wakes a pool that is not
+/// there, its release is an error that names the record, and `repair` frees the
+/// lease. (The scribble tests reach this rarely: it needs a write on a held
+/// resident's record between its call's two ends.)
+#[test]
+fn a_resident_whose_record_names_a_pool_beyond_the_table_ends_its_call_safely() {
+    let seg = Seg::new("badresident");
+    let t = seg.create(&fairshm::Config::with_pools(vec![
+        fairshm::PoolConfig::new("residents", 2).evicting(),
+    ]));
+    let lease = t
+        .try_acquire(&Request::new("residents", "a"))
+        .unwrap()
+        .unwrap();
+    lease.begin_call().unwrap();
+    let l = lease.id().index as usize;
+    t.region()
+        .lease(l)
+        .pool_tenant
+        .store(pair::make(99, 0), SeqCst);
+    // The resident's own record is intact, so the call ends; the pool it names does
+    // not exist, so nobody is woken for it.
+    lease.end_call().unwrap();
+    let e = lease.release().unwrap_err();
+    assert!(matches!(e, Error::Corrupt(_)), "{e}");
+    assert!(e.to_string().contains("99"), "{e}");
+    let rep = t.repair().unwrap();
+    assert_eq!(rep.leases_freed, 1, "{rep:?}");
+    assert!(t.check().unwrap().is_empty(), "{:?}", t.check());
+    assert_eq!(in_use(&t), 0);
+}
