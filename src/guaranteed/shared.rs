@@ -357,6 +357,7 @@ mod tests {
         let mut st = State::new(r.g_rules(0));
         st.seq = SEQ_MASK;
         store_block(&r, 0, 0, &words::encode(&st));
+        // Relaxed: one thread here; the reads below are its own.
         r.g_head(0).store(make_head(SEQ_MASK, 0), Relaxed);
         assert_eq!(read(&r, 0).unwrap().1.seq, SEQ_MASK);
         let ask = |now| Call::Acquire {

@@ -224,7 +224,8 @@ class Guaranteed:
         finally:
             # A release wakes one waiter, which passes the wake on with its next ask;
             # a wait that ends without it (an exception between the calls) passes it
-            # here. Nothing if none is owed.
+            # here. Nothing if none is owed. Its code is not raised: that would replace
+            # the exception in flight, and a wait's end has nothing else to report.
             if self._table._h:
                 lib.fairshm_guaranteed_wait_end(self._table._h, self._id)
 

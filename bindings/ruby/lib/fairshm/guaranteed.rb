@@ -117,7 +117,8 @@ module Fairshm
       ensure
         # A release wakes one waiter, which passes the wake on with its next ask; a wait
         # that ends without it (Thread#raise, Timeout, Ctrl-C between the calls) passes
-        # it here. Nothing if none is owed.
+        # it here. Nothing if none is owed. Its code is not raised: that would replace
+        # the exception in flight, and a wait's end has nothing else to report.
         Native::G_WAIT_END.call(@table.handle, @id) unless @table.closed?
       end
       block ? held(id, &block) : id
