@@ -23,13 +23,13 @@ use crate::region::Region;
 use crate::sync::Ordering::{self, *};
 
 /// The record of lease `l` of generation `generation`, checked to be a resident of
-/// this cycle, with its pool.
+/// this cycle, with its pool and tenant.
 fn resident_of<'r, R: Region>(
     r: &'r R,
     l: usize,
     generation: u32,
     id: &str,
-) -> Result<(&'r ResidentRec, u32)> {
+) -> Result<(&'r ResidentRec, u32, u32)> {
     let lease = r.lease(l);
     // Acquire: publishes the lease's fields (the seqlock of `ops`).
     let s = lease.state.load(Acquire);
@@ -46,13 +46,13 @@ fn resident_of<'r, R: Region>(
     let rec = r.resident(l).ok_or_else(|| {
         Error::Corrupt(format!("lease {id} is a resident without a resident record"))
     })?;
-    Ok((rec, d.pool))
+    Ok((rec, d.pool, d.tenant))
 }
 
 /// Starts a call on resident lease `l` (generation `generation`) at `now`: while any
 /// call is in progress it cannot be revoked. Fails `Revoked` if it already was.
 pub fn begin_call<R: Region>(r: &R, l: usize, generation: u32, now: u64, id: &str) -> Result<()> {
-    let (rec, _) = resident_of(r, l, generation, id)?;
+    let (rec, ..) = resident_of(r, l, generation, id)?;
     loop {
         // Acquire: pairs with a revoker's CAS.
         let w = rec.word.load(Acquire);
@@ -77,10 +77,11 @@ pub fn begin_call<R: Region>(r: &R, l: usize, generation: u32, now: u64, id: &st
     }
 }
 
-/// Ends a call on resident lease `l` at `now`. Returns the pool, and whether the
-/// resident became evictable (its last call ended: waiters should look again).
-pub fn end_call<R: Region>(r: &R, l: usize, generation: u32, now: u64, id: &str) -> Result<(u32, bool)> {
-    let (rec, pool) = resident_of(r, l, generation, id)?;
+/// Ends a call on resident lease `l` at `now`. Returns the pool and the tenant (as the
+/// lease's record names them: unchecked), and whether the resident came idle (its last
+/// call ended: waiters may evict it now, [`idle_is_evictable`]).
+pub fn end_call<R: Region>(r: &R, l: usize, generation: u32, now: u64, id: &str) -> Result<(u32, u32, bool)> {
+    let (rec, pool, tenant) = resident_of(r, l, generation, id)?;
     loop {
         // Acquire: as in `begin_call`.
         let w = rec.word.load(Acquire);
@@ -101,9 +102,20 @@ pub fn end_call<R: Region>(r: &R, l: usize, generation: u32, now: u64, id: &str)
         // SeqCst: the ender's half of the waiter handshake (a waiter announced in the
         // pool's `waiters` then sees this resident idle, or is woken by us).
         if rec.word.compare_exchange(w, next, SeqCst, Acquire).is_ok() {
-            return Ok((pool, n <= 1));
+            return Ok((pool, tenant, n <= 1));
         }
     }
+}
+
+/// Whether an idle resident of tenant `t` in pool `p` may be a waiting spawn's victim:
+/// its tenant is at or past its share now ([`choose`]: a spawn past its share takes
+/// only its own tenant's residents, and one under it only those of a tenant at or past
+/// its share, so a resident of a tenant under its share is nobody's). `p` is checked;
+/// a `t` beyond the directory (a record written from outside) answers yes, so that
+/// the waiters look for themselves.
+pub fn idle_is_evictable<R: Region>(r: &R, p: usize, t: usize) -> bool {
+    debug_assert!(p < r.geometry().pools);
+    t >= r.geometry().tenants || !crate::admission::under_share_now(r, p, t)
 }
 
 /// What a resident's record says of it.
@@ -117,7 +129,7 @@ pub enum Status {
 
 /// The status of resident lease `l` of generation `generation`.
 pub fn status<R: Region>(r: &R, l: usize, generation: u32, id: &str) -> Result<Status> {
-    let (rec, _) = resident_of(r, l, generation, id)?;
+    let (rec, ..) = resident_of(r, l, generation, id)?;
     // Acquire: as in `begin_call`.
     let w = rec.word.load(Acquire);
     Ok(match rw::state(w) {

@@ -534,14 +534,58 @@ fn a_resident_granted_while_an_acquire_waits_wakes_it() {
     drop(b);
 }
 
-/// "t" holds 7 residents of 8, every one in a call, past its share of 4, and 8 spawns
-/// of its wait for one of its own to come idle; "u"'s one resident ends a call again
-/// and again. "t" may evict only its own, so none of those ends can serve it: the
-/// waiter each end wakes, refused again, passes the wake to no waiter of its own
-/// tenant asking as many units, whose scan would find what its found
+/// A resident that comes idle (a call ends, or it is granted) wakes a waiting spawn
+/// only if it may be that spawn's victim: its tenant is at or past its share. One of a
+/// tenant under its share is nobody's victim, and the spawn woken would scan, find
+/// nothing and pass the wake on. Pool of 8 (floor 1); "a" and "b" active, shares of
+/// 4; a waiter announced, as `blocking` does before it sleeps.
+#[test]
+fn a_resident_of_a_tenant_under_its_share_coming_idle_wakes_nobody() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::SeqCst;
+    let seg = Seg::new("res-idle-under");
+    let t = seg.create(&Config::with_pools(vec![patient_residents(1_000)]));
+    let pool = t.region().pool(0);
+    let b: Vec<_> = (0..4).map(|i| spawn(&t, "b", 10 + i)).collect();
+    let a0 = spawn(&t, "a", 20);
+    pool.waiters.fetch_add(1, SeqCst);
+    let wake = || pool.wake.load(SeqCst);
+    let before = wake();
+    let a1 = spawn(&t, "a", 30); // "a" holds 2 of its 4
+    assert_eq!(
+        wake(),
+        before,
+        "a grant to a tenant under its share woke a spawn"
+    );
+    a0.begin_call().unwrap();
+    a0.end_call().unwrap();
+    assert_eq!(wake(), before, "a call ended under its share woke a spawn");
+    // "b", at its share: its residents are victims of an under-share spawn ("a"'s).
+    b[0].begin_call().unwrap();
+    b[0].end_call().unwrap();
+    let after_end = wake();
+    assert_ne!(after_end, before, "a call ended at the share woke nobody");
+    let a2 = spawn(&t, "a", 40);
+    assert_eq!(wake(), after_end, "\"a\" is still under its share");
+    let a3 = spawn(&t, "a", 50); // "a" at its share: its residents are victims now
+    assert_ne!(
+        wake(),
+        after_end,
+        "a grant to a tenant at its share woke nobody"
+    );
+    pool.waiters.fetch_sub(1, SeqCst);
+    drop((b, a0, a1, a2, a3));
+}
+
+/// "t" holds 4 residents of 8, every one in a call, at its share of 4, and 8 spawns of
+/// its wait for one of its own to come idle; "u", at its share too, ends a call on one
+/// of its 4 again and again. "t" may evict only its own, so none of those ends can
+/// serve it: the waiter each end wakes, refused again, passes the wake to no waiter of
+/// its own tenant asking as many units, whose scan would find what its found
 /// (`waiting::pass_bits`). Before, it woke the next, which woke the next: all 8 for
-/// every call "u" ended (360 wakes in 40 turns; now 40, the ends' own, and any of
-/// the active set's recounts that falls in the test).
+/// every call "u" ended (360 wakes in 40 turns; now 40, the ends' own, and any of the
+/// active set's recounts that falls in the test). ("u" under its share would wake
+/// nobody: the test above.)
 #[test]
 fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
     const WAITERS: usize = 8;
@@ -550,11 +594,15 @@ fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
     let cfg = Config::with_pools(vec![patient_residents(20_000)]);
     let t = seg.create(&cfg);
     t.set_sweep_interval(Duration::from_secs(3600));
-    let mine: Vec<_> = (0..7).map(|i| spawn(&t, "t", 10 + i)).collect();
+    let mine: Vec<_> = (0..4).map(|i| spawn(&t, "t", 10 + i)).collect();
     for l in &mine {
         l.begin_call().unwrap();
     }
-    let theirs = spawn(&t, "u", 20);
+    let others: Vec<_> = (0..3).map(|i| spawn(&t, "u", 20 + i)).collect();
+    for l in &others {
+        l.begin_call().unwrap();
+    }
+    let theirs = spawn(&t, "u", 30);
     let req = Request::new("residents", "t");
     let body = || {
         for _ in 0..TURNS {
@@ -576,7 +624,7 @@ fn a_busy_tenants_spawns_do_not_all_wake_for_another_tenants_idle_resident() {
         served,
         "a spawn was not served once its tenant's residents went"
     );
-    drop(theirs);
+    drop((theirs, others));
     // The one each end wakes, and the active set's recounts (at most once a second
     // each, in turns of about half a second).
     assert!(

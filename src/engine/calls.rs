@@ -108,16 +108,20 @@ impl Engine {
     pub fn end_call(&self, id: LeaseId, now: u64) -> Result<()> {
         self.writable("ending a call")?;
         let l = self.own_lease(id)?;
-        let (p, idle) = crate::residents::end_call(
+        let (p, t, idle) = crate::residents::end_call(
             &self.seg,
             l,
             id.generation,
             internal(now),
             &id.to_string(),
         )?;
-        if idle && (p as usize) < self.seg.geometry().pools {
-            // A resident became evictable: a waiter may now evict it.
-            crate::waiting::released(self.seg.pool(p as usize), 1);
+        let (p, t) = (p as usize, t as usize);
+        if idle && p < self.seg.geometry().pools {
+            // A resident came idle: a waiter may now evict it, if its tenant is at or
+            // past its share.
+            crate::waiting::resident_idle(self.seg.pool(p), || {
+                crate::residents::idle_is_evictable(&self.seg, p, t)
+            });
         }
         Ok(())
     }

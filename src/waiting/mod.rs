@@ -496,6 +496,26 @@ pub fn released(pool: &PoolRec, units: u32) {
     }
 }
 
+/// After a resident of `pool` came idle (its last call ended, or it was just granted;
+/// its record's SeqCst write is done): if anyone waits and `evictable()` says a spawn
+/// may take it, bumps both sequences and wakes one waiter, as a release of one unit
+/// does. `evictable` is asked only when someone waits: the resident's tenant is at or
+/// past its share ([`crate::residents::idle_is_evictable`]). One under its share is
+/// nobody's victim (a spawn past its share takes only its own tenant's, one under it
+/// only a tenant's at or past its share), so the spawn a wake reached would scan,
+/// find it no victim, and pass the wake on, waiter after waiter. Whatever makes it a
+/// victim later wakes for itself: its tenant's next grant (this, again), another
+/// tenant's ask (whose own scan takes it), a departure from the active set (the
+/// spawns sleep no longer than its recount).
+#[inline]
+pub fn resident_idle(pool: &PoolRec, evictable: impl FnOnce() -> bool) {
+    // SeqCst: as in `released` (pairs with the waiter's announcement and its scan).
+    let waiting = pool.waiters.load(SeqCst);
+    if waiting != 0 && evictable() {
+        wake_waiters(pool, 1, waiting, None::<(usize, fn() -> bool)>);
+    }
+}
+
 /// [`released`], for a release by tenant `tenant` of its own lease (or an acquire's
 /// back-out): a sleeper past its share is woken only if it may be admitted. One
 /// refused `over_share` is admitted only below the floor (`in_use + units <= POOL -
