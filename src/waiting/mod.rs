@@ -503,10 +503,11 @@ pub fn released(pool: &PoolRec, units: u32) {
 /// past its share ([`crate::residents::idle_is_evictable`]). One under its share is
 /// nobody's victim (a spawn past its share takes only its own tenant's, one under it
 /// only a tenant's at or past its share), so the spawn a wake reached would scan,
-/// find it no victim, and pass the wake on, waiter after waiter. Whatever makes it a
-/// victim later wakes for itself: its tenant's next grant (this, again), another
-/// tenant's ask (whose own scan takes it), a departure from the active set (the
-/// spawns sleep no longer than its recount).
+/// find it no victim, and pass the wake on, waiter after waiter. What makes it a
+/// victim later wakes the spawns itself (its tenant's next grant: this again) or
+/// scans for itself (a tenant that arrives, lowering the shares, at its own ask); a
+/// pool sized per worker that shrinks, which lowers them too, woke none before this
+/// either (its spawns sleep no longer than the active set's recount).
 #[inline]
 pub fn resident_idle(pool: &PoolRec, evictable: impl FnOnce() -> bool) {
     // SeqCst: as in `released` (pairs with the waiter's announcement and its scan).
