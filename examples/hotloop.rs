@@ -9,7 +9,10 @@
 //!   grows; `guaranteed-busy-refusal`: there, a refusal whose retry-after waits for most
 //!   of those leases;
 //! - `guaranteed-wide`: a pair that borrows, on a pool of 64 tenants with 1,000 other
-//!   leases outstanding (900 units of them on loan).
+//!   leases outstanding (900 units of them on loan);
+//! - `evict`: on a full residents pool of 2 (`evict`) whose idle residents are the
+//!   asker's, a spawn that evicts the idlest and the release of that victim, with the
+//!   default tables (256 process slots of 64 leases; this process in one of them).
 //!
 //! Only the loop is timed (not a mode's set-up).
 //! Run: `cargo run --release --example hotloop -- [MODE] [iterations]`
@@ -40,6 +43,9 @@ fn main() {
     if let Some(g) = guaranteed {
         config = config.guaranteed(g);
     }
+    if mode == "evict" {
+        config = Config::with_pools(vec![PoolConfig::new("residents", 2).evicting()]);
+    }
     let t = Table::create(&name, &config).unwrap();
     let e = t.engine();
     let elapsed = match mode.as_str() {
@@ -55,6 +61,7 @@ fn main() {
         | "guaranteed-busy"
         | "guaranteed-busy-refusal"
         | "guaranteed-wide" => guaranteed_loop(e, &mode, n),
+        "evict" => evict_loop(e, n),
         _ => {
             let (p, acme) = (e.pool("requests").unwrap(), e.tenant("acme").unwrap());
             timed(n, || {
@@ -71,6 +78,29 @@ fn main() {
     );
     drop(t);
     Table::unlink(&name).unwrap();
+}
+
+/// The `evict` mode: "acme" fills the residents pool at 1 and 2; each iteration's spawn
+/// at `now` (one ms after the last) evicts the idlest, the oldest granted, which is then
+/// released.
+fn evict_loop(e: &Engine, n: u64) -> std::time::Duration {
+    use fairshm::ResidentStatus as Status;
+    let (p, acme) = (e.pool("residents").unwrap(), e.tenant("acme").unwrap());
+    let spawn = |now: u64| {
+        let Outcome::Granted(id) = e.acquire(p, acme, 1, 0, now).unwrap() else {
+            panic!("refused")
+        };
+        id
+    };
+    let mut held = std::collections::VecDeque::from([spawn(1), spawn(2)]);
+    let mut now = 2;
+    timed(n, || {
+        now += 1;
+        held.push_back(spawn(now));
+        let victim = held.pop_front().unwrap();
+        debug_assert_eq!(e.resident_status(victim).unwrap(), Status::Revoked);
+        e.release(victim, now).unwrap();
+    })
 }
 
 /// A guaranteed pool `tokens` in cost of `ceiling`, tenants `t0`, `t1`, ... of weight 1,

@@ -225,13 +225,16 @@ pub fn register<R: Region>(
         if ps::status(st) != ps::FREE {
             continue;
         }
-        // Acquire: the reaper's writes that freed the slot happen before ours.
+        // Acquire: the reaper's writes that freed the slot happen before ours. SeqCst:
+        // a victim scan skips `FREE` slots, and reads their states with SeqCst after
+        // its announcement among the pool's waiters; our first resident's grant reads
+        // `waiters` with SeqCst after this (`residents::live_slots_leases`).
         if rec
             .state
             .compare_exchange(
                 st,
                 ps::make(ps::CLAIMING | flag, pid, start_time),
-                Acquire,
+                SeqCst,
                 Relaxed,
             )
             .is_err()

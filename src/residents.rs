@@ -164,7 +164,7 @@ pub fn choose<R: Region>(r: &R, p: usize, t: usize, units: u32, over: bool, f: &
     let geo = r.geometry();
     // The idlest evictable resident of each tenant: (last call, lease, generation).
     let mut best: Vec<(usize, u64, usize, u32)> = Vec::new();
-    for l in 0..geo.residents {
+    for l in live_slots_leases(r) {
         // SeqCst: the waiter's half of the handshake with `end_call` (module `waiting`:
         // the announcement comes before this look).
         let Some((rec, rw::IDLE, g)) = held_resident(r, l, SeqCst) else {
@@ -223,6 +223,27 @@ pub fn choose<R: Region>(r: &R, p: usize, t: usize, units: u32, over: bool, f: &
         }
     }
     pick.map(|(_, _, v)| v)
+}
+
+/// The leases that may hold residents: those of every process slot not `FREE` (a
+/// process registers before it acquires, and its slot is freed only once its leases
+/// are), in order. A victim scan of these, rather than of every record, reads 64
+/// leases a live process (by default) instead of `max_processes` times as many.
+///
+/// Each slot's state is loaded with SeqCst, the waiter's half of the handshake with a
+/// registration (whose claim CAS is SeqCst, `liveness::register`): a spawn announced in
+/// the pool's `waiters` that reads a slot `FREE` was announced before the slot was
+/// claimed, so the grant of that process's first resident (SeqCst, after its claim)
+/// reads the announcement and wakes it (`ops::resident::granted`).
+fn live_slots_leases<R: Region>(r: &R) -> impl Iterator<Item = usize> + '_ {
+    let geo = r.geometry();
+    let lpp = geo.leases_per_proc;
+    (0..geo.procs)
+        .filter(move |&s| {
+            crate::layout::proc_state::status(r.proc_slot(s).state.load(SeqCst))
+                != crate::layout::proc_state::FREE
+        })
+        .flat_map(move |s| s * lpp..((s + 1) * lpp).min(geo.residents))
 }
 
 /// Lease `l`'s resident record, the resident's state and the generation, when the
