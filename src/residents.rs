@@ -227,8 +227,8 @@ pub fn choose<R: Region>(r: &R, p: usize, t: usize, units: u32, over: bool, f: &
 
 /// The leases that may hold residents: those of every process slot not `FREE` (a
 /// process registers before it acquires, and its slot is freed only once its leases
-/// are), in order. A victim scan of these, rather than of every record, reads 64
-/// leases a live process (by default) instead of `max_processes` times as many.
+/// are), in order. A victim scan of these reads the lease records (64 by default) of
+/// each process slot in use, not those of all `max_processes` slots.
 ///
 /// Each slot's state is loaded with SeqCst, the waiter's half of the handshake with a
 /// registration (whose claim CAS is SeqCst, `liveness::register`): a spawn announced in
