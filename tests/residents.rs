@@ -534,47 +534,40 @@ fn a_resident_granted_while_an_acquire_waits_wakes_it() {
     drop(b);
 }
 
-/// A resident that comes idle (a call ends, or it is granted) wakes a waiting spawn
-/// only if it may be that spawn's victim: its tenant is at or past its share. One of a
-/// tenant under its share is nobody's victim, and the spawn woken would scan, find
-/// nothing and pass the wake on. Pool of 8 (floor 1); "a" and "b" active, shares of
-/// 4; a waiter announced, as `blocking` does before it sleeps.
+/// A resident whose call ends wakes a waiting spawn only if it may be that spawn's
+/// victim: its tenant is at or past its share. One of a tenant under its share is
+/// nobody's victim, and the spawn woken would scan, find nothing and pass the wake on.
+/// (A grant wakes either way: `a_resident_granted_while_an_acquire_waits_wakes_it`.)
+/// Pool of 8 (floor 1); "a" and "b" active, shares of 4; a waiter announced, as
+/// `blocking` does before it sleeps.
 #[test]
-fn a_resident_of_a_tenant_under_its_share_coming_idle_wakes_nobody() {
+fn a_call_ended_by_a_tenant_under_its_share_wakes_nobody() {
     use fairshm::region::Region;
     use std::sync::atomic::Ordering::SeqCst;
     let seg = Seg::new("res-idle-under");
     let t = seg.create(&Config::with_pools(vec![patient_residents(1_000)]));
     let pool = t.region().pool(0);
     let b: Vec<_> = (0..4).map(|i| spawn(&t, "b", 10 + i)).collect();
-    let a0 = spawn(&t, "a", 20);
+    let a: Vec<_> = (0..3).map(|i| spawn(&t, "a", 20 + i)).collect(); // 3 of its 4
     pool.waiters.fetch_add(1, SeqCst);
     let wake = || pool.wake.load(SeqCst);
     let before = wake();
-    let a1 = spawn(&t, "a", 30); // "a" holds 2 of its 4
-    assert_eq!(
-        wake(),
-        before,
-        "a grant to a tenant under its share woke a spawn"
-    );
-    a0.begin_call().unwrap();
-    a0.end_call().unwrap();
+    a[0].begin_call().unwrap();
+    a[0].end_call().unwrap();
     assert_eq!(wake(), before, "a call ended under its share woke a spawn");
     // "b", at its share: its residents are victims of an under-share spawn ("a"'s).
     b[0].begin_call().unwrap();
     b[0].end_call().unwrap();
-    let after_end = wake();
-    assert_ne!(after_end, before, "a call ended at the share woke nobody");
-    let a2 = spawn(&t, "a", 40);
-    assert_eq!(wake(), after_end, "\"a\" is still under its share");
-    let a3 = spawn(&t, "a", 50); // "a" at its share: its residents are victims now
-    assert_ne!(
-        wake(),
-        after_end,
-        "a grant to a tenant at its share woke nobody"
-    );
+    let after_b = wake();
+    assert_ne!(after_b, before, "a call ended at the share woke nobody");
+    let a3 = spawn(&t, "a", 30); // "a" at its share: its residents are victims now
+    let after_grant = wake();
+    assert_ne!(after_grant, after_b, "a grant woke nobody");
+    a[1].begin_call().unwrap();
+    a[1].end_call().unwrap();
+    assert_ne!(wake(), after_grant, "a call ended at the share woke nobody");
     pool.waiters.fetch_sub(1, SeqCst);
-    drop((b, a0, a1, a2, a3));
+    drop((b, a, a3));
 }
 
 /// "t" holds 4 residents of 8, every one in a call, at its share of 4, and 8 spawns of

@@ -161,7 +161,7 @@ pub(crate) fn acquire_with_spare<R: Region, P: Policy>(
         let held = ls::make(d.generation, ls::HELD) | if charging { ls::CHARGES_EXTRA } else { 0 };
         store_over_rmw(&r.lease(l).state, held);
         if crate::layout::residency::is_resident(d.inputs[2]) {
-            super::resident::granted(r, d.pool as usize, d.tenant as usize, l, d.generation);
+            super::resident::granted(r, d.pool as usize, l, d.generation);
         }
         return Ok((lease, d, seen));
     }

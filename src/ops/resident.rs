@@ -48,16 +48,18 @@ pub(crate) fn init<R: Region>(r: &R, l: usize, generation: u32, now: u64) {
     store_over_rmw64(&rec.word, rw::make(generation, rw::PENDING, 0), Release);
 }
 
-/// After lease `l` of `generation`, in pool `p`, of tenant `t`, is `HELD`: its
-/// resident becomes evictable, and the pool's waiters are woken, as by a call ending
-/// (`residents::end_call`), if the resident may be a victim (its tenant, now holding
-/// it, is at or past its share: `waiting::resident_idle`): an acquire waiting for a
-/// resident to evict may have scanned the residents while this one was still
-/// `PENDING` (which no scan takes), found nothing and gone to sleep. One load of
-/// `waiters` when nobody waits.
+/// After lease `l` of `generation`, in pool `p`, is `HELD`: its resident becomes
+/// evictable, and the pool's waiters are woken, as by a call ending
+/// (`residents::end_call`): an acquire waiting for a resident to evict may have scanned
+/// the residents while this one was still `PENDING` (which no scan takes), found
+/// nothing and gone to sleep. One load of `waiters` when nobody waits. Unlike a call's
+/// end, the wake does not ask whether the resident may be a victim: the grant may
+/// have added its tenant to the active set, which lowers every share, and a spawn past
+/// its share now may evict one of its own tenant's residents that was idle all along
+/// (`tests/window_wakes.rs`, seed 14210, found a spawn left asleep so).
 #[cold]
 #[inline(never)]
-pub(crate) fn granted<R: Region>(r: &R, p: usize, t: usize, l: usize, generation: u32) {
+pub(crate) fn granted<R: Region>(r: &R, p: usize, l: usize, generation: u32) {
     if let Some(rec) = r.resident(l) {
         // SeqCst, as `residents::end_call`'s CAS, the other write that makes a resident
         // idle: the victim scan reads these words with SeqCst, after its announcement
@@ -67,11 +69,9 @@ pub(crate) fn granted<R: Region>(r: &R, p: usize, t: usize, l: usize, generation
         // CASes.
         store_over_rmw64(&rec.word, rw::make(generation, rw::IDLE, 0), SeqCst);
         #[cfg(not(loom))]
-        crate::waiting::resident_idle(r.pool(p), || {
-            crate::residents::idle_is_evictable(r, p, t)
-        });
+        crate::waiting::released(r.pool(p), 1);
         #[cfg(loom)]
-        let _ = (p, t);
+        let _ = p;
     }
 }
 

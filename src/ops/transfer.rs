@@ -71,7 +71,7 @@ pub(crate) fn transfer<R: Region>(
     // Release: the grant's effects happen before any later release of the lease. A
     // plain store, as in `acquire`: a settler's flag CAS names ACQUIRING.
     store_over_rmw(&r.lease(l).state, ls::make(generation, ls::HELD));
-    super::resident::granted(r, p, d.tenant as usize, l, generation);
+    super::resident::granted(r, p, l, generation);
     if let Some(rec) = r.resident(victim.0) {
         // Release: the owner that wakes sees the revocation (the CAS before it).
         rec.wake.fetch_add(1, Release);

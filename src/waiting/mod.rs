@@ -496,18 +496,20 @@ pub fn released(pool: &PoolRec, units: u32) {
     }
 }
 
-/// After a resident of `pool` came idle (its last call ended, or it was just granted;
-/// its record's SeqCst write is done): if anyone waits and `evictable()` says a spawn
-/// may take it, bumps both sequences and wakes one waiter, as a release of one unit
-/// does. `evictable` is asked only when someone waits: the resident's tenant is at or
-/// past its share ([`crate::residents::idle_is_evictable`]). One under its share is
+/// After a resident of `pool` came idle by the end of its last call (its record's
+/// SeqCst CAS is done): if anyone waits and `evictable()` says a spawn may take it,
+/// bumps both sequences and wakes one waiter, as a release of one unit does.
+/// `evictable` is asked only when someone waits: the resident's tenant is at or past
+/// its share ([`crate::residents::idle_is_evictable`]). One under its share is
 /// nobody's victim (a spawn past its share takes only its own tenant's, one under it
-/// only a tenant's at or past its share), so the spawn a wake reached would scan,
-/// find it no victim, and pass the wake on, waiter after waiter. What makes it a
-/// victim later wakes the spawns itself (its tenant's next grant: this again) or
-/// scans for itself (a tenant that arrives, lowering the shares, at its own ask); a
-/// pool sized per worker that shrinks, which lowers them too, woke none before this
-/// either (its spawns sleep no longer than the active set's recount).
+/// only a tenant's at or past its share), so the spawn a wake reached would scan, find
+/// it no victim, and pass the wake on, waiter after waiter; a call's end changes no
+/// share and no holding, so it makes no other resident a victim either. What makes it
+/// a victim later wakes for itself: a grant (which wakes whatever its tenant: it may
+/// have added that tenant to the active set, lowering every share), a release. A
+/// tenant that arrives and is refused, or a pool sized per worker that shrinks, lowers
+/// the shares too and wakes no spawn, before this as after (the spawns sleep no longer
+/// than the active set's recount, or their deadline).
 #[inline]
 pub fn resident_idle(pool: &PoolRec, evictable: impl FnOnce() -> bool) {
     // SeqCst: as in `released` (pairs with the waiter's announcement and its scan).
