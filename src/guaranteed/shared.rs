@@ -50,6 +50,12 @@ const BLOCK_MASK: u64 = (1 << BLOCK_BITS) - 1;
 /// The largest `seq` a head holds (44 bits); the next is 0.
 pub(crate) const SEQ_MASK: u64 = u64::MAX >> BLOCK_BITS;
 
+/// The seq after `seq`, modulo 2^44 as the head word counts: the one rule for the
+/// state an op publishes and for the replay model's.
+pub(crate) fn next_seq(seq: u64) -> u64 {
+    (seq + 1) & SEQ_MASK
+}
+
 pub fn head_seq(h: u64) -> u64 {
     h >> BLOCK_BITS
 }
@@ -228,7 +234,7 @@ fn publish<R: Region>(
     st: &mut State,
     buf: &mut Vec<u64>,
 ) -> Result<bool> {
-    st.seq = (head_seq(h) + 1) & SEQ_MASK;
+    st.seq = next_seq(head_seq(h));
     let mine = if head_block(h) == 2 * slot {
         2 * slot + 1
     } else {

@@ -429,7 +429,7 @@ impl State {
         };
         // Modulo 2^44, as the head word counts (`shared`): a replay numbers its states
         // as the pool did.
-        self.seq = (self.seq + 1) & super::shared::SEQ_MASK;
+        self.seq = super::shared::next_seq(self.seq);
         Ok(effect)
     }
 
