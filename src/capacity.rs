@@ -60,6 +60,9 @@ pub fn recompute<R: Region>(r: &R, cfg: &Config) -> u32 {
                 #[cfg(not(loom))]
                 if tickets > pair::lo(old) {
                     crate::waiting::released(r.pool(p), tickets - pair::lo(old));
+                } else if tickets < pair::lo(old) && pc.evict {
+                    // Fewer tickets lower every share: a spawn may evict now.
+                    crate::waiting::shares_fell(r.pool(p));
                 }
                 #[cfg(loom)]
                 let _ = old;

@@ -389,6 +389,51 @@ fn a_worker_that_grows_the_pool_wakes_its_waiters() {
     kids.kill_all();
 }
 
+/// Fewer workers lower every share of an `evict` pool as an arrival does: a spawn asleep
+/// with nothing to evict may now evict its own tenant's idle residents, with nothing
+/// released, so the shrink wakes the spawns. A pool that does not evict is not woken
+/// by a shrink: lower shares admit nobody there. (A waiter is counted by hand: the
+/// wake's counter is the fact.)
+#[test]
+fn a_shrunk_evict_pool_wakes_its_spawns() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::SeqCst;
+    let _g = serial();
+    let seg = Seg::new("shrinkwake");
+    let cfg = Config::with_pools(vec![
+        PoolConfig::per_worker("flights", 1.0, 0),
+        PoolConfig::per_worker("objects", 1.0, 0).evicting(),
+    ]);
+    let t = seg.create(&cfg);
+    let mut pids = workers(&seg.name, 2);
+    t.register().unwrap(); // three workers now: capacity 3
+    assert_eq!(capacity(&t, "objects"), 3);
+    let (flights, objects) = (t.region().pool(0), t.region().pool(1));
+    flights.waiters.fetch_add(1, SeqCst);
+    objects.waiters.fetch_add(1, SeqCst);
+    let before = (flights.wake.load(SeqCst), objects.wake.load(SeqCst));
+    kill(&mut pids, 2);
+    t.reap_dead().unwrap();
+    common::wait_until(
+        None,
+        "the dead workers' tickets to go",
+        Duration::from_millis(1),
+        || capacity(&t, "objects") == 1,
+    );
+    assert_ne!(
+        objects.wake.load(SeqCst),
+        before.1,
+        "the evict pool shrank and woke no spawn"
+    );
+    assert_eq!(
+        flights.wake.load(SeqCst),
+        before.0,
+        "a pool that does not evict was woken by its shrink"
+    );
+    flights.waiters.fetch_sub(1, SeqCst);
+    objects.waiters.fetch_sub(1, SeqCst);
+}
+
 /// Forks a worker that takes a ticket of `flights` for "a", sets `flag[0]` and holds it
 /// until killed.
 fn fork_child_holding(

@@ -570,6 +570,138 @@ fn a_call_ended_by_a_tenant_under_its_share_wakes_nobody() {
     drop((b, a, a3));
 }
 
+/// A tenant new to an `evict` pool's active set lowers every share, so a spawn asleep
+/// with nothing to evict may evict now, though nothing came free: the arrival wakes the
+/// spawns, also when it is itself refused (a grant wakes for itself). "a" holds 3 idle
+/// residents of 8 and "b" 5 in calls: "a", under its share of 4, has no victim. "c"
+/// arrives asking 2 units, which no idle resident has, and is refused; with 3 active,
+/// "a" is past its share (3 of 8/3) and evicts its own idlest. A refusal of a tenant
+/// already active, and an arrival in a pool that does not evict, wake nobody.
+#[test]
+fn a_tenant_that_arrives_in_an_evict_pool_wakes_the_spawns_even_refused() {
+    use fairshm::region::Region;
+    use std::sync::atomic::Ordering::SeqCst;
+    let seg = Seg::new("res-arrival");
+    let cfg = Config::with_pools(vec![
+        patient_residents(1_000),
+        PoolConfig::new("requests", 2),
+    ]);
+    let t = seg.create(&cfg);
+    // "b" first: alone, its share is the pool (past it, "b" would evict its own).
+    let b: Vec<_> = (0..5).map(|i| spawn(&t, "b", 10 + i)).collect();
+    for l in &b {
+        l.begin_call().unwrap();
+    }
+    let a: Vec<_> = (0..3).map(|i| spawn(&t, "a", 20 + i)).collect();
+    let refused = |tenant: &str, units: u32, now: u64| {
+        let req = Request::new("residents", tenant).units(units);
+        let got = t.try_acquire_at(&req, now).unwrap();
+        assert_eq!(
+            got.as_ref().err().map(|r| r.reason),
+            Some(Reason::TooManyResidents),
+            "{tenant} asking {units} at {now}"
+        );
+    };
+    refused("a", 1, 30); // under its share, and "b"'s residents are all in calls
+    let (pool, requests) = (t.region().pool(0), t.region().pool(1));
+    pool.waiters.fetch_add(1, SeqCst);
+    requests.waiters.fetch_add(1, SeqCst);
+    let wake = |p: &fairshm::layout::PoolRec| p.wake.load(SeqCst);
+    let before = wake(pool);
+    refused("b", 1, 31); // active already
+    assert_eq!(
+        wake(pool),
+        before,
+        "a refusal of an active tenant woke the spawns"
+    );
+    refused("c", 2, 32); // an arrival: every share falls
+    let after = wake(pool);
+    assert_ne!(after, before, "a refused arrival woke no spawn");
+    refused("c", 2, 33); // active now
+    assert_eq!(
+        wake(pool),
+        after,
+        "a second refusal of the arrival woke the spawns"
+    );
+    // What the wake is for: "a", past its share now, evicts its own idlest.
+    let got = spawn(&t, "a", 34);
+    assert_eq!(revoked(&a), [true, false, false]);
+    let before_requests = wake(requests);
+    let r = t
+        .try_acquire_at(&Request::new("requests", "d"), 35)
+        .unwrap();
+    assert!(r.is_ok(), "the requests pool has room");
+    assert_eq!(
+        wake(requests),
+        before_requests,
+        "an arrival in a pool that does not evict woke its waiters"
+    );
+    pool.waiters.fetch_sub(1, SeqCst);
+    requests.waiters.fetch_sub(1, SeqCst);
+    drop((a, b, got, r));
+}
+
+/// The same through a real blocked spawn: asleep with nothing to evict, in a pool whose
+/// active set is not recounted for 20 s (its window) and whose spawns wait up to 10 s,
+/// it is served as soon as a refused tenant's arrival lets it evict (before, only at
+/// its deadline).
+#[test]
+fn a_spawn_asleep_is_served_when_a_refused_arrival_lets_it_evict() {
+    let seg = Seg::new("res-arrival-wait");
+    let cfg = Config::with_pools(vec![
+        PoolConfig::new("residents", 8)
+            .evicting()
+            .evict_wait_ms(10_000)
+            .window_ms(20_000),
+    ]);
+    let t = seg.create(&cfg);
+    t.set_sweep_interval(Duration::from_secs(3600));
+    let take = |tenant: &str| {
+        t.try_acquire(&Request::new("residents", tenant))
+            .unwrap()
+            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
+    };
+    let b: Vec<_> = (0..5).map(|_| take("b")).collect();
+    for l in &b {
+        l.begin_call().unwrap();
+    }
+    let a: Vec<_> = (0..3).map(|_| take("a")).collect();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let start = Instant::now();
+            let got = t
+                .acquire(&Request::new("residents", "a"), Duration::from_secs(10))
+                .unwrap();
+            (got.map(|l| l.into_id()), start.elapsed())
+        });
+        // Announced, tried again and asleep (no release or arrival comes meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while t.snapshot().pool("residents").unwrap().waiters == 0 {
+            assert!(Instant::now() < deadline, "the spawn never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let asked = Instant::now();
+        let r = t
+            .try_acquire(&Request::new("residents", "c").units(2))
+            .unwrap();
+        assert_eq!(r.err().map(|r| r.reason), Some(Reason::TooManyResidents));
+        let (got, waited) = waiter.join().unwrap();
+        let id = got.unwrap_or_else(|r| panic!("the spawn was refused: {r}"));
+        eprintln!(
+            "res-arrival-wait: served {:?} after the arrival",
+            asked.elapsed()
+        );
+        assert!(
+            waited < Duration::from_secs(5),
+            "the spawn waited {waited:?}: the arrival did not wake it"
+        );
+        t.release_id(id).unwrap();
+    });
+    assert_eq!(revoked(&a), [true, false, false]);
+    drop((a, b));
+}
+
 /// "t" holds 4 residents of 8, every one in a call, at its share of 4, and 8 spawns of
 /// its wait for one of its own to come idle; "u", at its share too, ends a call on one
 /// of its 4 again and again. "t" may evict only its own, so none of those ends can

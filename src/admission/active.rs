@@ -89,7 +89,9 @@ pub fn scan<R: Region>(r: &R, p: usize, now: u64, window: u64) -> Scan {
 
 /// Marks tenant `t` active in pool `p` (asking counts, granted or not) and returns the
 /// active weight to decide with (which includes `t`) and the instant the active set can
-/// next lose a tenant.
+/// next lose a tenant. If `t` joins the set now (it held nothing and its stamp was out
+/// of the window) and the pool evicts (`evict`), wakes the pool's spawns: see
+/// `joined`.
 ///
 /// The pool keeps a running sum. A tenant that turns active adds its weight at once
 /// (the `fetch_max` that moves its stamp out of the window decides who adds). A
@@ -111,11 +113,13 @@ pub fn touch<R: Region>(
     weight: u32,
     now: u64,
     window: u64,
+    evict: bool,
 ) -> (u64, u64) {
     let pool = r.pool(p);
-    // Relaxed throughout: see the module docs (a priority input, not the bound). The
-    // stamp is written only when it moves (ms resolution), and then by `fetch_max`,
-    // whose result says which of two racing arrivals adds the weight.
+    // Relaxed, but for the sum's add and load below: see the module docs (a priority
+    // input, not the bound). The stamp is written only when it moves (ms resolution),
+    // and then by `fetch_max`, whose result says which of two racing arrivals adds the
+    // weight.
     let seen = tp.last_active_ms.load(Relaxed);
     let prev = if seen < now {
         tp.last_active_ms.fetch_max(now, Relaxed)
@@ -125,16 +129,38 @@ pub fn touch<R: Region>(
     // Relaxed: a priority input, as the sum it dates (module docs).
     let scanned = pool.scanned_at_ms.load(Relaxed);
     if now < scanned {
-        return behind(r, p, tp, weight, prev, now, scanned, window);
+        return behind(r, p, tp, weight, prev, now, scanned, window, evict);
     }
     if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, now, window) {
-        pool.active_weight.fetch_add(weight as u64, Relaxed);
+        // SeqCst: the arrival's half of a handshake with a spawn of an `evict` pool
+        // (this add, then `joined`'s SeqCst load of `waiters`; the spawn announces
+        // itself in `waiters`, then loads the sum below with SeqCst): a spawn that
+        // decided on the sum before this add is seen waiting, and woken.
+        pool.active_weight.fetch_add(weight as u64, SeqCst);
+        joined(pool, evict);
     }
     let mut at = pool.rescan_at_ms.load(Relaxed);
     if now >= at {
         at = rescan(r, p, at, now, window);
     }
-    (pool.active_weight.load(Relaxed).max(weight as u64), at)
+    // SeqCst: the waiter's half of the handshake above (a plain load on x86-64).
+    (pool.active_weight.load(SeqCst).max(weight as u64), at)
+}
+
+/// A tenant joined pool `p`'s active set: if the pool evicts, every share fell, and a
+/// spawn asleep with nothing to evict may evict now (one past its share, its own
+/// tenant's idle residents; one under it, those of a tenant put past its share), with
+/// nothing released: [`crate::waiting::shares_fell`] wakes the spawns. Whatever the
+/// ask comes to: a grant's own wake reaches one of them only. In a pool that does not
+/// evict, lower shares admit nobody: no wake.
+#[inline(always)]
+fn joined(pool: &crate::layout::PoolRec, evict: bool) {
+    #[cfg(not(loom))]
+    if evict {
+        crate::waiting::shares_fell(pool);
+    }
+    #[cfg(loom)]
+    let _ = (pool, evict);
 }
 
 /// [`touch`] for a decision at `now`, earlier than the last scan (`scanned`): the
@@ -156,12 +182,19 @@ fn behind<R: Region>(
     now: u64,
     scanned: u64,
     window: u64,
+    evict: bool,
 ) -> (u64, u64) {
     let pool = r.pool(p);
     // Relaxed: priority inputs (module docs); a recount that comes a decision late
     // misjudges one share, never the bound.
-    if held_word::held(tp.held.load(Relaxed)) == 0 && !recent(prev, scanned, window) {
+    let idle = held_word::held(tp.held.load(Relaxed)) == 0;
+    if idle && !recent(prev, scanned, window) {
         pool.rescan_at_ms.store(0, Relaxed);
+    }
+    // New to the set at `now`: the next decision's recount counts it (above), and a
+    // spawn woken makes that decision.
+    if idle && !recent(prev, now, window) {
+        joined(pool, evict);
     }
     let s = scan(r, p, now, window);
     (s.weight.max(weight as u64), s.next_change)

@@ -159,7 +159,8 @@ pub fn try_acquire<R: Region>(
     // The tenant's record in the pool, fetched once (its index checked) for the whole
     // decision: the active set's stamp, the statistics and the retry-after clock.
     let tp = r.tenant_pool(a.pool, a.tenant);
-    let (active_weight, set_changes_at) = touch(r, a.pool, tp, a.weight, a.now, a.window_ms);
+    let (active_weight, set_changes_at) =
+        touch(r, a.pool, tp, a.weight, a.now, a.window_ms, a.evict);
     let (cap, floor) = (
         crate::layout::pair::lo(a.limits),
         crate::layout::pair::hi(a.limits),

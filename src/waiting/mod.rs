@@ -38,7 +38,9 @@
 //! another tenant turned over: a herd in single file. A sleeper's class is that of its
 //! last refusal, which its own tenant's release may have made stale (under its share
 //! now): that release wakes its tenant's sleepers past their share besides the
-//! under-share ones. A reap wakes every sleeper past its share ([`reaped`]).
+//! under-share ones. A reap wakes every sleeper past its share ([`reaped`]). In an
+//! `evict` pool, a tenant's arrival in the active set, or a shrink, wakes every
+//! sleeper ([`shares_fell`]): with nothing released, lower shares give spawns victims.
 //!
 //! A waiter may also watch owner words ([`Watch`], armed by `watch::arm`): it then
 //! sleeps on its half and on them at once with `futex_waitv` (Linux 5.16+), and the
@@ -505,11 +507,9 @@ pub fn released(pool: &PoolRec, units: u32) {
 /// only a tenant's at or past its share), so the spawn a wake reached would scan, find
 /// it no victim, and pass the wake on, waiter after waiter; a call's end changes no
 /// share and no holding, so it makes no other resident a victim either. What makes it
-/// a victim later wakes for itself: a grant (which wakes whatever its tenant: it may
-/// have added that tenant to the active set, lowering every share), a release. A
-/// tenant that arrives and is refused, or a pool sized per worker that shrinks, lowers
-/// the shares too and wakes no spawn, before this as after (the spawns sleep no longer
-/// than the active set's recount, or their deadline).
+/// a victim later wakes for itself: a grant (which wakes whatever its tenant), a
+/// release, a tenant's arrival in the active set or a pool sized per worker that
+/// shrinks (both lower every share: [`shares_fell`]).
 #[inline]
 pub fn resident_idle(pool: &PoolRec, evictable: impl FnOnce() -> bool) {
     // SeqCst: as in `released` (pairs with the waiter's announcement and its scan).
@@ -575,6 +575,33 @@ fn wake_waiters(
     }
 }
 
+/// After a tenant joined the active set of `evict` pool `pool` (its ask's SeqCst add to
+/// the active weight, `admission::active::touch`), or a `per_worker` one shrank: every
+/// share fell, so a spawn asleep with nothing to evict may have a victim now, with
+/// nothing released (one past its share now, its own tenant's idle residents; one
+/// under it, those of a tenant put past its share). If anyone waits, bumps both
+/// sequences and wakes every sleeper: which spawns can evict depends on each one's
+/// tenant and the residents idle, and a grant's wake of one, passed on, stops at the
+/// first spawn it serves. Rare: a tenant arrives at most once a window.
+#[cold]
+#[inline(never)]
+pub fn shares_fell(pool: &PoolRec) {
+    // SeqCst: as in `released` (pairs with the waiter's announcement and its load of
+    // the active weight, `touch`).
+    if pool.waiters.load(SeqCst) != 0 {
+        wake_all(pool, u32::MAX);
+    }
+}
+
+/// Bumps both halves of `pool.wake`, wakes up to `under` under-share sleepers and
+/// every sleeper past its share.
+fn wake_all(pool: &PoolRec, under: u32) {
+    // SeqCst: see the module docs.
+    pool.wake.fetch_add(BOTH, SeqCst);
+    wake(pool, Class::Under, under);
+    wake_bits(word_ptr(pool, Class::Over), u32::MAX, EVERY_TENANT);
+}
+
 /// After a reap gave back `units` of pool `pool`, or took out as many of its waiters (a
 /// death: rare; a waiter killed as a wake ended its sleep took that wake along): wakes
 /// up to `units` under-share sleepers and every sleeper past its share. The dead
@@ -584,9 +611,7 @@ fn wake_waiters(
 pub fn reaped(pool: &PoolRec, units: u32) {
     // SeqCst: as in `released`.
     if pool.waiters.load(SeqCst) != 0 {
-        pool.wake.fetch_add(BOTH, SeqCst);
-        wake(pool, Class::Under, units);
-        wake_bits(word_ptr(pool, Class::Over), u32::MAX, EVERY_TENANT);
+        wake_all(pool, units);
     }
 }
 
