@@ -393,7 +393,8 @@ fn a_worker_that_grows_the_pool_wakes_its_waiters() {
 /// with nothing to evict may now evict its own tenant's idle residents, with nothing
 /// released, so the shrink wakes the spawns. A pool that does not evict is not woken
 /// by a shrink: lower shares admit nobody there. (A waiter is counted by hand: the
-/// wake's counter is the fact.)
+/// wake's counter is the fact; the segment's words are read through `internals`.)
+#[cfg(feature = "internals")]
 #[test]
 fn a_shrunk_evict_pool_wakes_its_spawns() {
     use fairshm::region::Region;
