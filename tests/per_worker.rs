@@ -80,6 +80,19 @@ fn kill(pids: &mut common::Children, n: usize) {
     common::Children(pids.drain(..n).collect()).kill_all();
 }
 
+/// Kills every worker of `pids` and waits until `pool` has `tickets` left.
+fn kill_down_to(t: &Table, pids: &mut common::Children, pool: &str, tickets: u32) {
+    kill(pids, pids.len());
+    // Our anchor may be reaping them already (as in the test below).
+    t.reap_dead().unwrap();
+    common::wait_until(
+        None,
+        "the dead workers' tickets to go",
+        Duration::from_millis(1),
+        || capacity(t, pool) == tickets,
+    );
+}
+
 #[test]
 fn five_workers_at_half_quota_get_three_tickets_and_follow_deaths() {
     let _g = serial();
@@ -256,15 +269,7 @@ fn a_shrunk_pool_revokes_nothing_and_admits_again_below_the_new_capacity() {
                 .unwrap()
         })
         .collect();
-    kill(&mut pids, 2);
-    // Our anchor may be reaping them already (as in the test above).
-    t.reap_dead().unwrap();
-    common::wait_until(
-        None,
-        "the dead workers' tickets to go",
-        Duration::from_millis(1),
-        || capacity(&t, "flights") == 1,
-    );
+    kill_down_to(&t, &mut pids, "flights", 1);
     assert_eq!(
         t.snapshot().pool("flights").unwrap().in_use,
         3,
@@ -413,14 +418,7 @@ fn a_shrunk_evict_pool_wakes_its_spawns() {
     flights.waiters.fetch_add(1, SeqCst);
     objects.waiters.fetch_add(1, SeqCst);
     let before = (flights.wake.load(SeqCst), objects.wake.load(SeqCst));
-    kill(&mut pids, 2);
-    t.reap_dead().unwrap();
-    common::wait_until(
-        None,
-        "the dead workers' tickets to go",
-        Duration::from_millis(1),
-        || capacity(&t, "objects") == 1,
-    );
+    kill_down_to(&t, &mut pids, "objects", 1);
     assert_ne!(
         objects.wake.load(SeqCst),
         before.1,

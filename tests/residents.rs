@@ -27,6 +27,13 @@ fn spawn<'t>(t: &'t Table, tenant: &str, now: u64) -> fairshm::Lease<'t> {
         .unwrap_or_else(|r| panic!("{tenant} at {now}: {r}"))
 }
 
+/// [`spawn`] at the monotonic clock's `now`.
+fn spawn_now<'t>(t: &'t Table, tenant: &str) -> fairshm::Lease<'t> {
+    t.try_acquire(&Request::new("residents", tenant))
+        .unwrap()
+        .unwrap_or_else(|r| panic!("{tenant}: {r}"))
+}
+
 fn revoked(leases: &[fairshm::Lease<'_>]) -> Vec<bool> {
     leases.iter().map(|l| l.is_revoked().unwrap()).collect()
 }
@@ -436,11 +443,7 @@ fn reaping_a_revoked_resident_wakes_its_tenants_waiter() {
         Duration::from_millis(1),
         || t.snapshot().held("residents", "v") == 1,
     );
-    let get = |tenant: &str| {
-        t.try_acquire(&Request::new("residents", tenant))
-            .unwrap()
-            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
-    };
+    let get = |tenant: &str| spawn_now(&t, tenant);
     let v: Vec<_> = (0..3).map(|_| get("v")).collect();
     for l in &v {
         l.begin_call().unwrap();
@@ -656,11 +659,7 @@ fn a_spawn_asleep_is_served_when_a_refused_arrival_lets_it_evict() {
     ]);
     let t = seg.create(&cfg);
     t.set_sweep_interval(Duration::from_secs(3600));
-    let take = |tenant: &str| {
-        t.try_acquire(&Request::new("residents", tenant))
-            .unwrap()
-            .unwrap_or_else(|r| panic!("{tenant}: {r}"))
-    };
+    let take = |tenant: &str| spawn_now(&t, tenant);
     let b: Vec<_> = (0..5).map(|_| take("b")).collect();
     for l in &b {
         l.begin_call().unwrap();
