@@ -187,13 +187,13 @@ fn behind<R: Region>(
     let pool = r.pool(p);
     // Relaxed: priority inputs (module docs); a recount that comes a decision late
     // misjudges one share, never the bound.
-    let idle = held_word::held(tp.held.load(Relaxed)) == 0;
-    if idle && !recent(prev, scanned, window) {
+    let holds_nothing = held_word::held(tp.held.load(Relaxed)) == 0;
+    if holds_nothing && !recent(prev, scanned, window) {
         pool.rescan_at_ms.store(0, Relaxed);
     }
     // New to the set at `now`: the next decision's recount counts it (above), and a
     // spawn woken makes that decision.
-    if idle && !recent(prev, now, window) {
+    if holds_nothing && !recent(prev, now, window) {
         joined(pool, evict);
     }
     let s = scan(r, p, now, window);

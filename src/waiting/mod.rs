@@ -589,13 +589,13 @@ pub fn shares_fell(pool: &PoolRec) {
     // SeqCst: as in `released` (pairs with the waiter's announcement and its load of
     // the active weight, `touch`).
     if pool.waiters.load(SeqCst) != 0 {
-        wake_all(pool, u32::MAX);
+        wake_halves(pool, u32::MAX);
     }
 }
 
 /// Bumps both halves of `pool.wake`, wakes up to `under` under-share sleepers and
 /// every sleeper past its share.
-fn wake_all(pool: &PoolRec, under: u32) {
+fn wake_halves(pool: &PoolRec, under: u32) {
     // SeqCst: see the module docs.
     pool.wake.fetch_add(BOTH, SeqCst);
     wake(pool, Class::Under, under);
@@ -611,7 +611,7 @@ fn wake_all(pool: &PoolRec, under: u32) {
 pub fn reaped(pool: &PoolRec, units: u32) {
     // SeqCst: as in `released`.
     if pool.waiters.load(SeqCst) != 0 {
-        wake_all(pool, units);
+        wake_halves(pool, units);
     }
 }
 
