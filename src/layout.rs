@@ -491,6 +491,13 @@ impl Geometry {
         self.procs * self.leases_per_proc
     }
 
+    /// The leases of process slot `slot`: `leases_per_proc` of them, slot-major (no
+    /// division: an acquire checks its spare against this).
+    #[inline]
+    pub fn slot_leases(&self, slot: usize) -> std::ops::Range<usize> {
+        slot * self.leases_per_proc..(slot + 1) * self.leases_per_proc
+    }
+
     /// [`WaitingRec`]s per process slot: one per 16 pools.
     pub fn waiting_records(&self) -> usize {
         Self::waiting_records_for(self.pools)

@@ -268,12 +268,11 @@ pub fn odd_leases<R: Region>(r: &R) -> (usize, usize) {
 /// that they count nowhere and keep no pool "busy". Taking the slot first keeps anyone
 /// from registering into it meanwhile.
 pub fn resolve_orphans<R: Region>(r: &R, reaper: Reaper) -> Vec<Reaped> {
-    let lpp = r.geometry().leases_per_proc;
     (0..r.geometry().procs)
         .filter_map(|s| {
             // Acquire: as any reader of a slot.
             let st = r.proc_slot(s).state.load(Acquire);
-            let busy = (s * lpp..(s + 1) * lpp).any(|l| {
+            let busy = r.geometry().slot_leases(s).any(|l| {
                 // Relaxed: a first look; the walk re-reads each lease with Acquire.
                 let ls = ls::state(r.lease(l).state.load(Relaxed));
                 ls != ls::FREE && ls != ls::QUARANTINED

@@ -237,13 +237,13 @@ pub fn choose<R: Region>(r: &R, p: usize, t: usize, units: u32, over: bool, f: &
 /// reads the announcement and wakes it (`ops::resident::granted`).
 fn live_slots_leases<R: Region>(r: &R) -> impl Iterator<Item = usize> + '_ {
     let geo = r.geometry();
-    let lpp = geo.leases_per_proc;
     (0..geo.procs)
         .filter(move |&s| {
             crate::layout::proc_state::status(r.proc_slot(s).state.load(SeqCst))
                 != crate::layout::proc_state::FREE
         })
-        .flat_map(move |s| s * lpp..((s + 1) * lpp).min(geo.residents))
+        .flat_map(move |s| geo.slot_leases(s))
+        .take_while(move |&l| l < geo.residents)
 }
 
 /// Lease `l`'s resident record, the resident's state and the generation, when the

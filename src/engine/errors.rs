@@ -160,8 +160,7 @@ impl Engine {
         };
         let tid = crate::selfid::tid();
         let mut out = Reaped::new(slot, crate::selfid::pid(), geo.pools);
-        let range = slot * geo.leases_per_proc..(slot + 1) * geo.leases_per_proc;
-        for k in range {
+        for k in geo.slot_leases(slot) {
             let lease = self.seg.lease(k);
             // Relaxed: our own leases; `resolve_lease` re-reads with Acquire.
             let st = crate::layout::lease_state::state(lease.state.load(Relaxed));

@@ -412,12 +412,11 @@ impl Engine {
                 "lease {id} is beyond the lease table"
             )));
         }
-        let lpp = geo.leases_per_proc;
         if !self
             .registered(crate::selfid::pid() as u64)
-            .is_some_and(|s| (s * lpp..(s + 1) * lpp).contains(&l))
+            .is_some_and(|s| geo.slot_leases(s).contains(&l))
         {
-            return Err(self.not_owner(id.to_string(), l / lpp));
+            return Err(self.not_owner(id.to_string(), l / geo.leases_per_proc));
         }
         Ok(l)
     }

@@ -48,11 +48,10 @@ pub(crate) fn spare_or_claim<R: Region>(
     spare: Option<(usize, u32)>,
 ) -> Result<(usize, u32)> {
     match spare.filter(|&(l, g)| {
-        let lpp = r.geometry().leases_per_proc;
         // In our slot's range (no division: this runs on every acquire). Relaxed: our
         // own spare, which only we (and a reaper of our dead process, or our own
         // deregistration) could have changed.
-        (slot * lpp..(slot + 1) * lpp).contains(&l)
+        r.geometry().slot_leases(slot).contains(&l)
             && r.lease(l).state.load(Relaxed) == ls::make(g, ls::CLAIMED)
     }) {
         Some(spare) => Ok(spare),

@@ -103,8 +103,7 @@ pub fn watch<'a, R: Region>(
 
 /// Whether process slot `s` has a lease of pool `p` that holds or may come to hold units.
 fn uses_pool<R: Region>(r: &R, s: usize, p: usize) -> bool {
-    let n = r.geometry().leases_per_proc;
-    (s * n..(s + 1) * n).any(|l| {
+    r.geometry().slot_leases(s).any(|l| {
         let lease = r.lease(l);
         // Relaxed: a heuristic for which processes to watch; a wrong guess costs only
         // a later wake-up (by the sweep).
